@@ -1,0 +1,23 @@
+# How UNet training scales across GPUs, per framework and distributed backend.
+# Wiring only: the helpers live in rules/common.smk, the rules in rules/*.smk.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/analysis.smk"
+
+
+rule all:
+    input:
+        final_outputs(),
+    default_target: True

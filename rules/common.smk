@@ -1,0 +1,81 @@
+# Helpers only (no rules): config validation, the matrix of cells, path,
+# parameter and resource functions. The logic lives in the scalebench
+# package so it is testable without Snakemake.
+import json
+import sys
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+
+SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+from scalebench import cluster as sb_cluster
+from scalebench import config as sb_config
+
+try:
+    _resolved = sb_config.validate(
+        config, sb_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
+    )
+except sb_config.ConfigError as error:
+    raise WorkflowError(str(error)) from None
+config.clear()
+config.update(_resolved)
+
+CELLS = sb_config.cells(config)
+RUNS = "results/runs/{framework}/{backend}/g{gpus}/s{seed}"
+PREPARED = "results/data/prepared"
+
+
+wildcard_constraints:
+    framework="torch|tensorflow",
+    backend="native|horovod",
+    gpus=r"\d+",
+    seed=r"\d+",
+
+
+def cell_of(wildcards):
+    return sb_config.Cell(
+        wildcards.framework, wildcards.backend, int(wildcards.gpus), int(wildcards.seed)
+    )
+
+
+def cell_outputs(name):
+    """One path per cell of the matrix, e.g. cell_outputs('metrics.jsonl')."""
+    return [f"results/runs/{cell.path}/{name}" for cell in CELLS]
+
+
+def final_outputs():
+    return [
+        "results/summary/runs.csv",
+        "results/summary/scaling.csv",
+        "results/figures/speedup.png",
+    ]
+
+
+def raw_dataset(wildcards):
+    return f"results/data/raw/{config['dataset']['source']}"
+
+
+def train_settings(wildcards):
+    return json.dumps(sb_config.train_settings(config, cell_of(wildcards)), sort_keys=True)
+
+
+def launchers_json(wildcards):
+    return json.dumps(config["launchers"], sort_keys=True)
+
+
+def train_threads(wildcards):
+    # Locally a cell with N ranks takes N cores from Snakemake; on SLURM the
+    # job's CPUs come from the resources below.
+    return int(wildcards.gpus)
+
+
+def slurm_resource(name):
+    """A resource function for the train rule, computed by scalebench.cluster."""
+
+    def resource(wildcards, attempt):
+        return sb_cluster.job_resources(config, cell_of(wildcards), attempt)[name]
+
+    resource.__name__ = f"slurm_{name}"
+    return resource

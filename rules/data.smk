@@ -1,0 +1,41 @@
+# Data: a source (synthetic, zenodo or a folder) becomes images/ + masks/ PNG
+# pairs, then the arrays and manifest every cell trains on.
+
+
+rule synthetic_dataset:
+    output:
+        directory("results/data/raw/synthetic"),
+    params:
+        pairs=config["dataset"]["synthetic"]["count"],
+        size=config["dataset"]["synthetic"]["size"],
+        seed=config["dataset"]["synthetic"]["seed"],
+    log:
+        "results/logs/synthetic_dataset.log",
+    benchmark:
+        "results/benchmarks/synthetic_dataset.tsv"
+    conda:
+        "../envs/pipeline.yaml"
+    script:
+        "../workflow/scripts/make_synthetic.py"
+
+
+rule preprocess_dataset:
+    input:
+        raw=raw_dataset,
+    output:
+        images=f"{PREPARED}/images.npy",
+        masks=f"{PREPARED}/masks.npy",
+        manifest=f"{PREPARED}/manifest.json",
+    params:
+        source=config["dataset"]["source"],
+        image_size=config["dataset"]["image_size"],
+        test_fraction=config["dataset"]["test_fraction"],
+        split_seed=config["dataset"]["split_seed"],
+    log:
+        "results/logs/preprocess_dataset.log",
+    benchmark:
+        "results/benchmarks/preprocess_dataset.tsv"
+    conda:
+        "../envs/pipeline.yaml"
+    script:
+        "../workflow/scripts/preprocess_dataset.py"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Build Horovod from its PyPI sdist with Gloo, against the torch and TensorFlow
+# already installed in the Python given as $1, and install it there.
+#
+# The wheel is cached outside the checkout, keyed by the Horovod, torch,
+# TensorFlow and Python versions and the GPU operations, so a fresh clone on
+# the same machine installs it in seconds. Set HOROVOD_GPU_OPERATIONS=NCCL
+# on a GPU cluster (with CUDA and NCCL available) to build the GPU path.
+set -euo pipefail
+
+PY=${1:?usage: build_horovod.sh PYTHON}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(dirname "$HERE")
+HVD_VERSION=$(python3 "$HERE/pins.py" "$ROOT/envs/train.yaml" --only horovod)
+versions=$("$PY" - <<'PYEOF'
+import sys, importlib.metadata as md
+print(f"torch{md.version('torch').split('+')[0]}-tf{md.version('tensorflow')}-py{sys.version_info.major}{sys.version_info.minor}")
+PYEOF
+)
+GPU_OPS=${HOROVOD_GPU_OPERATIONS:-none}
+CACHE=${SCALEBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scalebench}/wheels/horovod-$HVD_VERSION-$versions-gpu$GPU_OPS
+mkdir -p "$CACHE"
+
+wheel=$(ls "$CACHE"/horovod-*.whl 2>/dev/null | head -1 || true)
+if [[ -z "$wheel" ]]; then
+    for tool in cmake g++ make; do
+        command -v "$tool" >/dev/null || { echo "build_horovod: '$tool' is missing (Debian: apt-get install cmake g++ make)" >&2; exit 1; }
+    done
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    echo "build_horovod: building Horovod $HVD_VERSION ($versions, GPU ops: $GPU_OPS); about 8 minutes on 2 cores"
+    "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$HVD_VERSION" -d "$work"
+    tar -xzf "$work"/horovod-"$HVD_VERSION".tar.gz -C "$work"
+    python3 "$HERE/horovod_fixes.py" "$work/horovod-$HVD_VERSION"
+    export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
+    export HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=${HOROVOD_WITHOUT_MPI:-1}
+    export HOROVOD_CPU_OPERATIONS=${HOROVOD_CPU_OPERATIONS:-gloo}
+    export MAKEFLAGS=${MAKEFLAGS:--j$(nproc)}
+    "$PY" -m pip wheel --no-build-isolation --no-deps -w "$work/dist" "$work/horovod-$HVD_VERSION" \
+        > "$work/build.log" 2>&1 || { tail -60 "$work/build.log" >&2; echo "build_horovod: build failed (log above)" >&2; exit 1; }
+    cp "$work"/dist/horovod-*.whl "$CACHE"/
+    wheel=$(ls "$CACHE"/horovod-*.whl | head -1)
+fi
+"$PY" -m pip install --quiet --no-deps --force-reinstall "$wheel"
+echo "build_horovod: installed $(basename "$wheel") from $CACHE"

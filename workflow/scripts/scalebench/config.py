@@ -1,0 +1,216 @@
+"""Validate the study configuration and expand it into cells.
+
+The JSON schema (config/schema.yaml) fills defaults and rejects unknown keys and
+bad values; the checks below cover what a schema cannot express. Every error
+names the config key, and all of it runs before Snakemake builds a job.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import jsonschema
+import yaml
+
+FRAMEWORKS = ("torch", "tensorflow")
+BACKENDS = ("native", "horovod")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the offending key in the message."""
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One training run of the matrix."""
+
+    framework: str
+    backend: str
+    gpus: int
+    seed: int
+
+    @property
+    def path(self) -> str:
+        return f"{self.framework}/{self.backend}/g{self.gpus}/s{self.seed}"
+
+
+def _key(path: Iterator[Any]) -> str:
+    parts = [f"[{p}]" if isinstance(p, int) else f".{p}" for p in path]
+    return "".join(parts).lstrip(".") or "<top level>"
+
+
+def _with_defaults(validator_class: type) -> type:
+    """A validator that fills `default` values while it validates (jsonschema FAQ recipe)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema and name not in instance:
+                    instance[name] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    key = _key(error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        where = _key(error.absolute_path)
+        names = ", ".join(f"'{where + '.' if error.absolute_path else ''}{e}'" for e in extra)
+        return f"unknown config key {names}; allowed here: {', '.join(allowed)}"
+    if error.validator == "uniqueItems":
+        seen, dups = set(), []
+        for item in error.instance:
+            if item in seen:
+                dups.append(item)
+            seen.add(item)
+        return f"config key '{key}': duplicate values {sorted(set(dups))} in {error.instance}"
+    if error.validator == "minItems" and error.validator_value == 1:
+        return f"config key '{key}': the list is empty; give at least one value"
+    return f"config key '{key}': {error.message}"
+
+
+def load_schema(path: str | Path) -> dict:
+    with open(path) as handle:
+        return yaml.safe_load(handle)
+
+
+def validate(config: dict, schema: dict) -> dict:
+    """Return a copy of `config` with defaults filled in, or raise ConfigError."""
+    resolved = copy.deepcopy(config) if config else {}
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(resolved), key=lambda e: list(map(str, e.absolute_path)))
+    if errors:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(e) for e in errors))
+    _check_semantics(resolved)
+    return resolved
+
+
+def _check_semantics(config: dict) -> None:
+    problems: list[str] = []
+    dataset, matrix, training, cluster = (
+        config["dataset"],
+        config["matrix"],
+        config["training"],
+        config["cluster"],
+    )
+    for name in ("image_size",):
+        height, width = dataset[name]
+        if height % 16 or width % 16:
+            problems.append(
+                f"config key 'dataset.{name}': {height} x {width} is not divisible by 16 "
+                "(the UNet halves the size four times)"
+            )
+    if dataset["source"] == "folder" and not dataset["folder"]:
+        problems.append("config key 'dataset.folder': required when dataset.source is folder")
+    if dataset["source"] == "synthetic":
+        count = dataset["synthetic"]["count"]
+        n_test = max(1, round(count * dataset["test_fraction"]))
+        n_train = count - n_test
+        largest = max(matrix["gpus"])
+        shard = n_train // largest
+        if n_train < 1:
+            problems.append(f"config key 'dataset.synthetic.count': {count} pairs leave no training data")
+        elif training["batch_per_gpu"] > shard:
+            problems.append(
+                f"config key 'training.batch_per_gpu': {training['batch_per_gpu']} is larger than the "
+                f"shard of the training set on {largest} ranks ({n_train} training pairs / {largest} = {shard})"
+            )
+    largest = max(matrix["gpus"])
+    if largest > cluster["max_gpus"]:
+        problems.append(
+            f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}"
+        )
+    if not cluster["allow_uneven"]:
+        for gpus in matrix["gpus"]:
+            reason = placement_problem(gpus, cluster)
+            if reason:
+                problems.append(f"config key 'matrix.gpus': {reason} (or set cluster.allow_uneven: true)")
+    for executor, templates in config["launchers"].items():
+        for name, template in templates.items():
+            problem = template_problem(template)
+            if problem:
+                problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
+    if training["tf_strategy"] == "mirrored" and "tensorflow" in matrix["frameworks"]:
+        per_node = ranks_per_node_limit(cluster)
+        too_big = [g for g in matrix["gpus"] if g > per_node]
+        if too_big:
+            problems.append(
+                f"config key 'training.tf_strategy': mirrored runs in one process on one node, but cells "
+                f"of {too_big} GPUs span several nodes ({per_node} per node); use auto or multiworker"
+            )
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+LAUNCHER_PLACEHOLDERS = ("ranks", "nodes", "ranks_per_node", "hosts", "master_addr", "port", "python", "program")
+
+
+def template_problem(template: str) -> str | None:
+    """Why a launcher template cannot be filled, or None."""
+    import string
+
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as error:
+        return f"malformed template ({error})"
+    unknown = sorted({f for f in fields if f not in LAUNCHER_PLACEHOLDERS})
+    if unknown:
+        return f"unknown placeholder {{{unknown[0]}}}; known: " + ", ".join(
+            "{" + p + "}" for p in LAUNCHER_PLACEHOLDERS
+        )
+    if "program" not in fields:
+        return "the template must contain {program}"
+    return None
+
+
+def ranks_per_node_limit(cluster: dict) -> int:
+    return cluster["gpus_per_node"] or cluster["ranks_per_node"]
+
+
+def placement_problem(gpus: int, cluster: dict) -> str | None:
+    per_node = ranks_per_node_limit(cluster)
+    nodes = math.ceil(gpus / per_node)
+    if gpus % nodes:
+        return f"{gpus} GPUs cannot be spread evenly over {nodes} nodes of {per_node}"
+    return None
+
+
+def cells(config: dict) -> list[Cell]:
+    """Every cell of the matrix, in a stable order."""
+    matrix = config["matrix"]
+    return [
+        Cell(framework, backend, gpus, seed)
+        for framework, backend, gpus, seed in itertools.product(
+            matrix["frameworks"], matrix["backends"], sorted(matrix["gpus"]), sorted(matrix["seeds"])
+        )
+    ]
+
+
+def config_hash(settings: dict) -> str:
+    """A short stable hash of what determines a cell's result."""
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def train_settings(config: dict, cell: Cell) -> dict:
+    """Everything the training program needs for one cell, as plain JSON."""
+    return {
+        "cell": {"framework": cell.framework, "backend": cell.backend, "gpus": cell.gpus, "seed": cell.seed},
+        "training": config["training"],
+        "dataset": {
+            "source": config["dataset"]["source"],
+            "image_size": config["dataset"]["image_size"],
+            "split_seed": config["dataset"]["split_seed"],
+        },
+    }

@@ -1,0 +1,143 @@
+"""The per-cell output contract: metrics.jsonl and run.json.
+
+metrics.jsonl holds one JSON object per line: an ``epoch`` record per epoch and
+one ``final`` record, written by rank 0 only, after values are reduced across
+ranks. run.json holds the provenance and the outcome (status) of the cell.
+Both frameworks write through this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("ok", "diverged", "oom", "failed")
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN: non-finite floats become null so no reader mistakes them for numbers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def write_json_atomic(path: str | Path, data: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w") as handle:
+        json.dump(_clean(data), handle, indent=1, sort_keys=True)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class MetricsWriter:
+    """Appends records to metrics.jsonl (rank 0) and keeps them for checkpoints."""
+
+    def __init__(self, path: str | Path, enabled: bool, previous: list[dict] | None = None):
+        self.path = Path(path)
+        self.enabled = enabled
+        self.records: list[dict] = []
+        if enabled:
+            self.path.write_text("")
+        for record in previous or []:
+            self.write(record)
+
+    def write(self, record: dict) -> None:
+        self.records.append(record)
+        if self.enabled:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps(_clean(record), sort_keys=True) + "\n")
+                handle.flush()
+
+
+def git_commit(start: str | Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=start, capture_output=True, text=True, timeout=10, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=start, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def slurm_info() -> dict:
+    keys = {
+        "job_id": "SLURM_JOB_ID",
+        "job_name": "SLURM_JOB_NAME",
+        "nodelist": "SLURM_JOB_NODELIST",
+        "partition": "SLURM_JOB_PARTITION",
+        "account": "SLURM_JOB_ACCOUNT",
+        "restart_count": "SLURM_RESTART_COUNT",
+    }
+    return {name: os.environ[var] for name, var in keys.items() if var in os.environ}
+
+
+def base_provenance(cell: dict, config_hash: str) -> dict:
+    return {
+        **cell,
+        "config_hash": config_hash,
+        "git_commit": git_commit(Path(__file__).resolve().parent),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "launch_host": socket.gethostname(),
+        "slurm": slurm_info(),
+        "argv": sys.argv,
+        "start": now_iso(),
+        "status": "running",
+    }
+
+
+def peak_host_memory_mb() -> float:
+    """Peak resident memory of this process (Linux reports kilobytes)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Clock:
+    """Wall-clock seconds since construction."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def progress_line(record: dict, epochs: int, remaining_s: float) -> str:
+    wait_share = record["data_wait_s"] / record["epoch_time_s"] if record["epoch_time_s"] else 0.0
+    line = (
+        f"epoch {record['epoch']}/{epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
+        f"{record['epoch_time_s']:.2f} s  {record['images_per_s']:.1f} img/s  "
+        f"data-wait {100 * wait_share:.1f}%  left {format_duration(remaining_s)}"
+    )
+    if record.get("test_iou") is not None:
+        line += f"  test IOU {record['test_iou']:.3f}"
+    return line
