@@ -18,6 +18,6 @@ include: "rules/analysis.smk"
 
 
 rule all:
+    default_target: True
     input:
         final_outputs(),
-    default_target: True

@@ -79,3 +79,13 @@ def slurm_resource(name):
 
     resource.__name__ = f"slurm_{name}"
     return resource
+
+
+def input_folder(wildcards, input):
+    """The folder of the rule's `manifest` input (the prepared dataset)."""
+    return str(Path(input.manifest).parent)
+
+
+def output_folder(wildcards, output):
+    """The folder of the rule's `run` output (the cell's results folder)."""
+    return str(Path(output.run).parent)

@@ -5,16 +5,16 @@
 rule synthetic_dataset:
     output:
         directory("results/data/raw/synthetic"),
-    params:
-        pairs=config["dataset"]["synthetic"]["count"],
-        size=config["dataset"]["synthetic"]["size"],
-        seed=config["dataset"]["synthetic"]["seed"],
     log:
         "results/logs/synthetic_dataset.log",
     benchmark:
         "results/benchmarks/synthetic_dataset.tsv"
     conda:
         "../envs/pipeline.yaml"
+    params:
+        pairs=config["dataset"]["synthetic"]["count"],
+        size=config["dataset"]["synthetic"]["size"],
+        seed=config["dataset"]["synthetic"]["seed"],
     script:
         "../workflow/scripts/make_synthetic.py"
 
@@ -26,16 +26,16 @@ rule preprocess_dataset:
         images=f"{PREPARED}/images.npy",
         masks=f"{PREPARED}/masks.npy",
         manifest=f"{PREPARED}/manifest.json",
-    params:
-        source=config["dataset"]["source"],
-        image_size=config["dataset"]["image_size"],
-        test_fraction=config["dataset"]["test_fraction"],
-        split_seed=config["dataset"]["split_seed"],
     log:
         "results/logs/preprocess_dataset.log",
     benchmark:
         "results/benchmarks/preprocess_dataset.tsv"
     conda:
         "../envs/pipeline.yaml"
+    params:
+        source=config["dataset"]["source"],
+        image_size=config["dataset"]["image_size"],
+        test_fraction=config["dataset"]["test_fraction"],
+        split_seed=config["dataset"]["split_seed"],
     script:
         "../workflow/scripts/preprocess_dataset.py"

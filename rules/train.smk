@@ -13,13 +13,8 @@ rule train:
         f"{RUNS}/train.log",
     benchmark:
         f"{RUNS}/benchmark.tsv"
-    params:
-        settings=train_settings,
-        launchers=launchers_json,
-        python=sys.executable,
-        launch=str(SCRIPTS / "launch.py"),
-        data=PREPARED,
-        out=RUNS,
+    conda:
+        "../envs/train.yaml"
     threads: train_threads
     resources:
         nodes=slurm_resource("nodes"),
@@ -34,8 +29,13 @@ rule train:
         qos=slurm_resource("qos"),
         constraint=slurm_resource("constraint"),
         slurm_extra=slurm_resource("slurm_extra"),
-    conda:
-        "../envs/train.yaml"
+    params:
+        settings=train_settings,
+        launchers=launchers_json,
+        python=sys.executable,
+        launch=str(SCRIPTS / "launch.py"),
+        data=input_folder,
+        out=output_folder,
     shell:
         "{params.python} {params.launch} --settings {params.settings:q}"
         " --data {params.data} --out {params.out}"

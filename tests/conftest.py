@@ -40,8 +40,14 @@ def tiny_config(**sections: dict) -> dict:
     config = {
         "dataset": {"source": "synthetic", "image_size": [32, 48], "synthetic": {"count": 40, "size": [48, 64]}},
         "matrix": {"frameworks": ["torch"], "backends": ["native"], "gpus": [1, 2], "seeds": [1]},
-        "training": {"epochs": 3, "batch_per_gpu": 4, "threads_per_rank": 1, "collective_timeout_s": 30,
-                     "loader": {"workers": 0}, "predictions": 2},
+        "training": {
+            "epochs": 3,
+            "batch_per_gpu": 4,
+            "threads_per_rank": 1,
+            "collective_timeout_s": 30,
+            "loader": {"workers": 0},
+            "predictions": 2,
+        },
     }
     for name, values in sections.items():
         config.setdefault(name, {}).update(values)
@@ -63,6 +69,14 @@ def run_snakemake(workdir: Path, config: dict, *args: str, timeout: float = 1800
     workdir.mkdir(parents=True, exist_ok=True)
     config_file = workdir / "test-config.yaml"
     config_file.write_text(yaml.safe_dump(config))
-    command = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-               "--configfile", str(config_file), *args]
+    command = [
+        str(BIN / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config_file),
+        *args,
+    ]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=tool_env())

@@ -48,8 +48,10 @@ def read_cell(run_dir: str | Path) -> tuple[dict, list[dict]]:
     steady = float(np.median(times[1:])) if len(times) > 1 else (times[0] if times else np.nan)
     gpus = run.get("world_size") or run.get("gpus")
     wait = sum(e["data_wait_s"] for e in epochs)
-    images_per_s = float(np.median([e["images_per_s"] for e in epochs[1:]])) if len(epochs) > 1 else (
-        epochs[0]["images_per_s"] if epochs else np.nan
+    images_per_s = (
+        float(np.median([e["images_per_s"] for e in epochs[1:]]))
+        if len(epochs) > 1
+        else (epochs[0]["images_per_s"] if epochs else np.nan)
     )
     row = {
         "framework": run.get("framework"),
@@ -104,8 +106,13 @@ def scaling(runs: pd.DataFrame) -> pd.DataFrame:
         base_gpus = group["gpus"].min()
         base = group[group["gpus"] == base_gpus]
         for gpus, cells in group.groupby("gpus"):
-            row = {"framework": framework, "backend": backend, "gpus": gpus, "base_gpus": base_gpus,
-                   "seeds": len(cells)}
+            row = {
+                "framework": framework,
+                "backend": backend,
+                "gpus": gpus,
+                "base_gpus": base_gpus,
+                "seeds": len(cells),
+            }
             for metric in ("train_time_s", "steady_epoch_s"):
                 speedup = base[metric].mean() / cells[metric].mean()
                 row[f"speedup_{metric}"] = speedup

@@ -12,9 +12,10 @@ import hashlib
 import itertools
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import yaml
@@ -128,9 +129,7 @@ def _check_semantics(config: dict) -> None:
             )
     largest = max(matrix["gpus"])
     if largest > cluster["max_gpus"]:
-        problems.append(
-            f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}"
-        )
+        problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
     if not cluster["allow_uneven"]:
         for gpus in matrix["gpus"]:
             reason = placement_problem(gpus, cluster)

@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ STATUSES = ("ok", "diverged", "oom", "failed")
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _clean(value: Any) -> Any:
@@ -75,7 +75,11 @@ def git_commit(start: str | Path) -> str | None:
             ["git", "rev-parse", "HEAD"], cwd=start, capture_output=True, text=True, timeout=10, check=True
         )
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=start, capture_output=True, text=True, timeout=10
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=start,
+            capture_output=True,
+            text=True,
+            timeout=10,
         ).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):

@@ -21,9 +21,7 @@ def _background(rng: np.random.Generator, height: int, width: int) -> np.ndarray
     tilt = rng.uniform(-30, 30) * (xx / width - 0.5) + rng.uniform(-30, 30) * (yy / height - 0.5)
     # Grain texture: coarse noise upsampled, like a polished metal surface.
     coarse = rng.normal(0, 1, (max(2, height // 16), max(2, width // 16))).astype(np.float32)
-    grain = np.asarray(
-        Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.float32
-    )
+    grain = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.float32)
     return rng.uniform(130, 170) + tilt + 8 * grain
 
 
@@ -34,7 +32,10 @@ def _mark_polygon(rng: np.random.Generator, height: int, width: int) -> list[tup
     cx = rng.uniform(radius, width - radius)
     angle = rng.uniform(0, 2 * math.pi)
     return [
-        (cx + radius * math.cos(angle + 2 * math.pi * k / sides), cy + radius * math.sin(angle + 2 * math.pi * k / sides))
+        (
+            cx + radius * math.cos(angle + 2 * math.pi * k / sides),
+            cy + radius * math.sin(angle + 2 * math.pi * k / sides),
+        )
         for k in range(sides)
     ]
 

@@ -29,9 +29,16 @@ class DDPBackend:
             world_size=self.world_size,
             timeout=timedelta(seconds=timeout_s),
         )
-        self.device = torch.device("cuda", self.local_rank % torch.cuda.device_count()) if backend == "nccl" else torch.device("cpu")
-        print(f"rank {self.rank}/{self.world_size}: process group {backend} via {self.info.launcher} "
-              f"at {self.info.master_addr}:{self.info.master_port}", flush=True)
+        self.device = (
+            torch.device("cuda", self.local_rank % torch.cuda.device_count())
+            if backend == "nccl"
+            else torch.device("cpu")
+        )
+        print(
+            f"rank {self.rank}/{self.world_size}: process group {backend} via {self.info.launcher} "
+            f"at {self.info.master_addr}:{self.info.master_port}",
+            flush=True,
+        )
 
     def wrap_model(self, model: nn.Module, device: torch.device) -> nn.Module:
         device_ids = [device.index] if device.type == "cuda" else None

@@ -36,8 +36,11 @@ class HorovodTorchBackend:
         self.world_size, self.local_world_size = self.hvd.size(), self.hvd.local_size()
         if torch.cuda.is_available():
             torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
-        print(f"rank {self.rank}/{self.world_size}: horovod (gloo={self.hvd.gloo_enabled()}, "
-              f"mpi={self.hvd.mpi_enabled()}, nccl={self.hvd.nccl_built()})", flush=True)
+        print(
+            f"rank {self.rank}/{self.world_size}: horovod (gloo={self.hvd.gloo_enabled()}, "
+            f"mpi={self.hvd.mpi_enabled()}, nccl={self.hvd.nccl_built()})",
+            flush=True,
+        )
 
     def wrap_model(self, model: nn.Module, device: torch.device) -> nn.Module:
         return model

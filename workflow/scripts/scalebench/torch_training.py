@@ -169,7 +169,12 @@ class Checkpoint:
 
 
 def evaluate(
-    model: nn.Module, backend: Backend, data_dir: str, test: list[int], batch: int, device: torch.device,
+    model: nn.Module,
+    backend: Backend,
+    data_dir: str,
+    test: list[int],
+    batch: int,
+    device: torch.device,
     autocast: tuple[bool, torch.dtype],
 ) -> tuple[float, float]:
     """Test loss and IOU over the whole test set: each rank takes every world_size-th
@@ -187,12 +192,14 @@ def evaluate(
             logits = logits.float()
             predicted = logits > 0
             truth = masks > 0.5
-            sums += torch.stack([
-                F.binary_cross_entropy_with_logits(logits, masks, reduction="sum").double(),
-                torch.tensor(float(masks.numel()), dtype=torch.float64, device=device),
-                (predicted & truth).sum().double(),
-                (predicted | truth).sum().double(),
-            ])
+            sums += torch.stack(
+                [
+                    F.binary_cross_entropy_with_logits(logits, masks, reduction="sum").double(),
+                    torch.tensor(float(masks.numel()), dtype=torch.float64, device=device),
+                    (predicted & truth).sum().double(),
+                    (predicted | truth).sum().double(),
+                ]
+            )
     model.train(was_training)
     sums = backend.allreduce_sum(sums)
     loss, pixels, intersection, union = sums.tolist()
@@ -277,15 +284,24 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
 
     metrics = records.MetricsWriter(out / "metrics.jsonl", enabled=is_root, previous=previous_records)
     sampler = DistributedSampler(
-        SegmentationArrays(data_dir, train_idx), num_replicas=backend.world_size, rank=backend.rank,
-        shuffle=True, seed=cell["seed"], drop_last=False,
+        SegmentationArrays(data_dir, train_idx),
+        num_replicas=backend.world_size,
+        rank=backend.rank,
+        shuffle=True,
+        seed=cell["seed"],
+        drop_last=False,
     )
     loader_cfg = training["loader"]
     workers = loader_cfg["workers"]
     loader = DataLoader(
-        sampler.dataset, batch_size=batch, sampler=sampler, drop_last=True, num_workers=workers,
+        sampler.dataset,
+        batch_size=batch,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=workers,
         pin_memory=loader_cfg["pin_memory"] and device.type == "cuda",
-        prefetch_factor=loader_cfg["prefetch_factor"] if workers else None, persistent_workers=workers > 0,
+        prefetch_factor=loader_cfg["prefetch_factor"] if workers else None,
+        persistent_workers=workers > 0,
     )
     setup_s = clock.elapsed()
     epochs = training["epochs"]
@@ -322,7 +338,9 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
                 steps += 1
             synchronize(device)
             elapsed = time.perf_counter() - started
-            reduced = backend.allreduce_sum(torch.stack([loss_sum, torch.tensor(float(steps), dtype=torch.float64, device=device)]))
+            reduced = backend.allreduce_sum(
+                torch.stack([loss_sum, torch.tensor(float(steps), dtype=torch.float64, device=device)])
+            )
             slowest = backend.allreduce_max(
                 torch.tensor([elapsed, wait, peak_memory_mb(device)], dtype=torch.float64, device=device)
             ).tolist()
@@ -330,10 +348,18 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
             train_time += slowest[0]
             epoch_times.append(slowest[0])
             record = {
-                "type": "epoch", "epoch": epoch + 1, "loss": mean_loss, "lr": lr,
-                "epoch_time_s": slowest[0], "images_per_s": reduced[1].item() * batch / slowest[0],
-                "data_wait_s": slowest[1], "peak_mem_mb": slowest[2], "steps": int(reduced[1].item()),
-                "train_time_s": train_time, "test_iou": None, "test_loss": None,
+                "type": "epoch",
+                "epoch": epoch + 1,
+                "loss": mean_loss,
+                "lr": lr,
+                "epoch_time_s": slowest[0],
+                "images_per_s": reduced[1].item() * batch / slowest[0],
+                "data_wait_s": slowest[1],
+                "peak_mem_mb": slowest[2],
+                "steps": int(reduced[1].item()),
+                "train_time_s": train_time,
+                "test_iou": None,
+                "test_loss": None,
             }
             if not np.isfinite(mean_loss):
                 metrics.write(record)
@@ -348,12 +374,21 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
             if is_root:
                 print(records.progress_line(record, epochs, steady * (epochs - epoch - 1)), flush=True)
             if training["checkpoint_every"] and (epoch + 1) % training["checkpoint_every"] == 0 and epoch + 1 < epochs:
-                checkpoint.save({
-                    "model": raw_model.state_dict(), "optimizer": optimizer.state_dict(),
-                    "scaler": scaler.state_dict(), "epoch": epoch + 1, "records": metrics.records,
-                    "train_time_s": train_time,
-                    "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-                })
+                checkpoint.save(
+                    {
+                        "model": raw_model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "scaler": scaler.state_dict(),
+                        "epoch": epoch + 1,
+                        "records": metrics.records,
+                        "train_time_s": train_time,
+                        "rng": {
+                            "torch": torch.get_rng_state(),
+                            "numpy": np.random.get_state(),
+                            "python": random.getstate(),
+                        },
+                    }
+                )
     except Diverged as error:
         status = "diverged"
         print(f"diverged: {error}", flush=True)
@@ -361,22 +396,36 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
         status = "oom"
         print(f"out of memory: {error}", flush=True)
 
-    final = {"type": "final", "status": status, "setup_s": setup_s, "train_time_s": train_time,
-             "epochs_completed": len(epoch_times), "test_loss": None, "iou": None, "test_time_s": None}
+    final = {
+        "type": "final",
+        "status": status,
+        "setup_s": setup_s,
+        "train_time_s": train_time,
+        "epochs_completed": len(epoch_times),
+        "test_loss": None,
+        "iou": None,
+        "test_time_s": None,
+    }
     if status == "ok":
         backend.broadcast_buffers(raw_model)
         synchronize(device)
         started = time.perf_counter()
-        final["test_loss"], final["iou"] = evaluate(raw_model, backend, data_dir, manifest["test"], batch, device, autocast)
+        final["test_loss"], final["iou"] = evaluate(
+            raw_model, backend, data_dir, manifest["test"], batch, device, autocast
+        )
         synchronize(device)
-        final["test_time_s"] = backend.allreduce_max(torch.tensor([time.perf_counter() - started], dtype=torch.float64, device=device)).item()
+        final["test_time_s"] = backend.allreduce_max(
+            torch.tensor([time.perf_counter() - started], dtype=torch.float64, device=device)
+        ).item()
         if is_root and training["predictions"]:
             save_predictions(raw_model, data_dir, manifest["test"], training["predictions"], out, device)
     metrics.write(final)
     if is_root:
-        print(f"final: status {status}  test loss {final['test_loss']}  IOU {final['iou']}  train {final['train_time_s']:.1f} s", flush=True)
-        provenance.update(status=status, end=records.now_iso(), setup_s=setup_s,
-                          resumed_from_epoch=start_epoch or None)
+        print(
+            f"final: status {status}  test loss {final['test_loss']}  IOU {final['iou']}  train {final['train_time_s']:.1f} s",
+            flush=True,
+        )
+        provenance.update(status=status, end=records.now_iso(), setup_s=setup_s, resumed_from_epoch=start_epoch or None)
         records.write_json_atomic(run_json, provenance)
         checkpoint.remove()
     return status

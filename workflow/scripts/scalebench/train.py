@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         backend_module = importlib.import_module(f".{backend_name}", __package__)
     except ModuleNotFoundError as error:
         if error.name and error.name.startswith(f"{__package__}."):
-            print(f"error: {cell['framework']}/{cell['backend']} is not implemented yet ({error.name})", file=sys.stderr)
+            print(
+                f"error: {cell['framework']}/{cell['backend']} is not implemented yet ({error.name})", file=sys.stderr
+            )
             return 2
         raise
     backend = None
