@@ -2,44 +2,40 @@
 
 Output, in one directory:
   images.npy     uint8 [N, H, W], grayscale, resized with aspect-preserving padding
-  masks.npy      uint8 [N, H, W], 0 or 1
-  manifest.json  source, files, checksums, the train/test split by the split seed
+  masks.npy      uint8 [N, H, W], 0 or 1 (mask / its maximum, resized, > 0.5)
+  manifest.json  source, record, archives' md5, file names, arrays' sha256,
+                 the train/test split by the split seed, counts, pairing rule
 
-Images are streamed one at a time into memory-mapped arrays, so memory stays
-at the arrays' size plus one image whatever the dataset's size.
+Pairs are decoded one at a time and appended to the .npy files, so memory
+stays at one image whatever the dataset's size (writing through a memory map
+would keep every written page resident). Training memory-maps the result.
+Nothing in the manifest depends on the time or the machine: the same input
+gives byte-identical arrays and manifest. Files are written under temporary
+names and renamed at the end, so a failure leaves no half-written output.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import os
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
-IMAGE_SUFFIXES = (".png", ".tif", ".tiff")
+from .pairing import DatasetError, Pair, summary, to_gray
+from .pairing import find_pairs as _find_pairs
 
+__all__ = ["DatasetError", "Pair", "find_pairs", "preprocess", "load_arrays", "split_indices", "fit_with_padding"]
 
-@dataclass(frozen=True)
-class Pair:
-    image: Path
-    mask: Path
+MASK_THRESHOLD = 0.5
+MAX_NONBINARY_FRACTION = 0.05
 
 
 def find_pairs(root: str | Path) -> tuple[list[Pair], str]:
-    """Pairs from ``root/images`` and ``root/masks``, matched by file stem.
-
-    Returns the pairs and the name of the pairing rule used.
-    """
-    root = Path(root)
-    images = sorted(p for p in (root / "images").iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    masks = {p.stem: p for p in (root / "masks").iterdir() if p.suffix.lower() in IMAGE_SUFFIXES}
-    missing = [p.name for p in images if p.stem not in masks]
-    if missing:
-        raise ValueError(f"{len(missing)} images have no mask, first: {missing[:3]}")
-    return [Pair(p, masks[p.stem]) for p in images], "stem"
+    """Discover, pair and validate the files under `root` (see scalebench.pairing)."""
+    return _find_pairs(root)
 
 
 def split_indices(count: int, test_fraction: float, split_seed: int) -> tuple[list[int], list[int]]:
@@ -55,18 +51,57 @@ def fit_with_padding(image: Image.Image, height: int, width: int, resample: int)
     new_h = max(1, round(image.height * scale))
     new_w = max(1, round(image.width * scale))
     resized = np.asarray(image.resize((new_w, new_h), resample))
-    out = np.zeros((height, width), dtype=np.uint8)
+    out = np.zeros((height, width), dtype=resized.dtype)
     top, left = (height - new_h) // 2, (width - new_w) // 2
     out[top : top + new_h, left : left + new_w] = resized
     return out
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+class _NpyStream:
+    """A .npy file written row by row, hashed on the way."""
+
+    def __init__(self, path: Path, shape: tuple[int, ...]) -> None:
+        self.path = path
+        self.temporary = path.with_name(f".{path.name}.tmp")
+        self.digest = hashlib.sha256()
+        self.handle = open(self.temporary, "wb")
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_1_0(self, header)
+
+    def write(self, data: bytes) -> None:
+        self.digest.update(data)
+        self.handle.write(data)
+
+    def finish(self) -> str:
+        self.handle.close()
+        os.replace(self.temporary, self.path)
+        return self.digest.hexdigest()
+
+    def discard(self) -> None:
+        self.handle.close()
+        self.temporary.unlink(missing_ok=True)
+
+
+def _image_row(path: Path, height: int, width: int) -> np.ndarray:
+    with Image.open(path) as image:
+        gray = Image.fromarray(to_gray(image))
+    return fit_with_padding(gray, height, width, Image.Resampling.BILINEAR)
+
+
+def _mask_row(path: Path, height: int, width: int) -> tuple[np.ndarray, int, int]:
+    """The binary mask row, its non-binary pixel count and its pixel count."""
+    with Image.open(path) as image:
+        gray = to_gray(image)
+    top = int(gray.max())
+    nonbinary = int(np.count_nonzero((gray != 0) & (gray != top)))
+    # Resize the mask as a fraction of its maximum, then threshold: smooth edges, strictly 0/1.
+    soft = Image.fromarray(gray.astype(np.float32) / max(top, 1))
+    row = fit_with_padding(soft, height, width, Image.Resampling.BILINEAR) > MASK_THRESHOLD
+    return row.astype(np.uint8), nonbinary, gray.size
+
+
+def _relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
 
 
 def preprocess(
@@ -76,42 +111,81 @@ def preprocess(
     test_fraction: float,
     split_seed: int,
     provenance: dict,
+    root: str | Path | None = None,
+    max_nonbinary_fraction: float = MAX_NONBINARY_FRACTION,
 ) -> dict:
-    """Write images.npy, masks.npy and manifest.json; return the manifest."""
+    """Write images.npy, masks.npy and manifest.json; return the manifest.
+
+    `provenance` (source, pairing rule, record, archives, ...) goes into the
+    manifest as given; file names are recorded relative to `root` (by default
+    the folder all pairs share).
+    """
+    if not pairs:
+        raise DatasetError("no image/mask pairs to preprocess")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    root = Path(root) if root else Path(os.path.commonpath([p for pair in pairs for p in (pair.image, pair.mask)]))
     height, width = image_size
     count = len(pairs)
-    images = np.lib.format.open_memmap(out / "images.npy", mode="w+", dtype=np.uint8, shape=(count, height, width))
-    masks = np.lib.format.open_memmap(out / "masks.npy", mode="w+", dtype=np.uint8, shape=(count, height, width))
+    images = _NpyStream(out / "images.npy", (count, height, width))
+    masks = _NpyStream(out / "masks.npy", (count, height, width))
+    unreadable, not_binary = [], []
+    nonbinary_total = pixels_total = 0
     step = max(1, count // 10)
-    for index, pair in enumerate(pairs):
-        with Image.open(pair.image) as image:
-            images[index] = fit_with_padding(image.convert("L"), height, width, Image.Resampling.BILINEAR)
-        with Image.open(pair.mask) as mask:
-            # Bilinear then threshold at half intensity: smooth edges, strictly binary result.
-            soft = fit_with_padding(mask.convert("L"), height, width, Image.Resampling.BILINEAR)
-            masks[index] = (soft > 127).astype(np.uint8)
-        if (index + 1) % step == 0 or index + 1 == count:
-            print(f"preprocess: {index + 1}/{count} pairs", flush=True)
-    images.flush()
-    masks.flush()
-    del images, masks
+    try:
+        for index, pair in enumerate(pairs):
+            try:
+                image_row = _image_row(pair.image, height, width)
+                mask_row, nonbinary, pixels = _mask_row(pair.mask, height, width)
+            except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
+                unreadable.append(f"{_relative(pair.image, root)} / {_relative(pair.mask, root)} ({error})")
+                image_row = mask_row = np.zeros((height, width), np.uint8)
+                nonbinary, pixels = 0, 0
+            if pixels and nonbinary > max_nonbinary_fraction * pixels:
+                not_binary.append(f"{_relative(pair.mask, root)} ({nonbinary / pixels:.1%} non-binary pixels)")
+            nonbinary_total += nonbinary
+            pixels_total += pixels
+            images.write(image_row.tobytes())
+            masks.write(mask_row.tobytes())
+            if (index + 1) % step == 0 or index + 1 == count:
+                print(f"preprocess: {index + 1}/{count} pairs", flush=True)
+        problems = []
+        if unreadable:
+            problems.append(f"{len(unreadable)} pairs could not be decoded: {summary(unreadable)}")
+        if not_binary:
+            problems.append(
+                f"{len(not_binary)} masks are not binary (over {max_nonbinary_fraction:.0%} of pixels neither 0 "
+                f"nor the mask's maximum): {summary(not_binary)}"
+            )
+        if problems:
+            raise DatasetError(f"dataset under {root} fails validation: " + "; ".join(problems))
+    except BaseException:
+        images.discard()
+        masks.discard()
+        raise
+    checksums = {"images.npy": images.finish(), "masks.npy": masks.finish()}
     train, test = split_indices(count, test_fraction, split_seed)
+    fraction = nonbinary_total / pixels_total if pixels_total else 0.0
+    print(f"preprocess: {fraction:.4%} of mask pixels were neither 0 nor the mask's maximum", flush=True)
     manifest = {
         **provenance,
         "image_size": [height, width],
         "count": count,
-        "files": [{"image": p.image.name, "mask": p.mask.name} for p in pairs],
+        "counts": {"pairs": count, "train": len(train), "test": len(test)},
+        "files": [{"image": _relative(p.image, root), "mask": _relative(p.mask, root)} for p in pairs],
+        "mask_threshold": MASK_THRESHOLD,
+        "mask_nonbinary_fraction": round(fraction, 8),
         "split_seed": split_seed,
         "test_fraction": test_fraction,
         "train": train,
         "test": test,
-        "sha256": {name: _sha256(out / name) for name in ("images.npy", "masks.npy")},
+        "sha256": checksums,
     }
-    with open(out / "manifest.json", "w") as handle:
+    temporary = out / ".manifest.json.tmp"
+    with open(temporary, "w") as handle:
         json.dump(manifest, handle, indent=1, sort_keys=True)
         handle.write("\n")
+    os.replace(temporary, out / "manifest.json")
     return manifest
 
 
