@@ -53,8 +53,45 @@ def final_outputs():
     ]
 
 
+def zenodo_receipt():
+    """The download rule's receipt: record-<id>.json in dataset.zenodo.directory (never under results/)."""
+    zenodo = config["dataset"]["zenodo"]
+    directory = Path(zenodo["directory"]).expanduser()
+    if config["dataset"]["source"] == "zenodo":
+        inside = (Path.cwd() / directory).resolve()
+        if inside == (Path.cwd() / "results").resolve() or (Path.cwd() / "results").resolve() in inside.parents:
+            raise WorkflowError(
+                f"config key 'dataset.zenodo.directory': {directory} is under results/; "
+                "downloads belong outside it (e.g. resources/zenodo)"
+            )
+    return str(directory / f"record-{int(zenodo['record'])}.json")
+
+
 def raw_dataset(wildcards):
-    return f"results/data/raw/{config['dataset']['source']}"
+    """The preprocess rule's inputs: the raw tree of the source, plus the receipt for zenodo."""
+    source = config["dataset"]["source"]
+    if source == "folder":
+        folder = Path(config["dataset"]["folder"]).expanduser()
+        if not folder.is_dir():
+            raise WorkflowError(f"config key 'dataset.folder': {folder} is not a folder")
+        return {"raw": str(folder)}
+    if source == "zenodo":
+        return {"raw": "results/data/raw/zenodo", "receipt": zenodo_receipt()}
+    return {"raw": "results/data/raw/synthetic"}
+
+
+def dataset_provenance(wildcards):
+    """What the manifest records about the source, as JSON (the script adds the archives' md5)."""
+    dataset = config["dataset"]
+    provenance = {"source": dataset["source"]}
+    if dataset["source"] == "folder":
+        provenance["folder"] = str(Path(dataset["folder"]).expanduser().resolve())
+    elif dataset["source"] == "zenodo":
+        provenance["record"] = int(dataset["zenodo"]["record"])
+        provenance["files_glob"] = dataset["zenodo"]["files"]
+    else:
+        provenance["synthetic"] = dataset["synthetic"]
+    return json.dumps(provenance, sort_keys=True)
 
 
 def train_settings(wildcards):

@@ -1,10 +1,49 @@
-# Data: a source (synthetic, zenodo or a folder) becomes images/ + masks/ PNG
-# pairs, then the arrays and manifest every cell trains on.
+# Data: a source (synthetic, zenodo or a folder) becomes a tree of image and
+# mask files, then the arrays and manifest every cell trains on. Discovery,
+# pairing and validation are shared by all three sources.
+
+
+# Compute nodes of many clusters have no internet: download on the submit host.
+localrules:
+    download_dataset,
+
+
+rule download_dataset:
+    # Outside results/ and protected: a rerun of later rules never deletes or
+    # redownloads it; verified files already in place are not fetched again.
+    output:
+        receipt=protected(zenodo_receipt()),
+    log:
+        "results/logs/download_dataset.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        record=config["dataset"]["zenodo"]["record"],
+        files=config["dataset"]["zenodo"]["files"],
+        retries=config["dataset"]["zenodo"]["retries"],
+        timeout_s=config["dataset"]["zenodo"]["timeout_s"],
+    script:
+        "../workflow/scripts/download_dataset.py"
+
+
+rule extract_dataset:
+    input:
+        receipt=zenodo_receipt(),
+    output:
+        raw=directory("results/data/raw/zenodo"),
+    log:
+        "results/logs/extract_dataset.log",
+    benchmark:
+        "results/benchmarks/extract_dataset.tsv"
+    conda:
+        "../envs/pipeline.yaml"
+    script:
+        "../workflow/scripts/extract_dataset.py"
 
 
 rule synthetic_dataset:
     output:
-        directory("results/data/raw/synthetic"),
+        raw=directory("results/data/raw/synthetic"),
     log:
         "results/logs/synthetic_dataset.log",
     benchmark:
@@ -21,7 +60,7 @@ rule synthetic_dataset:
 
 rule preprocess_dataset:
     input:
-        raw=raw_dataset,
+        unpack(raw_dataset),
     output:
         images=f"{PREPARED}/images.npy",
         masks=f"{PREPARED}/masks.npy",
@@ -33,9 +72,10 @@ rule preprocess_dataset:
     conda:
         "../envs/pipeline.yaml"
     params:
-        source=config["dataset"]["source"],
+        provenance=dataset_provenance,
         image_size=config["dataset"]["image_size"],
         test_fraction=config["dataset"]["test_fraction"],
         split_seed=config["dataset"]["split_seed"],
+        max_nonbinary_fraction=config["dataset"]["max_nonbinary_fraction"],
     script:
         "../workflow/scripts/preprocess_dataset.py"

@@ -1,10 +1,10 @@
-"""Snakemake script: write the synthetic image/mask pairs."""
+"""Snakemake script: write the synthetic image/mask pairs (images/ + masks/, like an extracted record)."""
 
 import sys
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.synthetic import write_dataset  # noqa: E402
+from scalebench.synthetic import write_dataset
 
-height, width = snakemake.params.size  # noqa: F821
-write_dataset(snakemake.output[0], snakemake.params.pairs, height, width, snakemake.params.seed)  # noqa: F821
+height, width = snakemake.params.size
+write_dataset(snakemake.output.raw, snakemake.params.pairs, height, width, snakemake.params.seed)

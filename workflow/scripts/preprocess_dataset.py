@@ -1,20 +1,28 @@
-"""Snakemake script: pairs of a raw dataset folder -> arrays and manifest."""
+"""Snakemake script: the raw tree of any source -> arrays and manifest."""
 
+import json
 import sys
 from pathlib import Path
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.preprocess import find_pairs, preprocess  # noqa: E402
+from scalebench.preprocess import find_pairs, preprocess
 
-params = snakemake.params  # noqa: F821
-pairs, rule = find_pairs(snakemake.input.raw)  # noqa: F821
-print(f"preprocess: {len(pairs)} pairs from {snakemake.input.raw}, paired by {rule}")  # noqa: F821
+params = snakemake.params
+provenance = json.loads(params.provenance)
+if "receipt" in snakemake.input.keys():
+    receipt = json.loads(Path(snakemake.input.receipt).read_text())
+    provenance["doi"] = receipt["doi"]
+    provenance["archives"] = [{"name": f["name"], "md5": f["md5"], "size": f["size"]} for f in receipt["files"]]
+pairs, rule = find_pairs(snakemake.input.raw)
+print(f"preprocess: {len(pairs)} pairs from {snakemake.input.raw}, paired by {rule}")
 preprocess(
     pairs,
-    Path(snakemake.output.manifest).parent,  # noqa: F821
+    Path(snakemake.output.manifest).parent,
     tuple(params.image_size),
     params.test_fraction,
     params.split_seed,
-    {"source": params.source, "pairing": rule},
+    {**provenance, "pairing": rule},
+    root=snakemake.input.raw,
+    max_nonbinary_fraction=params.max_nonbinary_fraction,
 )
