@@ -80,3 +80,32 @@ def run_snakemake(workdir: Path, config: dict, *args: str, timeout: float = 1800
         *args,
     ]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=tool_env())
+
+
+def cell_settings(framework: str, backend: str, gpus: int, seed: int = 1, **training: object) -> dict:
+    """Validated settings of one cell of tiny_config(), with training overrides."""
+    schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
+    config = sb_config.validate(tiny_config(training=dict(training)), schema)
+    return sb_config.train_settings(config, sb_config.Cell(framework, backend, gpus, seed))
+
+
+def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """Start a cell's ranks exactly as the train rule does (workflow/scripts/launch.py)."""
+    import json
+
+    schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
+    launchers = sb_config.validate({}, schema)["launchers"]
+    command = [PYTHON, str(SCRIPTS / "launch.py"), "--settings", json.dumps(settings), "--data", str(data),
+               "--out", str(out), "--launchers", json.dumps(launchers)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                          env=tool_env(SCALEBENCH_EXECUTOR="local", **env))
+
+
+def read_records(out: Path) -> tuple[list[dict], dict, dict]:
+    """(epoch records, final record, run.json) of a cell folder."""
+    import json
+
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    epochs = [r for r in lines if r["type"] == "epoch"]
+    final = next(r for r in lines if r["type"] == "final")
+    return epochs, final, json.loads((out / "run.json").read_text())

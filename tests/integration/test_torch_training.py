@@ -1,0 +1,218 @@
+"""Real multi-rank PyTorch training on CPU, started the way the train rule starts it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import PYTHON, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
+
+pytestmark = pytest.mark.integration
+
+# Enough steps on the tiny data to learn: four passes over the 32 training pairs per epoch.
+LEARN = {"epochs": 4, "dataset_repeat": 4}
+
+
+def horovod_available() -> bool:
+    return subprocess.run([PYTHON, "-c", "import horovod.torch"], capture_output=True).returncode == 0
+
+
+needs_horovod = pytest.mark.skipif(
+    not horovod_available() and os.environ.get("CI") != "true", reason="Horovod not built (run ./install.sh)"
+)
+
+
+def foreground_iou(data: Path) -> float:
+    """The IOU of predicting every pixel as mark: what a model that learned nothing scores."""
+    masks = np.load(data / "masks.npy")
+    test = json.loads((data / "manifest.json").read_text())["test"]
+    return float(masks[test].mean())
+
+
+def test_two_rank_ddp_is_deterministic_and_learns(prepared_data, tmp_path):
+    settings = cell_settings("torch", "native", 2, seed=3, **LEARN)
+    runs = []
+    for attempt in ("a", "b"):
+        result = launch_cell(settings, prepared_data, tmp_path / attempt)
+        assert result.returncode == 0, result.stdout + result.stderr
+        runs.append(read_records(tmp_path / attempt))
+    (epochs_a, final_a, run_a), (epochs_b, final_b, _) = runs
+    assert [e["loss"] for e in epochs_a] == [e["loss"] for e in epochs_b]
+    assert final_a["iou"] == final_b["iou"]
+    assert final_a["iou"] > 3 * foreground_iou(prepared_data)
+    assert run_a["status"] == "ok" and run_a["world_size"] == 2 and run_a["parameters"] == 486409
+    assert epochs_a[-1]["loss"] < epochs_a[0]["loss"]
+    # predictions of the first test images are saved for the report's picture panel
+    assert len(list((tmp_path / "a" / "predictions").glob("test_*.png"))) == 2
+
+
+def test_records_follow_the_contract(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("torch", "native", 1, epochs=2, eval_every=1), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "launch (local): torchrun" in result.stdout
+    epochs, final, run = read_records(tmp_path)
+    assert [e["epoch"] for e in epochs] == [1, 2]
+    for record in epochs:
+        assert record["epoch_time_s"] > 0 and record["images_per_s"] > 0 and record["data_wait_s"] >= 0
+        assert 0 <= record["test_iou"] <= 1 and record["peak_mem_mb"] > 0
+    assert final["status"] == "ok" and 0 <= final["iou"] <= 1 and final["setup_s"] > 0
+    assert final["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
+    for key in ("hosts", "world_size", "ranks_per_node", "devices", "versions", "python", "git_commit",
+                "config_hash", "start", "end", "parameters"):
+        assert key in run, key
+    assert run["versions"]["torch"].startswith("2.13")
+
+
+def test_huge_learning_rate_ends_as_diverged_not_as_an_error(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("torch", "native", 2, epochs=3, base_lr=1e6), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stderr
+    epochs, final, run = read_records(tmp_path)
+    assert run["status"] == "diverged" and final["status"] == "diverged"
+    assert final["iou"] is None and len(epochs) == 1
+
+
+def test_out_of_memory_is_a_benchmark_outcome(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("torch", "native", 1, epochs=3), prepared_data, tmp_path,
+                         SCALEBENCH_FAULT="oom:0:2")
+    assert result.returncode == 0, result.stderr
+    epochs, final, run = read_records(tmp_path)
+    assert run["status"] == "oom" and final["status"] == "oom" and len(epochs) == 1
+
+
+def test_fp16_autocast_on_cpu_is_refused(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("torch", "native", 1, precision="amp", amp_dtype="float16"),
+                         prepared_data, tmp_path)
+    assert result.returncode != 0
+    assert "float16 autocast needs a GPU; use bfloat16 on CPU" in result.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
+
+
+def test_bf16_autocast_trains_on_cpu(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("torch", "native", 1, epochs=1, precision="amp"), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stderr
+    _, final, run = read_records(tmp_path)
+    assert run["precision"] == "amp-bfloat16" and final["status"] == "ok"
+
+
+def _rank_pids(launcher_pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", str(SCRIPTS / "train.py")], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.mark.parametrize("backend", ["native", pytest.param("horovod", marks=needs_horovod)])
+def test_killed_rank_fails_the_cell_quickly_and_leaves_no_process(prepared_data, tmp_path, backend):
+    timeout_s = 20
+    settings = cell_settings("torch", backend, 2, epochs=200, collective_timeout_s=timeout_s)
+    command = [PYTHON, str(SCRIPTS / "launch.py"), "--settings", json.dumps(settings), "--data", str(prepared_data),
+               "--out", str(tmp_path), "--launchers", json.dumps(_launchers())]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=tool_env(SCALEBENCH_EXECUTOR="local"))
+    metrics = tmp_path / "metrics.jsonl"
+    assert _wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") >= 1, 120)
+    victims = _rank_pids(process.pid)
+    assert len(victims) >= 2, victims
+    os.kill(victims[-1], signal.SIGKILL)
+    killed = time.monotonic()
+    output, _ = process.communicate(timeout=2 * timeout_s + 30)
+    assert process.returncode != 0, output
+    assert time.monotonic() - killed < 2 * timeout_s
+    assert _wait_for(lambda: not _rank_pids(process.pid), 10), "ranks left behind"
+
+
+def _launchers() -> dict:
+    from conftest import REPO, sb_config
+
+    return sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
+
+
+def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
+    settings = cell_settings("torch", "native", 2, epochs=4, dataset_repeat=3)
+    reference = launch_cell(settings, prepared_data, tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr
+    # Interrupt like SLURM at a time limit: SIGTERM to the launcher after epoch 2's checkpoint.
+    out = tmp_path / "interrupted"
+    command = [PYTHON, str(SCRIPTS / "launch.py"), "--settings", json.dumps(settings), "--data", str(prepared_data),
+               "--out", str(out), "--launchers", json.dumps(_launchers())]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=tool_env(SCALEBENCH_EXECUTOR="local"))
+    checkpoint = out / "checkpoint.pt"
+    assert _wait_for(lambda: checkpoint.exists() and _epochs_done(out) >= 2, 120)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert checkpoint.exists()
+    resumed = launch_cell(settings, prepared_data, out)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming from checkpoint after epoch" in resumed.stdout
+    epochs_ref, final_ref, _ = read_records(tmp_path / "reference")
+    epochs_res, final_res, run_res = read_records(out)
+    assert run_res["resumed_from_epoch"] >= 2
+    assert [e["loss"] for e in epochs_res] == [e["loss"] for e in epochs_ref]
+    assert (final_res["iou"], final_res["test_loss"]) == (final_ref["iou"], final_ref["test_loss"])
+    assert not checkpoint.exists(), "a finished cell keeps no checkpoint (a forced rerun starts fresh)"
+
+
+def _epochs_done(out: Path) -> int:
+    metrics = out / "metrics.jsonl"
+    return metrics.read_text().count('"type": "epoch"') if metrics.exists() else 0
+
+
+def test_checkpoint_from_another_config_or_truncated_is_ignored(prepared_data, tmp_path):
+    import torch
+
+    (tmp_path / "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated")
+    result = launch_cell(cell_settings("torch", "native", 1, epochs=1), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "ignoring unreadable checkpoint" in result.stderr
+    torch.save({"config_hash": "0123456789abcdef", "epoch": 1}, tmp_path / "checkpoint.pt")
+    result = launch_cell(cell_settings("torch", "native", 1, epochs=1), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "written for config 0123456789abcdef" in result.stderr
+    assert "resuming" not in result.stdout
+
+
+@needs_horovod
+def test_ddp_and_horovod_agree_without_batch_norm(prepared_data, tmp_path):
+    losses = {}
+    for backend in ("native", "horovod"):
+        settings = cell_settings("torch", backend, 2, epochs=2, batch_norm=False)
+        result = launch_cell(settings, prepared_data, tmp_path / backend)
+        assert result.returncode == 0, result.stdout + result.stderr
+        epochs, final, run = read_records(tmp_path / backend)
+        losses[backend] = [e["loss"] for e in epochs] + [final["test_loss"]]
+        assert run["status"] == "ok"
+    np.testing.assert_allclose(losses["native"], losses["horovod"], rtol=0, atol=1e-5)
+
+
+@needs_horovod
+def test_horovod_with_batch_norm_learns(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("torch", "horovod", 2, **LEARN), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "horovodrun" in result.stdout
+    _, final, run = read_records(tmp_path)
+    assert final["iou"] > 3 * foreground_iou(prepared_data)
+    assert run["versions"]["horovod"] == "0.28.1"
+
+
+def test_missing_horovod_names_the_fix(monkeypatch):
+    from scalebench import torch_horovod
+
+    monkeypatch.setitem(sys.modules, "horovod.torch", None)  # as if Horovod were not installed
+    with pytest.raises(RuntimeError, match=r"cannot import horovod.torch .*run ./install.sh"):
+        torch_horovod.create({"horovod": {"fp16_compression": False, "backward_passes_per_step": 1}})

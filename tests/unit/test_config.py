@@ -1,0 +1,97 @@
+"""The study config: defaults, the matrix of cells, and bad input rejected with the key named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from conftest import tiny_config
+
+from scalebench import config as sb_config
+
+
+def test_defaults_fill_every_section(schema):
+    resolved = sb_config.validate({}, schema)
+    assert resolved["dataset"]["image_size"] == [768, 1024]
+    assert resolved["training"]["loader"]["workers"] == 2
+    assert resolved["cluster"]["time"]["floor_min"] == 15
+    assert resolved["launchers"]["local"]["torch_native"].startswith("torchrun")
+
+
+def test_validate_does_not_modify_its_input(schema):
+    original = tiny_config()
+    snapshot = copy.deepcopy(original)
+    sb_config.validate(original, schema)
+    assert original == snapshot
+
+
+def test_matrix_expands_to_every_combination(schema):
+    config = sb_config.validate(
+        tiny_config(
+            matrix={"frameworks": ["torch", "tensorflow"], "backends": ["native", "horovod"],
+                    "gpus": [16, 1, 2, 4, 8], "seeds": [3, 1, 2]},
+            dataset={"synthetic": {"count": 400}},
+            training={"batch_per_gpu": 2},
+        ),
+        schema,
+    )
+    cells = sb_config.cells(config)
+    assert len(cells) == 60
+    assert len(set(cells)) == 60
+    assert cells[0] == sb_config.Cell("torch", "native", 1, 1)
+    assert cells[0].path == "torch/native/g1/s1"
+    # gpus and seeds come out sorted, frameworks and backends in config order
+    assert [c.gpus for c in cells[:15:3]] == [1, 2, 4, 8, 16]
+
+
+def test_settings_hash_changes_with_the_schedule(schema):
+    config = sb_config.validate(tiny_config(), schema)
+    cell = sb_config.cells(config)[0]
+    first = sb_config.config_hash(sb_config.train_settings(config, cell))
+    config["training"]["epochs"] += 1
+    assert sb_config.config_hash(sb_config.train_settings(config, cell)) != first
+
+
+BAD_CONFIGS = [
+    ({"colour": "red"}, "unknown config key 'colour'"),
+    ({"training": {"epoch": 3}}, "unknown config key 'training.epoch'"),
+    ({"training": {"epochs": "ten"}}, "config key 'training.epochs': 'ten' is not of type 'integer'"),
+    ({"matrix": {"gpus": []}}, "config key 'matrix.gpus': the list is empty"),
+    ({"matrix": {"gpus": [0, 1]}}, "config key 'matrix.gpus[0]': 0 is less than the minimum of 1"),
+    ({"matrix": {"gpus": [-2]}}, "config key 'matrix.gpus[0]': -2 is less than the minimum of 1"),
+    ({"matrix": {"seeds": [1, 1]}}, "config key 'matrix.seeds': duplicate values [1]"),
+    ({"matrix": {"frameworks": ["jax"]}}, "config key 'matrix.frameworks[0]': 'jax' is not one of"),
+    ({"matrix": {"backends": ["native", "native"]}}, "config key 'matrix.backends': duplicate values ['native']"),
+    ({"dataset": {"image_size": [100, 128]}}, "config key 'dataset.image_size': 100 x 128 is not divisible by 16"),
+    ({"dataset": {"source": "s3"}}, "config key 'dataset.source': 's3' is not one of"),
+    ({"training": {"batch_per_gpu": 32}}, "config key 'training.batch_per_gpu': 32 is larger than the shard"),
+    ({"training": {"base_lr": 0}}, "config key 'training.base_lr': 0 is less than or equal to the minimum"),
+    ({"dataset": {"source": "folder"}}, "config key 'dataset.folder': required when dataset.source is folder"),
+    ({"cluster": {"gres": "gpu:4"}}, "config key 'cluster.gres': 'gpu:4' does not match"),
+    ({"launchers": {"local": {"torch_native": "torchrun {nprocs} {program}"}}},
+     "config key 'launchers.local.torch_native': unknown placeholder {nprocs}"),
+    ({"matrix": {"gpus": [10]}, "cluster": {"gpus_per_node": 4}},
+     "config key 'matrix.gpus': 10 GPUs cannot be spread evenly over 3 nodes of 4"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), BAD_CONFIGS, ids=[m for _, m in BAD_CONFIGS])
+def test_bad_config_is_rejected_naming_the_key(schema, override, message):
+    config = tiny_config()
+    for section, values in override.items():
+        if isinstance(values, dict) and isinstance(config.get(section), dict):
+            config[section].update(values)
+        else:
+            config[section] = values
+    if override.get("matrix", {}).get("gpus") == [10]:
+        config["dataset"]["synthetic"]["count"] = 1000
+        config["training"]["batch_per_gpu"] = 1
+    with pytest.raises(sb_config.ConfigError) as error:
+        sb_config.validate(config, schema)
+    assert message in str(error.value)
+
+
+def test_uneven_placement_allowed_when_asked(schema):
+    config = tiny_config(matrix={"gpus": [10]}, cluster={"gpus_per_node": 4, "allow_uneven": True},
+                         dataset={"synthetic": {"count": 1000}}, training={"batch_per_gpu": 1})
+    assert sb_config.validate(config, schema)["cluster"]["allow_uneven"] is True
