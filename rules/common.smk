@@ -1,6 +1,7 @@
 # Helpers only (no rules): config validation, the matrix of cells, path,
 # parameter and resource functions. The logic lives in the scalebench
 # package so it is testable without Snakemake.
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -12,6 +13,10 @@ sys.path.insert(0, str(SCRIPTS))
 
 from scalebench import cluster as sb_cluster
 from scalebench import config as sb_config
+
+# `--config partial=true` arrives as a string: Snakemake only reads True/False as booleans.
+if str(config.get("partial")).lower() in ("true", "false"):
+    config["partial"] = str(config["partial"]).lower() == "true"
 
 try:
     _resolved = sb_config.validate(
@@ -45,12 +50,78 @@ def cell_outputs(name):
     return [f"results/runs/{cell.path}/{name}" for cell in CELLS]
 
 
+FIGURES = [
+    "speedup",
+    "speedup_epoch",
+    "efficiency",
+    "efficiency_epoch",
+    "throughput",
+    "time_split",
+    "iou",
+    "completeness",
+    "loss",
+    "iou_time",
+    "time_to_target",
+    "predictions",
+]
+
+
 def final_outputs():
-    return [
-        "results/summary/runs.csv",
-        "results/summary/scaling.csv",
-        "results/figures/speedup.png",
-    ]
+    tables = ["runs", "epochs", "scaling", "provenance", "incomplete"]
+    return (
+        [f"results/summary/{name}.csv" for name in tables]
+        + [f"results/tables/{name}.html" for name in tables if name != "epochs"]
+        + [f"results/figures/{name}.png" for name in FIGURES]
+    )
+
+
+# --- analysis helpers (rules/analysis.smk) ---
+
+
+def cell_finished(cell):
+    """Both outputs of the cell's train job exist (its status may still be diverged or oom)."""
+    folder = Path("results/runs") / cell.path
+    return (folder / "metrics.jsonl").exists() and (folder / "run.json").exists()
+
+
+def analysis_cell_outputs(name):
+    """Every cell's output, or with `partial: true` only those of the cells that finished.
+
+    Snakemake evaluates this when it builds the DAG, so with the switch the cells that
+    are missing or failed are not in the DAG (nothing reruns them) and collect_runs
+    lists them as missing or failed instead.
+    """
+    if not config["partial"]:
+        return cell_outputs(name)
+    return [f"results/runs/{cell.path}/{name}" for cell in CELLS if cell_finished(cell)]
+
+
+def cells_json():
+    return json.dumps([dataclasses.asdict(cell) for cell in CELLS])
+
+
+def legacy_inputs():
+    """The log files of the legacy imports (so a changed file re-runs the collection)."""
+    from scalebench import legacy as sb_legacy
+
+    try:
+        return [
+            str(path)
+            for index, entry in enumerate(config["legacy"])
+            for path in sb_legacy.legacy_files(entry, index)
+        ]
+    except sb_legacy.LegacyError as error:
+        raise WorkflowError(str(error)) from None
+
+
+def legacy_json():
+    return json.dumps(config["legacy"], sort_keys=True)
+
+
+def rerun_profile():
+    """The profile the report's rerun commands name: the SLURM one when this run uses SLURM."""
+    plugin = getattr(workflow, "executor_plugin", None)
+    return "profiles/slurm" if getattr(plugin, "name", "") == "slurm" else "profiles/local"
 
 
 def zenodo_receipt():

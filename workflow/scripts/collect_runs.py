@@ -1,14 +1,19 @@
-"""Snakemake script: every cell's records -> runs.csv and epochs.csv."""
+"""Snakemake script: every cell's records (+ imported studies) -> runs, epochs, provenance, incomplete tables."""
 
+import json
 import sys
-from pathlib import Path
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.analysis import collect  # noqa: E402
+from scalebench.summary import collect_study
 
-run_dirs = [Path(p).parent for p in snakemake.input.runs]  # noqa: F821
-runs, epochs = collect(run_dirs)
-runs.to_csv(snakemake.output.runs, index=False)  # noqa: F821
-epochs.to_csv(snakemake.output.epochs, index=False)  # noqa: F821
-print(f"collect_runs: {len(runs)} cells, {len(epochs)} epochs; status {runs['status'].value_counts().to_dict()}")
+params = snakemake.params
+summary = collect_study(
+    params.runs_root, json.loads(params.cells), params.target_iou, json.loads(params.legacy), params.profile
+)
+summary.runs.to_csv(snakemake.output.runs, index=False)
+summary.epochs.to_csv(snakemake.output.epochs, index=False)
+summary.provenance.to_csv(snakemake.output.provenance, index=False)
+summary.incomplete.to_csv(snakemake.output.incomplete, index=False)
+counts = summary.runs.groupby("source")["status"].value_counts().to_dict()
+print(f"collect_runs: {len(summary.runs)} rows, {len(summary.epochs)} epochs; status {counts}")

@@ -2,12 +2,11 @@
 
 import sys
 
-import pandas as pd
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
+from scalebench.scaling import scaling
+from scalebench.tables import read_runs
 
-from scalebench.analysis import scaling  # noqa: E402
-
-table = scaling(pd.read_csv(snakemake.input.runs))  # noqa: F821
-table.to_csv(snakemake.output.scaling, index=False)  # noqa: F821
+table = scaling(read_runs(snakemake.input.runs))
+table.to_csv(snakemake.output.scaling, index=False)
 print(f"derive_scaling: {len(table)} rows")

@@ -1,0 +1,177 @@
+"""Benchmark: collect and plot a full-size study (issue 6).
+
+Generates the records of 2 frameworks x 2 backends x 8 GPU counts x 5 seeds x 200
+epochs (320 cells, 64,000 epoch records; a few cells failed, diverged, truncated or
+missing), saved predictions, prepared arrays and a legacy folder, then times the
+analysis exactly as the workflow's scripts run it (collect -> scaling -> every figure).
+
+    /tmp/probe/bin/python benchmarks/analysis_scale.py [--out DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
+
+from scalebench import plots, plots_training, scaling, summary  # noqa: E402
+from scalebench.pictures import picture_panel  # noqa: E402
+from scalebench.tables import read_epochs, read_runs, save_figure  # noqa: E402
+
+FRAMEWORKS = ["torch", "tensorflow"]
+BACKENDS = ["native", "horovod"]
+GPUS = [1, 2, 4, 8, 16, 32, 64, 128]
+SEEDS = [1, 2, 3, 4, 5]
+EPOCHS = 200
+TARGET = 0.8
+
+
+def write_cell(folder: Path, cell: dict, rng: np.random.Generator, fate: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if fate == "missing":
+        folder.rmdir()
+        return
+    (folder / "train.log").write_text("epoch ...\n")
+    if fate == "failed":  # Snakemake deleted the outputs; only the log stays
+        return
+    gpus = cell["gpus"]
+    efficiency = 0.92 ** np.log2(gpus) * (0.95 if cell["backend"] == "horovod" else 1.0)
+    epoch_time = 60.0 / (gpus * efficiency) * rng.normal(1, 0.03)
+    lines, total = [], 0.0
+    for epoch in range(1, EPOCHS + 1):
+        seconds = epoch_time * (1.8 if epoch == 1 else rng.normal(1, 0.02))
+        total += seconds
+        iou = 0.95 * (1 - np.exp(-epoch / (20 + 3 * np.log2(gpus))))
+        record = {
+            "type": "epoch",
+            "epoch": epoch,
+            "loss": float(0.7 * np.exp(-epoch / 40) + 0.05 + rng.normal(0, 0.005)),
+            "lr": 0.001 * gpus,
+            "epoch_time_s": seconds,
+            "images_per_s": 1000 / seconds,
+            "data_wait_s": seconds * 0.05 * np.log2(2 * gpus),
+            "peak_mem_mb": 4000.0,
+            "steps": 250 // gpus,
+            "train_time_s": total,
+            "test_iou": float(iou) if epoch % 10 == 0 else None,
+            "test_loss": 0.2 if epoch % 10 == 0 else None,
+        }
+        lines.append(json.dumps(record))
+        if fate == "diverged" and epoch == 50:
+            record["loss"] = None
+            lines[-1] = json.dumps(record)
+            break
+    status = "diverged" if fate == "diverged" else "ok"
+    final = {"type": "final", "status": status, "setup_s": 5.0, "train_time_s": total, "epochs_completed": epoch}
+    final.update(test_loss=0.2, iou=float(iou + rng.normal(0, 0.005)), test_time_s=3.0)
+    lines.append(json.dumps(final))
+    text = "\n".join(lines) + "\n"
+    if fate == "truncated":
+        text = text[: len(text) // 2]
+    (folder / "metrics.jsonl").write_text(text)
+    run = {**cell, "status": status, "world_size": gpus, "hosts": [f"node{i}" for i in range(max(1, gpus // 4))]}
+    run.update(versions={"torch": "2.13.0", "cuda": "12.8"}, python="3.11.7", slurm={"job_id": "1234"})
+    (folder / "run.json").write_text(json.dumps(run))
+    predictions = folder / "predictions"
+    predictions.mkdir()
+    from PIL import Image
+
+    for index in range(4):
+        Image.fromarray((rng.random((96, 128)) > 0.5).astype(np.uint8) * 255).save(
+            predictions / f"test_{index:05d}.png"
+        )
+
+
+def generate(root: Path) -> tuple[list[dict], list[dict]]:
+    rng = np.random.default_rng(0)
+    cells = [
+        {"framework": f, "backend": b, "gpus": g, "seed": s}
+        for f in FRAMEWORKS
+        for b in BACKENDS
+        for g in GPUS
+        for s in SEEDS
+    ]
+    fates = {5: "failed", 17: "diverged", 40: "truncated", 41: "missing", 300: "missing"}
+    for number, cell in enumerate(cells):
+        folder = root / "runs" / cell["framework"] / cell["backend"] / f"g{cell['gpus']}" / f"s{cell['seed']}"
+        write_cell(folder, cell, rng, fates.get(number, "ok"))
+    data = root / "data"
+    data.mkdir()
+    np.save(data / "images.npy", (rng.random((8, 96, 128)) * 255).astype(np.uint8))
+    np.save(data / "masks.npy", (rng.random((8, 96, 128)) > 0.5).astype(np.uint8))
+    legacy = root / "legacy"
+    legacy.mkdir()
+    for name, gpus in [("log_{}.csv", g) for g in (1, 2, 4, 8)] + [("log_hvd_{}.csv", g) for g in (1, 2, 4, 8)]:
+        per_epoch = 70.0 / gpus**0.85
+        rows = [f"{e},{per_epoch},{0.6 * np.exp(-e / 30):.4f},0.001,{per_epoch * 100},{4.0},0.9" for e in range(100)]
+        (legacy / name.format(gpus)).write_text(
+            ",time_per_epoch,loss,lr,training_time,test_time,iou\n" + "\n".join(rows) + "\n"
+        )
+    (legacy / "log_hvd_16.csv").write_text("broken,file\n1\n")
+    return cells, [{"path": str(legacy), "framework": "torch", "label": "reference study"}]
+
+
+def run(root: Path, cells: list[dict], legacy: list[dict]) -> dict[str, float]:
+    out = root / "out"
+    out.mkdir()
+    timings = {}
+    start = time.perf_counter()
+    collected = summary.collect_study(str(root / "runs"), cells, TARGET, legacy, "profiles/slurm")
+    for name in ("runs", "epochs", "provenance", "incomplete"):
+        getattr(collected, name).to_csv(out / f"{name}.csv", index=False)
+    timings["collect"] = time.perf_counter() - start
+
+    mark = time.perf_counter()
+    runs = read_runs(out / "runs.csv")
+    table = scaling.scaling(runs)
+    table.to_csv(out / "scaling.csv", index=False)
+    timings["scaling"] = time.perf_counter() - mark
+
+    mark = time.perf_counter()
+    epochs = read_epochs(out / "epochs.csv")
+    figures = {
+        "speedup": plots.speedup_figure(table, runs, "train_time_s"),
+        "speedup_epoch": plots.speedup_figure(table, runs, "steady_epoch_s"),
+        "efficiency": plots.efficiency_figure(table, runs, "train_time_s"),
+        "efficiency_epoch": plots.efficiency_figure(table, runs, "steady_epoch_s"),
+        "iou": plots.iou_figure(runs),
+        "throughput": plots.throughput_figure(runs),
+        "time_split": plots.time_split_figure(runs),
+        "completeness": plots.completeness_figure(runs),
+        "loss": plots_training.loss_figure(epochs),
+        "iou_time": plots_training.iou_time_figure(epochs, TARGET),
+        "time_to_target": plots_training.time_to_target_figure(runs, epochs, TARGET),
+    }
+    for name, figure in figures.items():
+        save_figure(figure, out / f"{name}.png")
+    picture_panel(runs, root / "runs", root / "data", 3).savefig(out / "predictions.png", dpi=120)
+    timings["plots"] = time.perf_counter() - mark
+    timings["total"] = time.perf_counter() - start
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="folder for the generated study and the outputs (default: a temporary one)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    args = parser.parse_args()
+    root = Path(args.out or tempfile.mkdtemp(prefix="analysis_scale_"))
+    root.mkdir(parents=True, exist_ok=True)
+    cells, legacy = generate(root)
+    timings = run(root, cells, legacy)
+    print(f"{len(cells)} cells x {EPOCHS} epochs + legacy: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    print(f"outputs in {root / 'out'}" if args.out or args.keep else "")
+    if not (args.out or args.keep):
+        shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    main()

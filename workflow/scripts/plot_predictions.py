@@ -1,0 +1,17 @@
+"""Snakemake script: saved test predictions of the smallest and largest cells -> the picture panel."""
+
+import sys
+from pathlib import Path
+
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+from scalebench.pictures import picture_panel
+from scalebench.tables import read_runs
+
+figure = picture_panel(
+    read_runs(snakemake.input.runs),
+    snakemake.params.runs_root,
+    Path(snakemake.input.images).parent,
+    snakemake.params.images_shown,
+)
+figure.savefig(snakemake.output.figure, dpi=120)

@@ -1,0 +1,21 @@
+"""Snakemake script: runs.csv + scaling.csv -> the scaling figures and the completeness grid."""
+
+import sys
+
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import pandas as pd
+from scalebench import plots
+from scalebench.tables import read_runs, save_figure
+
+runs = read_runs(snakemake.input.runs)
+scaling = pd.read_csv(snakemake.input.scaling)
+out = snakemake.output
+save_figure(plots.speedup_figure(scaling, runs, "train_time_s"), out.speedup)
+save_figure(plots.speedup_figure(scaling, runs, "steady_epoch_s"), out.speedup_epoch)
+save_figure(plots.efficiency_figure(scaling, runs, "train_time_s"), out.efficiency)
+save_figure(plots.efficiency_figure(scaling, runs, "steady_epoch_s"), out.efficiency_epoch)
+save_figure(plots.iou_figure(runs), out.iou)
+save_figure(plots.throughput_figure(runs), out.throughput)
+save_figure(plots.time_split_figure(runs), out.time_split)
+save_figure(plots.completeness_figure(runs), out.completeness)

@@ -1,0 +1,25 @@
+"""Snakemake script: the summary CSVs -> HTML tables for the report."""
+
+import sys
+from pathlib import Path
+
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import pandas as pd
+from scalebench.html_tables import table_html
+
+PAGES = {
+    "runs": ("Runs: one row per cell", "Columns are explained in the caption; empty = unknown.", "No cells."),
+    "scaling": ("Scaling: speedup and parallel efficiency", "", "No cell with status ok yet."),
+    "provenance": ("Provenance of every cell", "", "No cells."),
+    "incomplete": (
+        "Failed and missing cells, with the command that reruns each",
+        "Run the commands from the workflow directory.",
+        "Every cell finished with status ok, and every imported file was read.",
+    ),
+}
+
+for name, (title, note, empty) in PAGES.items():
+    frame = pd.read_csv(getattr(snakemake.input, name), dtype={"reason": str, "rerun": str, "versions": str})
+    Path(getattr(snakemake.output, name)).write_text(table_html(frame, title, note, empty))
+    print(f"render_tables: {name}: {len(frame)} rows")

@@ -1,0 +1,158 @@
+"""Speedup and parallel efficiency per (source, framework, backend, gpus), with 95% intervals over seeds.
+
+The base of a framework and backend is its 1-GPU cells, or the smallest world size
+that has cells with status ok (the ``base_gpus`` column says which). Only cells with
+status ok enter the ratios; the others are counted in ``excluded``.
+
+Interval, per row (column ``interval``):
+- ``paired t``: every seed at this world size also ran at the base: the speedup is the
+  mean of the per-seed ratios base/cell, with a t-interval of those ratios;
+- ``log-ratio t``: seeds differ: ratio of the means, with a Welch t-interval on the
+  log of the ratio (delta method);
+- ``none``: one seed (at this size or at the base), so no interval.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+METRICS = {"train_time_s": "train_time", "steady_epoch_s": "epoch_time"}
+GROUP = ["source", "framework", "backend"]
+LEVEL = 0.95
+
+
+def t_interval(values: np.ndarray) -> tuple[float, float, float]:
+    """Mean and the 95% t-interval of `values` (NaN bounds for fewer than two)."""
+    values = np.asarray(values, dtype=float)
+    mean = float(values.mean()) if len(values) else math.nan
+    if len(values) < 2:
+        return mean, math.nan, math.nan
+    half = stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def paired_speedup(base: pd.Series, cell: pd.Series) -> tuple[float, float, float]:
+    """Mean and interval of base/cell over the seeds (both indexed by seed)."""
+    return t_interval((base[cell.index] / cell).to_numpy())
+
+
+def unpaired_speedup(base: np.ndarray, cell: np.ndarray) -> tuple[float, float, float]:
+    """Ratio of the means; Welch t-interval on its logarithm (NaN bounds with one value on a side)."""
+    base, cell = np.asarray(base, float), np.asarray(cell, float)
+    ratio = base.mean() / cell.mean()
+    if len(base) < 2 or len(cell) < 2:
+        return ratio, math.nan, math.nan
+    # Var(log mean) ~ s^2 / (n mean^2); Welch-Satterthwaite degrees of freedom.
+    var_b = base.var(ddof=1) / (len(base) * base.mean() ** 2)
+    var_c = cell.var(ddof=1) / (len(cell) * cell.mean() ** 2)
+    se = math.sqrt(var_b + var_c)
+    if se == 0:
+        return ratio, ratio, ratio
+    dof = (var_b + var_c) ** 2 / (var_b**2 / (len(base) - 1) + var_c**2 / (len(cell) - 1))
+    half = stats.t.ppf(0.5 + LEVEL / 2, dof) * se
+    return ratio, ratio * math.exp(-half), ratio * math.exp(half)
+
+
+def interval_method(base_seeds: set, cell_seeds: list) -> str:
+    if len(cell_seeds) < 2 or len(base_seeds) < 2:
+        return "none"
+    if all(not pd.isna(s) for s in cell_seeds) and set(cell_seeds) <= base_seeds:
+        return "paired t"
+    return "log-ratio t"
+
+
+def usable(runs: pd.DataFrame) -> pd.DataFrame:
+    """Cells that enter the ratios: status ok and both times known."""
+    ok = runs["status"].eq("ok")
+    for metric in METRICS:
+        ok &= runs[metric].notna() & (runs[metric] > 0)
+    return runs[ok]
+
+
+def scaling(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per (source, framework, backend, gpus); see the module docstring."""
+    rows = []
+    for (source, framework, backend), group in runs.groupby(GROUP, sort=True, dropna=False):
+        good = usable(group)
+        if good.empty:
+            base_gpus = math.nan
+        else:
+            base_gpus = 1 if (good["gpus"] == 1).any() else int(good["gpus"].min())
+        base = good[good["gpus"] == base_gpus]
+        for gpus, cells in group.groupby("gpus", sort=True):
+            used = good[good["gpus"] == gpus]
+            row = {
+                "source": source,
+                "framework": framework,
+                "backend": backend,
+                "gpus": int(gpus),
+                "base_gpus": base_gpus,
+                "cells": len(cells),
+                "used": len(used),
+                "excluded": len(cells) - len(used),
+                "excluded_status": ", ".join(
+                    f"{status} {count}"
+                    for status, count in cells.loc[~cells.index.isin(used.index), "status"].value_counts().items()
+                ),
+            }
+            method = interval_method(set(base["seed"].dropna()), list(used["seed"]))
+            row["interval"] = method if len(used) else "no usable cells"
+            for metric, name in METRICS.items():
+                row[f"{name}_mean_s"] = used[metric].mean() if len(used) else math.nan
+                if used.empty or base.empty:
+                    speedup = (math.nan, math.nan, math.nan)
+                elif method == "paired t":
+                    speedup = paired_speedup(base.set_index("seed")[metric], used.set_index("seed")[metric])
+                else:
+                    speedup = unpaired_speedup(base[metric].to_numpy(), used[metric].to_numpy())
+                for suffix, value in zip(("", "_lo", "_hi"), speedup):
+                    row[f"speedup_{name}{suffix}"] = value
+                    row[f"efficiency_{name}{suffix}"] = value * base_gpus / gpus
+            iou = t_interval(used["iou"].dropna().to_numpy())
+            row.update(iou_mean=iou[0], iou_lo=iou[1], iou_hi=iou[2])
+            row["images_per_s_per_gpu_mean"] = used["images_per_s_per_gpu"].mean() if len(used) else math.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=scaling_columns())
+
+
+def scaling_columns() -> list[str]:
+    columns = [
+        *GROUP,
+        "gpus",
+        "base_gpus",
+        "cells",
+        "used",
+        "excluded",
+        "excluded_status",
+        "interval",
+    ]
+    for name in METRICS.values():
+        columns.append(f"{name}_mean_s")
+        for kind in ("speedup", "efficiency"):
+            columns += [f"{kind}_{name}", f"{kind}_{name}_lo", f"{kind}_{name}_hi"]
+    return columns + ["iou_mean", "iou_lo", "iou_hi", "images_per_s_per_gpu_mean"]
+
+
+def interval_summary(table: pd.DataFrame) -> str:
+    """A sentence for a figure's caption: which intervals the figure shows."""
+    used = table[table["used"] > 0]
+    if used.empty:
+        return "No cell with status ok yet."
+    methods = set(used["interval"])
+    parts = []
+    if "paired t" in methods:
+        parts.append("95% t-interval of seed-paired ratios")
+    if "log-ratio t" in methods:
+        parts.append("95% Welch t-interval on the log ratio of means where seeds differ from the base")
+    if "none" in methods:
+        parts.append("no interval where only one seed ran")
+    excluded = int(table["excluded"].sum())
+    text = "; ".join(parts)
+    text = text[0].upper() + text[1:] + "."
+    if excluded:
+        text += f" {excluded} cell(s) excluded (not ok)."
+    return text
