@@ -137,7 +137,10 @@ def download_record(
     staging.mkdir(parents=True, exist_ok=True)
     with open(target / ".lock", "w") as lock:
         # Several checkouts may share the directory: one downloads, the others wait.
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        except OSError as error:  # some network file systems refuse locks
+            print(f"zenodo: cannot lock {target / '.lock'} ({error}); go on without a lock", flush=True)
         metadata = fetch_metadata(record, timeout_s, retries)
         wanted = select_files(record_files(metadata, record), pattern, record)
         missing = [f for f in wanted if not _verified(target / f.name, f)]
