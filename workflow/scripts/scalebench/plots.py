@@ -58,7 +58,7 @@ def placeholder(title: str, reason: str):
         + annotate("text", x=0, y=0, label=reason, size=12, colour="#555555")
         + labs(title=title)
         + theme_void()
-        + theme(figure_size=(8, 2.5), plot_title=element_text(size=12, ha="left"))
+        + theme(figure_size=(8, 2.5), plot_title=element_text(size=12, ha="center"))
     )
 
 
@@ -92,7 +92,11 @@ def series_scales(frame: pd.DataFrame) -> list:
 
 def gpu_axis(values) -> scale_x_continuous:
     breaks = sorted({int(v) for v in values})
-    return scale_x_continuous(trans="log2", breaks=breaks, labels=[str(b) for b in breaks])
+    # One GPU count has no range to draw: widen it so the single value sits in the middle.
+    limits = (breaks[0] / 2, breaks[0] * 2) if len(breaks) == 1 else None
+    return scale_x_continuous(
+        trans="log2", breaks=breaks, labels=[str(b) for b in breaks], minor_breaks=[], limits=limits
+    )
 
 
 def style(size=WIDE):
@@ -150,7 +154,9 @@ def _scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame, kind: str, metric
         values = pd.concat([means[column], points[column], ideal[column]]).dropna()
         low, high = math.floor(math.log2(values.min())), math.ceil(math.log2(values.max()))
         breaks = [2.0**k for k in range(low, high + 1)]
-        figure += scale_y_continuous(trans="log2", breaks=breaks, labels=[f"{b:g}" for b in breaks])
+        limits = (breaks[0] / 2, breaks[0] * 2) if len(breaks) == 1 else None
+        labels = [f"{b:g}" for b in breaks]
+        figure += scale_y_continuous(trans="log2", breaks=breaks, labels=labels, minor_breaks=[], limits=limits)
         ylab = "speedup (dashed: ideal)"
     else:
         figure += geom_hline(yintercept=1, linetype="dashed", colour="grey")

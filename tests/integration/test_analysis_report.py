@@ -1,0 +1,92 @@
+"""Partial reports through the real workflow: with `--config partial=true` the analysis uses the
+cells that finished and lists the others; without it, the missing cells are still scheduled."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+
+import pytest
+from conftest import run_snakemake, tiny_config
+
+pytestmark = pytest.mark.integration
+
+
+def job_counts(output: str) -> dict[str, int]:
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", output, re.MULTILINE)}
+
+
+def finished_cell(folder, gpus: int) -> None:
+    """The outputs a finished train job leaves (written after the prepared data, so newer)."""
+    folder.mkdir(parents=True)
+    lines = [
+        {
+            "type": "epoch",
+            "epoch": e,
+            "loss": 0.5 / e,
+            "lr": 0.001,
+            "epoch_time_s": 2.0 / gpus,
+            "images_per_s": 10.0,
+            "data_wait_s": 0.1,
+            "peak_mem_mb": 300.0,
+            "steps": 8,
+            "train_time_s": 2.0 * e / gpus,
+            "test_iou": None,
+            "test_loss": None,
+        }
+        for e in (1, 2)
+    ]
+    lines.append(
+        {
+            "type": "final",
+            "status": "ok",
+            "setup_s": 1.0,
+            "train_time_s": 4.0 / gpus,
+            "iou": 0.7,
+            "test_loss": 0.3,
+            "test_time_s": 0.2,
+            "epochs_completed": 2,
+        }
+    )
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (folder / "run.json").write_text(json.dumps({"status": "ok", "hosts": ["vm"], "config_hash": "c"}))
+    (folder / "train.log").write_text("done\n")
+
+
+def test_partial_report_from_the_finished_cells(tmp_path):
+    config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1, 2, 4], "seeds": [1]})
+    prepared = run_snakemake(tmp_path, config, "--cores", "1", "results/data/prepared/manifest.json")
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    runs = tmp_path / "results" / "runs" / "torch" / "native"
+    finished_cell(runs / "g1" / "s1", 1)
+    finished_cell(runs / "g2" / "s1", 2)
+    (runs / "g4" / "s1").mkdir(parents=True)
+    (runs / "g4" / "s1" / "train.log").write_text("Traceback: killed\n")  # failed: Snakemake removed the outputs
+
+    normal = run_snakemake(tmp_path, config, "-n")
+    assert normal.returncode == 0, normal.stderr[-3000:]
+    assert job_counts(normal.stdout)["train"] == 1  # without the switch the failed cell is retried
+
+    partial = run_snakemake(tmp_path, config, "-n", "--config", "partial=true")
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    assert "train" not in job_counts(partial.stdout)
+
+    result = run_snakemake(tmp_path, config, "--cores", "2", "--config", "partial=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    with open(tmp_path / "results" / "summary" / "incomplete.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["item"], r["status"]) for r in rows] == [("torch/native/g4/s1", "failed")]
+    assert rows[0]["rerun"] == "snakemake --profile profiles/local results/runs/torch/native/g4/s1/metrics.jsonl"
+    with open(tmp_path / "results" / "summary" / "scaling.csv") as handle:
+        scaling = {row["gpus"]: row for row in csv.DictReader(handle)}
+    assert float(scaling["2"]["speedup_train_time"]) == pytest.approx(2.0)
+    assert scaling["4"]["excluded_status"] == "failed 1"
+
+    report = tmp_path / "report.html"
+    result = run_snakemake(tmp_path, config, "--report", str(report), "--config", "partial=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = report.read_text()
+    for name in ("speedup.png", "completeness.png", "predictions.png", "incomplete.html", "runs.html"):
+        assert name in html
+    assert "This is a partial report" in html
