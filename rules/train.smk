@@ -18,6 +18,7 @@ rule train:
     threads: train_threads
     resources:
         nodes=slurm_resource("nodes"),
+        tasks=slurm_resource("tasks"),
         tasks_per_node=slurm_resource("tasks_per_node"),
         mpi=slurm_resource("mpi"),
         gres=slurm_resource("gres"),

@@ -1,8 +1,21 @@
 """How a cell becomes a SLURM job: nodes, tasks, GPUs, CPUs, memory and time.
 
-The values are Snakemake resources that snakemake-executor-plugin-slurm turns
-into sbatch options. Multi-rank cells use the plugin's ``mpi`` resource, so the
-rule's command runs once in the allocation and starts its ranks itself.
+The values are Snakemake resources that snakemake-executor-plugin-slurm (2.x)
+turns into sbatch options. Every training job carries the plugin's ``mpi``
+resource, so the jobstep plugin runs the rule's command once in the allocation
+(no ``srun -n1`` wrapper) and launch.py starts the ranks itself with srun.
+
+Plugin rules this mapping works around (submit_string.get_submit_command):
+
+- ``tasks`` next to a GPU request becomes ``--ntasks-per-gpu``: never set it on
+  GPU clusters; tasks are given per node.
+- A truthy ``mpi`` demands ``tasks_per_node > 1`` or ``tasks > 1``. A cell with
+  one rank per node therefore gets ``mpi: ""`` (falsy, but the key is present,
+  which is all the jobstep plugin looks at) and ``--ntasks-per-node=1``.
+- Without a truthy ``mpi`` and without a GPU the plugin adds ``--ntasks=<tasks or 1>``,
+  so CPU cells with one rank per node set ``tasks`` to the node count.
+- A resource that is ``None`` is dropped by Snakemake; an empty string is kept
+  and would become e.g. ``--qos=''``. Unset options are therefore ``None``.
 """
 
 from __future__ import annotations
@@ -11,43 +24,70 @@ import math
 
 from .config import Cell, ranks_per_node_limit
 
+RESOURCE_NAMES = (
+    "nodes",
+    "tasks",
+    "tasks_per_node",
+    "mpi",
+    "gres",
+    "cpus_per_task",
+    "mem_mb",
+    "runtime",
+    "slurm_partition",
+    "slurm_account",
+    "qos",
+    "constraint",
+    "slurm_extra",
+)
+
 
 def runtime_minutes(config: dict, cell: Cell, attempt: int = 1) -> int:
-    """base + per_epoch * epochs / gpus, at least floor; grows by retry_factor per retry."""
+    """base + per_epoch * epochs / gpus, at least floor; times retry_factor per retry.
+
+    A cell killed at its time limit is retried by Snakemake with attempt + 1, so
+    the next submission asks for a longer limit and resumes from its checkpoint.
+    """
     time = config["cluster"]["time"]
     minutes = time["base_min"] + time["per_epoch_min"] * config["training"]["epochs"] / cell.gpus
-    minutes = max(time["floor_min"], minutes) * time["retry_factor"] ** (attempt - 1)
+    minutes = max(time["floor_min"], minutes) * time["retry_factor"] ** (max(attempt, 1) - 1)
     return int(math.ceil(minutes))
 
 
-def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict:
-    cluster = config["cluster"]
+def placement(cluster: dict, gpus: int) -> tuple[int, int]:
+    """(nodes, ranks per node) of a cell; the last node may hold fewer ranks when uneven."""
     per_node = ranks_per_node_limit(cluster)
-    nodes = math.ceil(cell.gpus / per_node)
-    ranks_per_node = math.ceil(cell.gpus / nodes)
+    nodes = math.ceil(gpus / per_node)
+    return nodes, math.ceil(gpus / nodes)
+
+
+def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, object]:
+    """Snakemake resources of the train job of `cell`; None means 'leave unset'."""
+    cluster = config["cluster"]
+    nodes, ranks_per_node = placement(cluster, cell.gpus)
+    uses_gpus = cluster["gpus_per_node"] > 0
     extra = [cluster["extra"]] if cluster["extra"] else []
     if cluster["exclusive"]:
         extra.append("--exclusive")
-    resources = {
+    resources: dict[str, object] = {
         "nodes": nodes,
+        "tasks": None,
+        "tasks_per_node": None,
+        "mpi": "srun",
+        "gres": cluster["gres"].format(n=ranks_per_node) if uses_gpus else None,
         "cpus_per_task": cluster["cpus_per_rank"],
         "mem_mb": cluster["mem_mb_per_rank"] * ranks_per_node,
         "runtime": runtime_minutes(config, cell, attempt),
-        "gres": cluster["gres"].format(n=ranks_per_node) if cluster["gpus_per_node"] else "",
-        "slurm_partition": cluster["partition"] or "",
-        "slurm_account": cluster["account"] or "",
-        "qos": cluster["qos"] or "",
-        "constraint": cluster["constraint"] or "",
-        "tasks_per_node": 0,
-        "mpi": "",
+        "slurm_partition": cluster["partition"] or None,
+        "slurm_account": cluster["account"] or None,
+        "qos": cluster["qos"] or None,
+        "constraint": cluster["constraint"] or None,
     }
-    if cell.gpus > 1:
-        # The plugin rejects tasks_per_node <= 1 for mpi jobs, and `tasks` next to a GPU
-        # request becomes --ntasks-per-gpu; one rank per node goes through slurm_extra.
-        resources["mpi"] = "srun"
-        if ranks_per_node > 1:
-            resources["tasks_per_node"] = ranks_per_node
-        else:
-            extra.append("--ntasks-per-node=1")
-    resources["slurm_extra"] = " ".join(extra)
+    if ranks_per_node > 1:
+        resources["tasks_per_node"] = ranks_per_node
+    else:
+        resources["mpi"] = ""
+        extra.append("--ntasks-per-node=1")
+        if not uses_gpus:
+            resources["tasks"] = nodes
+    resources["slurm_extra"] = " ".join(extra) or None
     return resources

@@ -152,7 +152,17 @@ def _check_semantics(config: dict) -> None:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-LAUNCHER_PLACEHOLDERS = ("ranks", "nodes", "ranks_per_node", "hosts", "master_addr", "port", "python", "program")
+LAUNCHER_PLACEHOLDERS = (
+    "ranks",
+    "nodes",
+    "ranks_per_node",
+    "hosts",
+    "master_addr",
+    "port",
+    "cpus_per_rank",
+    "python",
+    "program",
+)
 
 
 def template_problem(template: str) -> str | None:

@@ -1,9 +1,11 @@
 """Where this rank sits, read from the launcher's environment.
 
 torchrun sets RANK/LOCAL_RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT; srun sets
-SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS and the node list, from which the
-rendezvous host (the first node) and a per-job port are derived. One process
-with none of these is rank 0 of 1.
+SLURM_PROCID/SLURM_LOCALID/SLURM_NTASKS and the node list. Under srun the
+rendezvous address and port come from MASTER_ADDR/MASTER_PORT when launch.py
+exported them (the first node's address, a port derived from the job id), else
+from the first host of the node list and the job id. One process with none of
+these is rank 0 of 1.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import re
 import socket
 from dataclasses import dataclass
 
-PORT_BASE = 20000
+# Below Linux's ephemeral range (32768-60999), so a derived port never meets an outgoing connection's.
+PORT_BASE = 12000
 PORT_SPAN = 20000
 
 
@@ -46,7 +49,11 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
 
 def port_for_job(job_id: str | int, offset: int = 0) -> int:
-    """A rendezvous port derived from the SLURM job id, so concurrent jobs on a node differ."""
+    """A rendezvous port derived from the SLURM job id, so concurrent jobs on a node differ.
+
+    Job ids are consecutive, and 7 is coprime to the span: 20000 consecutive jobs get distinct ports;
+    `offset` separates several ports of one job (e.g. one per TensorFlow worker).
+    """
     return PORT_BASE + (int(job_id) * 7 + offset) % PORT_SPAN
 
 
@@ -77,8 +84,8 @@ def detect(env: dict[str, str] | None = None) -> RankInfo:
             local_rank=int(env.get("SLURM_LOCALID", 0)),
             world_size=int(env["SLURM_NTASKS"]),
             local_world_size=int(re.match(r"\d+", per_node).group(0)),
-            master_addr=hosts[0],
-            master_port=port_for_job(env["SLURM_JOB_ID"]),
+            master_addr=env.get("MASTER_ADDR") or hosts[0],
+            master_port=int(env.get("MASTER_PORT") or port_for_job(env["SLURM_JOB_ID"])),
             launcher="srun",
         )
     return RankInfo(0, 0, 1, 1, "127.0.0.1", free_port(), "single")

@@ -94,6 +94,11 @@ def slurm_info() -> dict:
         "partition": "SLURM_JOB_PARTITION",
         "account": "SLURM_JOB_ACCOUNT",
         "restart_count": "SLURM_RESTART_COUNT",
+        # the step's placement: on a test cluster all nodes share one hostname, so these
+        # (SLURM's node names) show where the ranks ran
+        "node": "SLURMD_NODENAME",
+        "step_nodelist": "SLURM_STEP_NODELIST",
+        "step_tasks_per_node": "SLURM_STEP_TASKS_PER_NODE",
     }
     return {name: os.environ[var] for name, var in keys.items() if var in os.environ}
 
