@@ -1,0 +1,133 @@
+"""Fixtures for tests against a real SLURM cluster started on this machine.
+
+`single_node` and `two_nodes` each start a cluster (tests/cluster/slurm_cluster.py)
+for one test module and stop it afterwards; only one runs at a time, because
+both use the host's munge socket and /run/slurm/conf. Where SLURM cannot be
+started the tests are skipped with the reason, except under CI (CI=true),
+where they fail with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import BIN, REPO, SCRIPTS, tiny_config, tool_env  # the suite's root conftest
+
+from .slurm_cluster import ClusterError, SlurmCluster
+
+CPUS_PER_NODE = 4  # the machine has 2 cores; slurmd is told 4 (config_overrides) so two 2-rank cells fit one node
+
+
+def _start(tmp_path_factory, nodes: list[str]) -> SlurmCluster:
+    cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), nodes, cpus=CPUS_PER_NODE, mem_mb=6000)
+    try:
+        cluster.start()
+    except (ClusterError, OSError, subprocess.SubprocessError) as error:
+        cluster.stop()
+        message = f"the SLURM test cluster did not start: {error}"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    return cluster
+
+
+@pytest.fixture(scope="module")
+def single_node(tmp_path_factory):
+    cluster = _start(tmp_path_factory, ["sbnode1"])
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    cluster = _start(tmp_path_factory, ["sbnode1", "sbnode2"])
+    yield cluster
+    cluster.stop()
+
+
+def implemented_backends() -> list[tuple[str, str]]:
+    """(framework, backend) pairs whose modules exist and whose libraries import here."""
+    pairs = [("torch", "native")]
+    if (SCRIPTS / "scalebench" / "torch_horovod.py").exists() and importlib.util.find_spec("horovod"):
+        pairs.append(("torch", "horovod"))
+    if (SCRIPTS / "scalebench" / "tf_native.py").exists():
+        pairs.append(("tensorflow", "native"))
+    if (SCRIPTS / "scalebench" / "tf_horovod.py").exists() and importlib.util.find_spec("horovod"):
+        pairs.append(("tensorflow", "horovod"))
+    # SCALEBENCH_CLUSTER_BACKENDS=torch_native,... narrows the demo for quick local iterations
+    chosen = os.environ.get("SCALEBENCH_CLUSTER_BACKENDS")
+    return [p for p in pairs if not chosen or "_".join(p) in chosen.split(",")]
+
+
+def cluster_config(frameworks=("torch",), backends=("native",), gpus=(1, 2), seeds=(1,), **cluster) -> dict:
+    """The tiny study, sized for the test cluster: CPU ranks, one CPU and 1 GB each."""
+    config = tiny_config(
+        matrix={"frameworks": list(frameworks), "backends": list(backends), "gpus": list(gpus), "seeds": list(seeds)}
+    )
+    config["cluster"] = {
+        "gpus_per_node": 0,
+        "ranks_per_node": 2,
+        "cpus_per_rank": 1,
+        "mem_mb_per_rank": 1000,
+        "time": {"base_min": 5, "per_epoch_min": 0, "floor_min": 5},
+        **cluster,
+    }
+    return config
+
+
+def run_slurm_snakemake(
+    cluster: SlurmCluster, workdir: Path, config: dict, *args: str, timeout: float = 400
+) -> subprocess.CompletedProcess:
+    """`snakemake --profile profiles/slurm` against the test cluster (no accounting: squeue for status)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_file = workdir / "test-config.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    command = [
+        str(BIN / "snakemake"),
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(config_file),
+        "--profile",
+        str(REPO / "profiles" / "slurm"),
+        "--slurm-status-command",
+        "squeue",
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+        "--slurm-no-account",
+        "--latency-wait",
+        "5",
+        *args,
+    ]
+    env = {**tool_env(), **{"SLURM_CONF": str(cluster.conf)}}
+    env.pop("SCALEBENCH_EXECUTOR", None)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=workdir)
+
+
+def read_run(workdir: Path, cell: str) -> dict:
+    return json.loads((workdir / "results" / "runs" / cell / "run.json").read_text())
+
+
+def describe(result: subprocess.CompletedProcess, workdir: Path) -> str:
+    """Snakemake's output and every SLURM and train log of the run, for assertion messages."""
+    parts = [result.stdout[-4000:], result.stderr[-8000:]]
+    for pattern in (".snakemake/slurm_logs/**/*.log", "results/runs/**/train.log"):
+        for path in sorted(workdir.glob(pattern)):
+            parts.append(f"--- {path.relative_to(workdir)}\n{path.read_text()[-3000:]}")
+    return "\n".join(parts)
+
+
+def slurm_jobs(workdir: Path) -> dict[str, list[str]]:
+    """{wildcards folder of the train rule: [SLURM job ids]} from the plugin's log folders."""
+    jobs: dict[str, list[str]] = {}
+    for log in (workdir / ".snakemake" / "slurm_logs").glob("rule_train/*/*.log"):
+        jobs.setdefault(log.parent.name, []).append(log.stem)
+    return {key: sorted(ids, key=int) for key, ids in jobs.items()}

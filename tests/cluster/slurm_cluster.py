@@ -1,0 +1,296 @@
+"""A real SLURM cluster on this machine for the test suite: munged, slurmctld and
+one slurmd per node (several slurmd on one host via ``slurmd -N name``).
+
+Everything lives in one temporary folder: munge key and socket, slurm.conf,
+state, spool and logs. The controller serves its config ("configless"), and
+each slurmd fetches it with ``--conf-server``; slurmd then links it to
+/run/slurm/conf, where SLURM's client commands look when SLURM_CONF is unset.
+That matters because the SLURM jobstep plugin removes SLURM_CONF (with every
+other SLURM_* variable) from the environment of the job's command, just as on
+a real cluster where clients read the node's default config.
+
+Debian 12's packages are installed when missing (CI runs as root):
+``apt-get install slurmctld slurmd slurm-client munge``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "sinfo", "srun")
+CLIENT_CONFIG_LINK = Path("/run/slurm/conf")
+HOSTS_FILE = Path("/etc/hosts")
+HOSTS_MARK = "# scalebench test cluster"
+MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+
+
+class ClusterError(RuntimeError):
+    """SLURM could not be installed or started; the message says why."""
+
+
+def install_packages() -> None:
+    """apt-get install Debian's SLURM packages when a binary is missing (needs root)."""
+    if all(shutil.which(b) for b in BINARIES):
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        missing = [b for b in BINARIES if not shutil.which(b)]
+        raise ClusterError(
+            f"SLURM is not installed ({', '.join(missing)} missing) and apt-get as root is not available"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *PACKAGES]):
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+        if result.returncode:
+            raise ClusterError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class SlurmCluster:
+    """A cluster of `nodes` (names) on this host, each with `cpus` CPUs and `mem_mb` memory."""
+
+    root: Path
+    nodes: list[str]
+    cpus: int = 4
+    mem_mb: int = 6000
+    partition: str = "debug"
+    pids: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def conf(self) -> Path:
+        return self.root / "etc" / "slurm.conf"
+
+    def env(self) -> dict[str, str]:
+        """Environment for client commands run by the tests (sbatch, squeue, snakemake)."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def log(self, daemon: str) -> Path:
+        return self.root / "log" / f"{daemon}.log"
+
+    # --- start -------------------------------------------------------------------------------
+    def start(self, timeout_s: float = 60) -> None:
+        install_packages()
+        if os.geteuid() != 0:
+            raise ClusterError("the test cluster runs its daemons as root (SlurmUser=root)")
+        if Path("/etc/slurm/slurm.conf").exists():
+            raise ClusterError(
+                "/etc/slurm/slurm.conf exists: this machine belongs to a real SLURM cluster, "
+                "whose config SLURM clients inside test jobs would read; run the cluster tests elsewhere"
+            )
+        for sub in ("etc", "log", "state", "spool", "munge"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root / "munge", 0o700)
+        self._add_host_names()
+        self._start_munge()
+        self._write_config()
+        self._run_daemon(
+            "slurmctld", ["slurmctld", "-f", str(self.conf), "-L", str(self.log("slurmctld"))], "slurmctld.pid"
+        )
+        self._wait(
+            lambda: self._ok(["scontrol", "ping"]) and "UP" in self._out(["scontrol", "ping"]), timeout_s, "slurmctld"
+        )
+        for node in self.nodes:
+            self._run_daemon(
+                f"slurmd.{node}",
+                ["slurmd", "-N", node, "--conf-server", f"127.0.0.1:{self.ctld_port}"],
+                f"slurmd.{node}.pid",
+            )
+        self._wait(self._nodes_idle, timeout_s, "the nodes to become idle")
+
+    def _add_host_names(self) -> None:
+        """Make the node names resolve to 127.0.0.1, as node names resolve on a real cluster."""
+        unresolved = []
+        for node in self.nodes:
+            try:
+                socket.gethostbyname(node)
+            except OSError:
+                unresolved.append(node)
+        if unresolved:
+            with open(HOSTS_FILE, "a") as handle:  # appended in place: /etc/hosts may be a mount
+                handle.write(f"127.0.0.1 {' '.join(unresolved)} {HOSTS_MARK} {self.root}\n")
+
+    def _remove_host_names(self) -> None:
+        if not HOSTS_FILE.exists():
+            return
+        lines = HOSTS_FILE.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if f"{HOSTS_MARK} {self.root}" not in line]
+        if len(kept) != len(lines):
+            with open(HOSTS_FILE, "r+") as handle:
+                handle.write("".join(kept))
+                handle.truncate()
+
+    def _start_munge(self) -> None:
+        """Use the host's munged when one answers on the default socket, else start our own there.
+
+        Configless slurmd authenticates before it has read slurm.conf, so munge must
+        listen on the default socket (AuthInfo=socket=... would come too late).
+        """
+        if self._munge_works():
+            return
+        MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
+        key = self.root / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        os.chmod(key, 0o400)
+        pidfile = self.root / "munge" / "munged.pid"
+        command = [
+            "munged",
+            "--force",
+            f"--key-file={key}",
+            f"--socket={MUNGE_SOCKET}",
+            f"--pid-file={pidfile}",
+            f"--log-file={self.log('munged')}",
+            f"--seed-file={self.root / 'munge' / 'munged.seed'}",
+        ]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        if result.returncode:
+            raise ClusterError(f"munged failed to start: {result.stderr.strip()}")
+        self.pids["munged"] = int(pidfile.read_text())
+        self._wait(self._munge_works, 20, "munged")
+
+    @staticmethod
+    def _munge_works() -> bool:
+        if not MUNGE_SOCKET.exists():
+            return False
+        credential = subprocess.run(["munge", "-n", "-S", str(MUNGE_SOCKET)], capture_output=True, timeout=10)
+        if credential.returncode:
+            return False
+        decoded = subprocess.run(
+            ["unmunge", "-S", str(MUNGE_SOCKET)], input=credential.stdout, capture_output=True, timeout=10
+        )
+        return decoded.returncode == 0
+
+    def _write_config(self) -> None:
+        self.ctld_port = free_port()
+        host = socket.gethostname()
+        lines = [
+            "ClusterName=scalebench",
+            f"SlurmctldHost={host}(127.0.0.1)",
+            f"SlurmctldPort={self.ctld_port}",
+            "SlurmUser=root",
+            "AuthType=auth/munge",
+            "CredType=cred/munge",
+            "SlurmctldParameters=enable_configless",
+            "SlurmdParameters=config_overrides",  # declare more CPUs than the machine has
+            f"StateSaveLocation={self.root / 'state'}",
+            f"SlurmdSpoolDir={self.root / 'spool'}/%n",
+            f"SlurmctldPidFile={self.root / 'slurmctld.pid'}",
+            f"SlurmdPidFile={self.root / 'slurmd'}.%n.pid",
+            f"SlurmctldLogFile={self.log('slurmctld')}",
+            f"SlurmdLogFile={self.root / 'log'}/slurmd.%n.log",
+            "ProctrackType=proctrack/linuxproc",  # no cgroups in containers
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_CPU_Memory",
+            "SchedulerType=sched/backfill",
+            "AccountingStorageType=accounting_storage/none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "JobCompType=jobcomp/none",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "MinJobAge=600",  # squeue must still see finished jobs when snakemake asks
+            "KillWait=5",
+            "OverTimeLimit=0",
+            "InactiveLimit=0",
+            "SlurmctldTimeout=30",
+            "SlurmdTimeout=60",
+            "SlurmctldDebug=info",
+            "SlurmdDebug=info",
+        ]
+        for node in self.nodes:
+            lines.append(
+                f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname={host} Port={free_port()} "
+                f"CPUs={self.cpus} RealMemory={self.mem_mb} State=UNKNOWN"
+            )
+        lines.append(f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO")
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    def _run_daemon(self, name: str, command: list[str], pidfile: str) -> None:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=self.env())
+        if result.returncode:
+            raise ClusterError(f"{name} failed to start: {result.stderr.strip()}\n{self._tail(name)}")
+        path = self.root / pidfile
+        self._wait(lambda: path.exists() and path.read_text().strip().isdigit(), 20, f"{name}'s pid file")
+        self.pids[name] = int(path.read_text().strip())
+
+    def _nodes_idle(self) -> bool:
+        states = self._out(["sinfo", "-h", "-N", "-o", "%N %t"]).split("\n")
+        idle = {line.split()[0] for line in states if line.strip() and line.split()[1] == "idle"}
+        return idle == set(self.nodes)
+
+    # --- helpers -----------------------------------------------------------------------------
+    def _out(self, command: list[str]) -> str:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=self.env())
+        return result.stdout.strip()
+
+    def _ok(self, command: list[str]) -> bool:
+        return subprocess.run(command, capture_output=True, timeout=30, env=self.env()).returncode == 0
+
+    def _tail(self, name: str) -> str:
+        path = self.root / "log" / f"{name}.log"
+        return path.read_text()[-3000:] if path.exists() else ""
+
+    def _wait(self, condition, timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            time.sleep(0.5)
+        logs = "\n".join(f"--- {n}\n{self._tail(n)}" for n in ("slurmctld", *(f"slurmd.{x}" for x in self.nodes)))
+        raise ClusterError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{logs}")
+
+    def squeue(self) -> str:
+        return self._out(["squeue", "-h", "-o", "%i %j %T %N"])
+
+    # --- stop --------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Cancel all jobs and stop every daemon this cluster started; no process is left."""
+        if "slurmctld" in self.pids:
+            subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True, timeout=30, env=self.env())
+            self._wait_gone_jobs(15)
+        for name in [n for n in self.pids if n.startswith("slurmd.")] + ["slurmctld", "munged"]:
+            pid = self.pids.pop(name, None)
+            if pid is not None:
+                self._terminate(pid)
+        # slurmd's configless mode links /run/slurm/conf to its cache in our folder
+        if CLIENT_CONFIG_LINK.is_symlink() and str(self.root) in os.readlink(CLIENT_CONFIG_LINK):
+            CLIENT_CONFIG_LINK.unlink()
+        self._remove_host_names()
+
+    def _wait_gone_jobs(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            states = self._out(["squeue", "-h", "-o", "%T"]).split()
+            if not [s for s in states if s in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING")]:
+                return
+            time.sleep(0.5)
+
+    @staticmethod
+    def _terminate(pid: int, timeout_s: float = 15) -> None:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,74 @@
+"""The workflow on a real one-node SLURM cluster: every cell a SLURM job."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from .conftest import cluster_config, describe, implemented_backends, read_run, run_slurm_snakemake, slurm_jobs
+
+pytestmark = pytest.mark.cluster
+
+
+def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
+    pairs = implemented_backends()
+    frameworks = sorted({f for f, _ in pairs})
+    backends = sorted({b for _, b in pairs})
+    config = cluster_config(frameworks=frameworks, backends=backends)
+    report = tmp_path / "report.html"
+    result = run_slurm_snakemake(single_node, tmp_path, config)
+    assert result.returncode == 0, describe(result, tmp_path)
+    report_run = run_slurm_snakemake(single_node, tmp_path, config, "--report", str(report))
+    assert report_run.returncode == 0, describe(report_run, tmp_path)
+    assert report.stat().st_size > 0
+    jobs = slurm_jobs(tmp_path)
+    for framework, backend in pairs:
+        for gpus in (1, 2):
+            cell = f"{framework}/{backend}/g{gpus}/s1"
+            run = read_run(tmp_path, cell)
+            assert run["status"] == "ok" and run["world_size"] == gpus, run
+            # the ranks ran inside the SLURM job the plugin submitted for this cell
+            assert run["slurm"]["job_id"] in jobs[f"{framework}_{backend}_{gpus}_1"], (run["slurm"], jobs)
+            log = (tmp_path / "results" / "runs" / cell / "train.log").read_text()
+            assert log.startswith("launch (slurm): "), log[:500]
+
+
+def test_two_cells_on_one_node_at_once_use_different_ports(single_node, tmp_path):
+    config = cluster_config(gpus=(2,), seeds=(1, 2), **{"time": {"base_min": 5, "per_epoch_min": 0, "floor_min": 5}})
+    config["training"]["epochs"] = 6
+    result = run_slurm_snakemake(single_node, tmp_path, config)
+    assert result.returncode == 0, describe(result, tmp_path)
+    runs = [read_run(tmp_path, f"torch/native/g2/s{seed}") for seed in (1, 2)]
+    assert {run["slurm"]["node"] for run in runs} == {"sbnode1"}
+    # both ran at the same time on the node ...
+    first, second = sorted(runs, key=lambda run: run["start"])
+    assert second["start"] < first["end"], (first["start"], first["end"], second["start"])
+    # ... each with its own rendezvous port
+    ports = set()
+    for seed in (1, 2):
+        log = (tmp_path / "results" / "runs" / "torch" / "native" / "g2" / f"s{seed}" / "train.log").read_text()
+        ports |= set(re.findall(r"process group \w+ via srun at [\d.]+:(\d+)", log))
+    assert len(ports) == 2, ports
+
+
+def test_cell_slurm_rejects_fails_with_sbatch_message_and_the_others_finish(single_node, tmp_path):
+    # 4 ranks at 2 per node need two nodes; this cluster has one, so sbatch refuses that cell
+    config = cluster_config(gpus=(1, 4))
+    config["dataset"]["synthetic"]["count"] = 80
+    result = run_slurm_snakemake(single_node, tmp_path, config)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "SLURM sbatch failed" in output and "Requested node configuration is not available" in output, output[-4000:]
+    assert read_run(tmp_path, "torch/native/g1/s1")["status"] == "ok", describe(result, tmp_path)
+    assert not (tmp_path / "results" / "runs" / "torch" / "native" / "g4" / "s1" / "run.json").exists()
+
+
+def test_partition_slurm_rejects_fails_every_cell_with_sbatch_message(single_node, tmp_path):
+    config = cluster_config(partition="nosuchpartition")
+    result = run_slurm_snakemake(single_node, tmp_path, config)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    # each cell was tried (keep-going), each failed with sbatch's own words
+    assert output.count("invalid partition specified") >= 2, output[-4000:]
+    assert (tmp_path / "results" / "data" / "prepared" / "manifest.json").exists()

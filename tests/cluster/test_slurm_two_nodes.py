@@ -1,0 +1,45 @@
+"""The workflow on a real two-node SLURM cluster (two slurmd on this host)."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import cluster_config, describe, read_run, run_slurm_snakemake, slurm_jobs
+
+pytestmark = pytest.mark.cluster
+
+
+def test_two_rank_cell_puts_one_rank_on_each_node(two_nodes, tmp_path):
+    # one rank per node: a 2-rank cell needs both nodes
+    config = cluster_config(gpus=(2,), ranks_per_node=1)
+    result = run_slurm_snakemake(two_nodes, tmp_path, config)
+    assert result.returncode == 0, describe(result, tmp_path)
+    run = read_run(tmp_path, "torch/native/g2/s1")
+    assert run["status"] == "ok" and run["world_size"] == 2
+    slurm = run["slurm"]
+    # srun placed the step on both nodes, one task each (both nodes share this machine's hostname,
+    # so run.json's hosts has one name; SLURM's node names tell them apart)
+    assert (slurm["step_nodelist"], slurm["step_tasks_per_node"]) == ("sbnode[1-2]", "1(x2)")
+    # and each node's slurmd launched a task of that step
+    step = f"StepId={slurm['job_id']}.0"
+    for node in two_nodes.nodes:
+        assert f"launch task {step} " in (two_nodes.root / "log" / f"slurmd.{node}.log").read_text(), node
+    assert slurm_jobs(tmp_path)
+
+
+def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_path):
+    # ~2 minutes of training against a 1-minute limit; the retry asks for 2 minutes and resumes
+    config = cluster_config(gpus=(1,), time={"base_min": 0, "per_epoch_min": 0, "floor_min": 1, "retry_factor": 2})
+    config["training"].update(epochs=30, dataset_repeat=2, checkpoint_every=1)
+    result = run_slurm_snakemake(two_nodes, tmp_path, config, timeout=900)
+    assert result.returncode == 0, describe(result, tmp_path)
+    run = read_run(tmp_path, "torch/native/g1/s1")
+    assert run["status"] == "ok"
+    assert run["resumed_from_epoch"], run
+    jobs = next(iter(slurm_jobs(tmp_path).values()))
+    assert len(jobs) >= 2, jobs
+    first_log = next((tmp_path / ".snakemake" / "slurm_logs" / "rule_train").glob(f"*/{jobs[0]}.log")).read_text()
+    assert "DUE TO TIME LIMIT" in first_log, first_log[-2000:]
+    output = result.stdout + result.stderr
+    # Snakemake resubmitted it with the doubled runtime (minutes)
+    assert "runtime=1," in output and "runtime=2," in output, output[-3000:]
