@@ -187,8 +187,11 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame, metric: str = "
     return _scaling_figure(scaling, runs, "efficiency", metric)
 
 
-def _per_cell_figure(runs: pd.DataFrame, column: str, title: str, ylab: str, empty: str, caption: str = ""):
-    """Seed points and a mean line per series against GPUs."""
+def _per_cell_figure(
+    runs: pd.DataFrame, column: str, title: str, ylab: str, empty: str, caption: str = "", min_span: float = 0.0
+):
+    """Seed points and a mean line per series against GPUs; the y axis spans at least `min_span`
+    so that differences in the noise do not fill the whole panel."""
     cells = runs[runs["status"].eq("ok")].dropna(subset=[column])
     if cells.empty:
         return placeholder(title, empty)
@@ -196,8 +199,12 @@ def _per_cell_figure(runs: pd.DataFrame, column: str, title: str, ylab: str, emp
     cells["series"] = _series(cells)
     means = cells.groupby(["series", *GROUP, "gpus"], as_index=False, observed=True)[column].mean()
     means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
+    low, high = cells[column].min(), cells[column].max()
+    pad = max(0.0, min_span - (high - low)) / 2
+    limits = (low - pad, high + pad) if pad else None
     return (
         ggplot(cells, aes("gpus", column, colour="backend", group="series"))
+        + scale_y_continuous(limits=limits)
         + geom_line(means, aes(linetype="source"))
         + geom_point(aes(shape="source"), alpha=0.6, size=2)
         + series_scales(cells)
@@ -217,6 +224,7 @@ def iou_figure(runs: pd.DataFrame):
         "test IOU (whole test set)",
         "No cell with status ok has a test IOU yet.",
         "Points: one per seed; line: mean over seeds.",
+        min_span=0.05,
     )
 
 

@@ -15,6 +15,8 @@ from plotnine import (
     labs,
     scale_colour_cmap_d,
     scale_linetype_manual,
+    scale_x_continuous,
+    scale_x_log10,
     scale_y_continuous,
 )
 
@@ -84,15 +86,19 @@ def iou_time_figure(epochs: pd.DataFrame, target_iou: float):
         return placeholder(title, "No epoch record carries a test IOU (set training.eval_every > 0).")
     data = _gpu_colours(tidy(data))
     data["cell"] = _cell_group(data)
+    # Many GPU counts span orders of magnitude in time: a log axis keeps the large cells visible.
+    wide = data["train_time_s"].max() > 20 * data["train_time_s"].min() > 0
+    xlab = "training time (s, cumulative; evaluation excluded" + ("; log scale)" if wide else ")")
     return (
         ggplot(data, aes("train_time_s", "test_iou", colour="gpu_label", group="cell"))
+        + (scale_x_log10() if wide else scale_x_continuous())
         + geom_hline(yintercept=target_iou, linetype="dashed", colour="grey")
         + geom_line(alpha=0.8)
         + geom_point(size=1.2)
         + facet_wrap(f"~{PANEL}", ncol=2)
         + scale_colour_cmap_d("viridis", name="GPUs")
         + labs(
-            x="training time (s, cumulative; evaluation excluded)",
+            x=xlab,
             y="test IOU",
             title=title,
             caption=f"Dashed: the target IOU {target_iou:g} (training.target_iou). One line per cell.",
