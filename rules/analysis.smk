@@ -18,11 +18,11 @@ rule collect_runs:
     conda:
         "../envs/pipeline.yaml"
     params:
-        runs_root="results/runs",
+        runs_root=runs_folder,
         cells=cells_json(),
         target_iou=config["training"]["target_iou"],
         legacy=legacy_json(),
-        profile=rerun_profile(),
+        profile=rerun_profile,
     script:
         "../workflow/scripts/collect_runs.py"
 
@@ -190,7 +190,7 @@ rule plot_predictions:
     conda:
         "../envs/pipeline.yaml"
     params:
-        runs_root="results/runs",
+        runs_root=runs_folder,
         images_shown=3,
     script:
         "../workflow/scripts/plot_predictions.py"

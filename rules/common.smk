@@ -96,6 +96,13 @@ def analysis_cell_outputs(name):
     return [f"results/runs/{cell.path}/{name}" for cell in CELLS if cell_finished(cell)]
 
 
+def runs_folder(wildcards):
+    """results/runs: collect_runs looks at every cell's folder (also those not among its
+    inputs, to tell failed from missing) and plot_predictions at the predictions/ folders
+    that training writes beside its declared outputs."""
+    return RUNS.split("/{", 1)[0]
+
+
 def cells_json():
     return json.dumps([dataclasses.asdict(cell) for cell in CELLS])
 
@@ -118,10 +125,11 @@ def legacy_json():
     return json.dumps(config["legacy"], sort_keys=True)
 
 
-def rerun_profile():
-    """The profile the report's rerun commands name: the SLURM one when this run uses SLURM."""
+def rerun_profile(wildcards):
+    """The profile the report's rerun commands name: the SLURM one when this run uses SLURM.
+    A params function, because Snakemake picks the executor after it has read the rules."""
     plugin = getattr(workflow, "executor_plugin", None)
-    return "profiles/slurm" if getattr(plugin, "name", "") == "slurm" else "profiles/local"
+    return "profiles/slurm" if "slurm" in str(getattr(plugin, "name", "")) else "profiles/local"
 
 
 def zenodo_receipt():
