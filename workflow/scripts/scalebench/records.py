@@ -23,6 +23,11 @@ from typing import Any
 STATUSES = ("ok", "diverged", "oom", "failed")
 
 
+def diverged(loss: float, training: dict) -> bool:
+    """The run diverged: the epoch's mean loss is not finite or above training.max_loss."""
+    return not math.isfinite(loss) or loss > training["max_loss"]
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 

@@ -56,7 +56,11 @@ class HorovodTorchBackend:
 
     def broadcast_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # Only a resumed optimizer has state to share. On an empty one Horovod first takes a
+        # zero-gradient step to create it, which advances Adam's step count and makes the run
+        # differ from DDP's; a fresh optimizer is identical on every rank anyway.
+        if optimizer.state_dict()["state"]:
+            self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 
     def broadcast_buffers(self, model: nn.Module) -> None:
         for name, buffer in model.named_buffers():

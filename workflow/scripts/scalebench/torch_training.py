@@ -330,7 +330,7 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
                 with torch.autocast(device.type, dtype=autocast[1], enabled=autocast[0]):
                     logits = model(images)
                 loss = F.binary_cross_entropy_with_logits(logits.float(), masks)
-                optimizer.zero_grad(set_to_none=True)
+                optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
                 scaler.scale(loss).backward()
                 scaler.step(optimizer)
                 scaler.update()
@@ -361,9 +361,9 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
                 "test_iou": None,
                 "test_loss": None,
             }
-            if not np.isfinite(mean_loss):
+            if records.diverged(mean_loss, training):
                 metrics.write(record)
-                raise Diverged(f"loss is {mean_loss} in epoch {epoch + 1}")
+                raise Diverged(f"loss is {mean_loss} in epoch {epoch + 1} (max_loss {training['max_loss']})")
             if training["eval_every"] and (epoch + 1) % training["eval_every"] == 0:
                 backend.broadcast_buffers(raw_model)
                 record["test_loss"], record["test_iou"] = evaluate(
