@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from scalebench import tf_model, tf_training
 
 tf = tf_training.tf
@@ -21,7 +20,12 @@ def objects(seed: int) -> dict:
 
 def test_round_trip_restores_weights_and_meta(tmp_path):
     saved = objects(1)
-    meta = {"epoch": 2, "records": [{"type": "epoch", "loss": 0.5}], "train_time_s": 1.5, "rng": tf_training.rng_state()}
+    meta = {
+        "epoch": 2,
+        "records": [{"type": "epoch", "loss": 0.5}],
+        "train_time_s": 1.5,
+        "rng": tf_training.rng_state(),
+    }
     tf_training.Checkpoint(tmp_path, "hash-a", enabled=True, participates=False).save(saved, meta, 2)
     tf_training.Checkpoint(tmp_path, "hash-a", enabled=True, participates=False).save(saved, {**meta, "epoch": 3}, 3)
     assert sorted(p.name for p in (tmp_path / "checkpoint").glob("ckpt-*.index")) == ["ckpt-3.index"]

@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO, sb_config
-from torch.utils.data import DistributedSampler
-
 from scalebench import tf_data, tf_model, torch_model
+from torch.utils.data import DistributedSampler
 
 
 def configured_image_size() -> tuple[int, int]:
-    config = sb_config.validate(sb_config.yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
-                                sb_config.load_schema(REPO / "config" / "schema.yaml"))
+    config = sb_config.validate(
+        sb_config.yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
+        sb_config.load_schema(REPO / "config" / "schema.yaml"),
+    )
     return tuple(config["dataset"]["image_size"])
 
 

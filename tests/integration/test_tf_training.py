@@ -1,0 +1,210 @@
+"""Real two-worker TensorFlow training on CPU, started the way the train rule starts it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import PYTHON, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
+
+pytestmark = pytest.mark.integration
+
+LEARN = {"epochs": 4, "dataset_repeat": 4}
+
+
+def horovod_tf_available() -> bool:
+    probe = [PYTHON, "-c", "import horovod.tensorflow"]
+    return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
+
+
+needs_horovod = pytest.mark.skipif(not horovod_tf_available(), reason="Horovod without TensorFlow (run ./install.sh)")
+
+
+def foreground_iou(data: Path) -> float:
+    masks = np.load(data / "masks.npy")
+    test = json.loads((data / "manifest.json").read_text())["test"]
+    return float(masks[test].mean())
+
+
+@pytest.fixture(scope="module")
+def reference_runs(prepared_data, tmp_path_factory) -> dict[str, Path]:
+    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell."""
+    root = tmp_path_factory.mktemp("tf_native")
+    settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
+    for name in ("a", "b"):
+        result = launch_cell(settings, prepared_data, root / name)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return {"a": root / "a", "b": root / "b", "settings": settings}
+
+
+def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_runs, prepared_data):
+    (epochs_a, final_a, run_a), (epochs_b, final_b, _) = (read_records(reference_runs[k]) for k in "ab")
+    assert [e["loss"] for e in epochs_a] == [e["loss"] for e in epochs_b]
+    assert (final_a["iou"], final_a["test_loss"]) == (final_b["iou"], final_b["test_loss"])
+    assert final_a["iou"] > 3 * foreground_iou(prepared_data)
+    assert epochs_a[-1]["loss"] < epochs_a[0]["loss"]
+    assert run_a["status"] == "ok" and run_a["world_size"] == 2 and run_a["parameters"] == 486409
+    assert (
+        "MultiWorkerMirrored" in run_a["versions"]["distributed"]
+        or "CollectiveAllReduce" in run_a["versions"]["distributed"]
+    )
+    assert run_a["versions"]["tensorflow"] and run_a["versions"]["keras"].startswith("tf_keras")
+    assert final_a["setup_s"] > 0 and not (reference_runs["a"] / "checkpoint").exists()
+    assert len(list((reference_runs["a"] / "predictions").glob("test_*.png"))) == 2
+
+
+@needs_horovod
+def test_two_rank_horovod_learns_the_same_losses_as_multiworker(reference_runs, prepared_data, tmp_path):
+    result = launch_cell(cell_settings("tensorflow", "horovod", 2, seed=3, **LEARN), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "launch (local): horovodrun" in result.stdout
+    epochs, final, run = read_records(tmp_path)
+    reference, _, _ = read_records(reference_runs["a"])
+    # Same data order, init and optimizer: only the reduction differs (mean by Horovod, sum of scaled by TF).
+    np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference], rtol=1e-4)
+    assert final["iou"] > 3 * foreground_iou(prepared_data)
+    assert run["status"] == "ok" and run["versions"]["horovod"]
+
+
+def _rank_pids(out: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        except (OSError, ValueError):
+            continue
+        if len(args) >= 2 and str(SCRIPTS / "train.py") in args[1:3] and str(out) in args:
+            pids.append(int(proc.name))
+    return sorted(pids)
+
+
+def _wait_for(predicate, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _epochs_done(out: Path) -> int:
+    metrics = out / "metrics.jsonl"
+    return metrics.read_text().count('"type": "epoch"') if metrics.exists() else 0
+
+
+def _start_workers(settings: dict, data: Path, out: Path) -> list[subprocess.Popen]:
+    """Both workers without a supervising launcher (torchrun would kill the survivor itself):
+    what remains to stop the survivor is TensorFlow's own failure detection."""
+    from scalebench import distenv
+
+    port = distenv.free_port()
+    workers = []
+    for rank in range(2):
+        env = tool_env(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            TF_USE_LEGACY_KERAS="1",
+            TF_NUM_INTEROP_THREADS="1",
+            TF_CPP_MIN_LOG_LEVEL="2",
+        )
+        command = [
+            PYTHON,
+            str(SCRIPTS / "train.py"),
+            "--settings",
+            json.dumps(settings),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+        ]
+        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return workers
+
+
+def test_killed_worker_fails_the_other_within_the_timeout(prepared_data, tmp_path):
+    timeout_s = 20
+    settings = cell_settings("tensorflow", "native", 2, epochs=200, collective_timeout_s=timeout_s)
+    survivor, victim = _start_workers(settings, prepared_data, tmp_path)
+    try:
+        assert _wait_for(lambda: _epochs_done(tmp_path) >= 1, 240), "no epoch finished"
+        victim.kill()
+        killed = time.monotonic()
+        output, _ = survivor.communicate(timeout=2 * timeout_s + 30)
+        assert survivor.returncode not in (0, None), output[-3000:]
+        assert time.monotonic() - killed < 2 * timeout_s
+    finally:
+        for worker in (survivor, victim):
+            if worker.poll() is None:
+                worker.kill()
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
+    assert _wait_for(lambda: not _rank_pids(tmp_path), 10), "workers left behind"
+
+
+def test_interrupted_run_resumes_to_identical_results(reference_runs, prepared_data, tmp_path):
+    settings = reference_runs["settings"]
+    state = tmp_path / "checkpoint" / "checkpoint"
+    workers = _start_workers(settings, prepared_data, tmp_path)
+    try:  # interrupt both workers hard once the checkpoint after epoch 2 is in force
+        assert _wait_for(lambda: state.exists() and "ckpt-2" in state.read_text(), 300), "no checkpoint"
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.communicate()
+    assert _epochs_done(tmp_path) < LEARN["epochs"]
+    resumed = launch_cell(settings, prepared_data, tmp_path)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "resuming from checkpoint after epoch 2" in resumed.stdout
+    epochs_ref, final_ref, _ = read_records(reference_runs["a"])
+    epochs_res, final_res, run_res = read_records(tmp_path)
+    assert run_res["resumed_from_epoch"] == 2 and [e["epoch"] for e in epochs_res] == [1, 2, 3, 4]
+    np.testing.assert_allclose([e["loss"] for e in epochs_res], [e["loss"] for e in epochs_ref], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        [final_res["test_loss"], final_res["iou"]], [final_ref["test_loss"], final_ref["iou"]], rtol=0, atol=1e-6
+    )
+    assert not (tmp_path / "checkpoint").exists()
+
+
+def test_out_of_memory_is_a_benchmark_outcome(prepared_data, tmp_path):
+    result = launch_cell(
+        cell_settings("tensorflow", "native", 1, epochs=3), prepared_data, tmp_path, SCALEBENCH_FAULT="oom:0:2"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    epochs, final, run = read_records(tmp_path)
+    assert run["status"] == "oom" and final["status"] == "oom" and len(epochs) == 1
+
+
+def test_world_size_mismatch_stops_before_the_model(prepared_data, tmp_path):
+    settings = cell_settings("tensorflow", "native", 2)
+    env = tool_env(
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="3",
+        LOCAL_WORLD_SIZE="3",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29999",
+        TF_USE_LEGACY_KERAS="1",
+    )
+    command = [
+        sys.executable,
+        str(SCRIPTS / "train.py"),
+        "--settings",
+        json.dumps(settings),
+        "--data",
+        str(prepared_data),
+        "--out",
+        str(tmp_path),
+    ]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "WORLD_SIZE = 3 ranks, but the cell asks for 2 GPUs" in result.stderr
+    assert not (tmp_path / "metrics.jsonl").exists()
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
