@@ -62,6 +62,7 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
     for record in epochs:
         assert record["epoch_time_s"] > 0 and record["images_per_s"] > 0 and record["data_wait_s"] >= 0
         assert 0 <= record["test_iou"] <= 1 and record["peak_mem_mb"] > 0
+        assert record["model_tflops"] > 0 and record["mfu"] is None  # no peak is known for a CPU
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1 and final["setup_s"] > 0
     assert final["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
     for key in (
@@ -76,6 +77,7 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
         "start",
         "end",
         "parameters",
+        "model_flops_per_image",
     ):
         assert key in run, key
     assert run["versions"]["torch"].startswith("2.13")

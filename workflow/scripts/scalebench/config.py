@@ -217,6 +217,7 @@ def train_settings(config: dict, cell: Cell) -> dict:
     return {
         "cell": {"framework": cell.framework, "backend": cell.backend, "gpus": cell.gpus, "seed": cell.seed},
         "training": config["training"],
+        "peak_tflops": config["cluster"]["peak_tflops"],
         "dataset": {
             "source": config["dataset"]["source"],
             "image_size": config["dataset"]["image_size"],

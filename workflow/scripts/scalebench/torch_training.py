@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from . import records
+from . import flops, records
 from .preprocess import load_arrays
 from .schedule import learning_rate
 from .torch_model import UNet, parameter_count
@@ -259,6 +259,9 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
     hosts = backend.allgather_object(records.socket.gethostname())
     devices = backend.allgather_object(device_name(device))
     provenance.update(hosts=sorted(set(hosts)), nodes=len(set(hosts)), rank_hosts=hosts, devices=devices)
+    flops_per_image = flops.train_flops_per_image(*settings["dataset"]["image_size"])
+    peak = flops.peak_tflops(devices[0], flops.precision_key(training), settings.get("peak_tflops", {}))
+    provenance.update(model_flops_per_image=flops_per_image, peak_tflops=peak)
     run_json = out / "run.json"
     if is_root:
         records.write_json_atomic(run_json, provenance)
@@ -361,6 +364,7 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
                 "test_iou": None,
                 "test_loss": None,
             }
+            record.update(flops.throughput_fields(record["images_per_s"], flops_per_image, peak))
             if records.diverged(mean_loss, training):
                 metrics.write(record)
                 raise Diverged(f"loss is {mean_loss} in epoch {epoch + 1} (max_loss {training['max_loss']})")
