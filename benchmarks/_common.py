@@ -1,0 +1,131 @@
+"""Shared pieces of the benchmarks: the machine, prepared synthetic data, validated cell settings,
+child processes and the records the project's loops write.
+
+Every benchmark runs its measured code in fresh child processes (this file's helpers start
+them), so thread settings, determinism flags or a process group of one run never leak into
+the next, and harness and bare runs alternate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTS = REPO / "workflow" / "scripts"
+if str(SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(SCRIPTS))
+
+# Launcher variables that would make distenv.detect() see a multi-rank job.
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG")
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def machine_line() -> str:
+    """The facts docs/benchmarks.md records with every figure."""
+    return (
+        f"{datetime.date.today().isoformat()}  nproc {os.cpu_count()}  {cpu_model()}  no GPU  "
+        f"Python {platform.python_version()}  load average (1 min) {load_average():.2f}"
+    )
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def steady_epoch_s(epoch_times: list[float]) -> float:
+    """Median of the epochs after the first (the first holds warm-up and graph tracing)."""
+    return median(epoch_times[1:] if len(epoch_times) > 1 else epoch_times)
+
+
+def prepare_dataset(root: Path, count: int, height: int, width: int) -> Path:
+    """`count` synthetic pairs at height x width, preprocessed as the pipeline does; reused if present."""
+    from scalebench import preprocess, synthetic
+
+    prepared = root / f"prepared_{count}_{height}x{width}"
+    if (prepared / "manifest.json").exists():
+        return prepared
+    raw = root / f"raw_{count}_{height}x{width}"
+    synthetic.write_dataset(raw, count, height, width, seed=0)
+    pairs, rule = preprocess.find_pairs(raw)
+    preprocess.preprocess(pairs, prepared, (height, width), 0.2, 42, {"source": "synthetic", "pairing": rule})
+    return prepared
+
+
+def cell_settings(
+    framework: str, backend: str, gpus: int, image_size: tuple[int, int], count: int, **training: object
+) -> dict:
+    """Settings of one cell from a config validated against config/schema.yaml (defaults filled)."""
+    from scalebench import config as sb_config
+
+    height, width = image_size
+    study = {
+        "dataset": {"source": "synthetic", "image_size": [height, width], "synthetic": {"count": count}},
+        "matrix": {"frameworks": [framework], "backends": [backend], "gpus": [gpus], "seeds": [1]},
+        "training": dict(training),
+    }
+    config = sb_config.validate(study, sb_config.load_schema(REPO / "config" / "schema.yaml"))
+    return sb_config.train_settings(config, sb_config.Cell(framework, backend, gpus, 1))
+
+
+def single_process_env(**extra: str) -> dict[str, str]:
+    """The environment of a child that must be rank 0 of 1 (no launcher variables)."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES and not k.startswith("SLURM_")}
+    env.update(TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.update(extra)
+    return env
+
+
+def run_child(script: str, mode: str, args: dict, env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+    """Run `script --child MODE --args JSON` in a fresh process; its last stdout line is a JSON result."""
+    command = [sys.executable, script, "--child", mode, "--args", json.dumps(args)]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=env or single_process_env(), cwd=REPO
+    )
+    if result.returncode:
+        raise RuntimeError(f"{mode} child failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def read_metrics(out: Path) -> tuple[list[dict], dict]:
+    """(epoch records, final record) of a cell folder's metrics.jsonl."""
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in lines if r["type"] == "epoch"], next(r for r in lines if r["type"] == "final")
+
+
+def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """Start a cell's ranks the way the train rule does (workflow/scripts/launch.py, local executor)."""
+    from scalebench import config as sb_config
+
+    launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
+    command = [
+        sys.executable,
+        str(SCRIPTS / "launch.py"),
+        "--settings",
+        json.dumps(settings),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--launchers",
+        json.dumps(launchers),
+    ]
+    child_env = single_process_env(SCALEBENCH_EXECUTOR="local", **env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=child_env)

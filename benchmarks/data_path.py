@@ -1,0 +1,183 @@
+"""Benchmark: the data path at full size (issue 7, item 2).
+
+The project's loop (PyTorch DDP or TensorFlow native, rank 0 of 1, in one process) trains at
+768x1024, batch 2, on the CPU; the share of each steady-state epoch spent waiting for the next
+batch is read from the data_wait_s and epoch_time_s its metrics.jsonl records. Then the loaders
+alone (the DataLoader over DistributedSampler exactly as torch_training builds it, and
+tf_data.train_dataset) are iterated without a model, and their images/s are set against the
+images/s the model consumes.
+
+    /tmp/probe/bin/python benchmarks/data_path.py [--framework torch tensorflow] [--epochs 3] [--workers 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+import harness_overhead  # noqa: E402
+
+TARGET_SHARE = 0.05
+
+
+def torch_loader(args: dict) -> dict:
+    """Images/s of the training DataLoader alone, built as torch_training.run builds it."""
+    import torch
+    from scalebench.preprocess import load_arrays
+    from scalebench.torch_training import SegmentationArrays
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    settings = args["settings"]
+    training = settings["training"]
+    torch.set_num_threads(training["threads_per_rank"])
+    _, _, manifest = load_arrays(args["data"])
+    sampler = DistributedSampler(
+        SegmentationArrays(args["data"], manifest["train"] * training["dataset_repeat"]),
+        num_replicas=1,
+        rank=0,
+        shuffle=True,
+        seed=1,
+        drop_last=False,
+    )
+    workers = training["loader"]["workers"]
+    loader = DataLoader(
+        sampler.dataset,
+        batch_size=training["batch_per_gpu"],
+        sampler=sampler,
+        drop_last=True,
+        num_workers=workers,
+        prefetch_factor=training["loader"]["prefetch_factor"] if workers else None,
+        persistent_workers=workers > 0,
+    )
+    times, images = [], 0
+    for epoch in range(args["epochs"]):
+        sampler.set_epoch(epoch)
+        started = time.perf_counter()
+        images = sum(len(batch[0]) for batch in loader)
+        times.append(time.perf_counter() - started)
+    return {"epoch_times": times, "images_per_epoch": images}
+
+
+def tf_loader(args: dict) -> dict:
+    """Images/s of tf_data.train_dataset alone (one replica), as tf_training.run builds it per epoch."""
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+    from scalebench import tf_data, tf_runtime
+    from scalebench.preprocess import load_arrays
+
+    settings = args["settings"]
+    training = settings["training"]
+    threads = training["threads_per_rank"]
+    tf_runtime.configure(threads, "cpu")
+    _, _, manifest = load_arrays(args["data"])
+    train = manifest["train"] * training["dataset_repeat"]
+    times, images = [], 0
+    for epoch in range(args["epochs"]):
+        started = time.perf_counter()
+        dataset = tf_data.train_dataset(args["data"], train, [0], 1, training["batch_per_gpu"], 1, epoch, threads)
+        images = sum(int(item[0][0].shape[0]) for item in dataset)
+        times.append(time.perf_counter() - started)
+    return {"epoch_times": times, "images_per_epoch": images}
+
+
+def child(mode: str, args: dict) -> None:
+    framework, kind = mode.split("-")
+    if kind == "harness":
+        result = harness_overhead.harness(args, framework)
+    else:
+        result = (torch_loader if framework == "torch" else tf_loader)(args)
+    print(json.dumps(result))
+
+
+def measure(framework: str, options: argparse.Namespace, data: Path, root: Path) -> dict:
+    height, width = options.size
+    settings = _common.cell_settings(
+        framework,
+        "native",
+        1,
+        (height, width),
+        options.count,
+        epochs=options.epochs,
+        batch_per_gpu=options.batch,
+        threads_per_rank=options.threads,
+        predictions=0,
+        checkpoint_every=0,
+        loader={"workers": options.workers},
+    )
+    script = str(Path(__file__).resolve())
+    out = root / f"{framework}_run"
+    out.mkdir(parents=True, exist_ok=True)
+    trained = _common.run_child(
+        script, f"{framework}-harness", {"settings": settings, "data": str(data), "out": str(out)}
+    )
+    loader = _common.run_child(
+        script, f"{framework}-loader", {"settings": settings, "data": str(data), "epochs": options.loader_epochs}
+    )
+    shares = [w / t for w, t in zip(trained["data_wait_s"][1:], trained["epoch_times"][1:])]
+    consumed = _common.median(trained["images_per_s"][1:])
+    loaded = loader["images_per_epoch"] / _common.median(loader["epoch_times"][1:])
+    return {
+        "framework": framework,
+        "wait_shares": shares,
+        "wait_share": _common.median(shares),
+        "model_images_per_s": consumed,
+        "loader_images_per_s": loaded,
+        "loader_over_model": loaded / consumed,
+        "steady_epoch_s": _common.steady_epoch_s(trained["epoch_times"]),
+        "images_per_epoch": trained["images_per_epoch"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=["torch", "tensorflow"], nargs="+", default=["torch", "tensorflow"])
+    parser.add_argument("--epochs", type=int, default=3, help="training epochs; the first is warm-up (default 3)")
+    parser.add_argument("--loader-epochs", type=int, default=4, help="passes of the loader alone (default 4)")
+    parser.add_argument("--size", type=int, nargs=2, default=[768, 1024], metavar=("H", "W"))
+    parser.add_argument("--count", type=int, default=8, help="synthetic pairs (default 8: 6 train, 2 test)")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1, help="training.threads_per_rank (default 1)")
+    parser.add_argument("--workers", type=int, default=0, help="training.loader.workers (default 0, as config.yaml)")
+    parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--args", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        child(options.child, json.loads(options.args))
+        return
+    root = Path(options.workdir or tempfile.mkdtemp(prefix="data_path_"))
+    root.mkdir(parents=True, exist_ok=True)
+    print(_common.machine_line())
+    height, width = options.size
+    print(
+        f"{height}x{width}, batch {options.batch}, {options.threads} thread(s), loader workers {options.workers}, "
+        f"{options.epochs} epochs"
+    )
+    try:
+        data = _common.prepare_dataset(root, options.count, height, width)
+        for framework in options.framework:
+            result = measure(framework, options, data, root)
+            verdict = "meets" if result["wait_share"] <= TARGET_SHARE else "misses"
+            print(
+                f"{framework}: data wait {100 * result['wait_share']:.2f}% of the steady epoch "
+                f"({result['steady_epoch_s']:.1f} s, {result['images_per_epoch']} images; {verdict} <= 5%); "
+                f"loader alone {result['loader_images_per_s']:.1f} images/s, model consumes "
+                f"{result['model_images_per_s']:.3f} images/s (loader/model {result['loader_over_model']:.0f}x)"
+            )
+            print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        print(_common.machine_line())
+        if not options.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Benchmark: images/s of the PyTorch and TensorFlow UNets on the same arrays (issue 7, item 3).
+
+Both models train in the bare loops of harness_overhead.py (same arrays, batch, loss and Adam;
+1 rank, CPU, the same compute threads), each run in a fresh process, the configurations in
+turn within each round. Besides the two defaults, variants that explain a gap: PyTorch with
+channels-last tensors (TensorFlow's layout), and TensorFlow with its oneDNN kernels switched
+off (TF_ENABLE_ONEDNN_OPTS=0) and on explicitly.
+
+    /tmp/probe/bin/python benchmarks/framework_parity.py [--rounds 3] [--epochs 3] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+SCRIPT = str(Path(__file__).resolve().parent / "harness_overhead.py")
+PARITY = (0.75, 1.33)
+
+# name -> (harness_overhead child mode, extra child arguments, extra environment)
+CONFIGURATIONS = {
+    "torch": ("torch-bare", {}, {}),
+    "tensorflow": ("tensorflow-bare", {}, {}),
+    "torch channels_last": ("torch-bare", {"channels_last": True}, {}),
+    "tensorflow oneDNN off": ("tensorflow-bare", {}, {"TF_ENABLE_ONEDNN_OPTS": "0"}),
+    "tensorflow oneDNN on": ("tensorflow-bare", {}, {"TF_ENABLE_ONEDNN_OPTS": "1"}),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each configuration (default 3)")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per run; the first is warm-up (default 3)")
+    parser.add_argument("--size", type=int, nargs=2, default=[256, 256], metavar=("H", "W"))
+    parser.add_argument("--count", type=int, default=20, help="synthetic pairs (80%% train; default 20)")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--only", nargs="+", choices=list(CONFIGURATIONS), default=list(CONFIGURATIONS))
+    parser.add_argument("--workdir", help="keep the data here (default: a temporary folder)")
+    options = parser.parse_args()
+    root = Path(options.workdir or tempfile.mkdtemp(prefix="framework_parity_"))
+    root.mkdir(parents=True, exist_ok=True)
+    height, width = options.size
+    print(_common.machine_line())
+    print(f"{height}x{width}, batch {options.batch}, {options.threads} thread(s), {options.rounds} rounds")
+    try:
+        data = _common.prepare_dataset(root, options.count, height, width)
+        rates: dict[str, list[float]] = {name: [] for name in options.only}
+        for round_number in range(options.rounds):
+            for name in options.only:
+                mode, extra, env = CONFIGURATIONS[name]
+                args = {"data": str(data), "epochs": options.epochs, "batch": options.batch, "threads": options.threads}
+                result = _common.run_child(
+                    SCRIPT, mode, {**args, "repeat": 1, **extra}, _common.single_process_env(**env)
+                )
+                rate = result["images_per_epoch"] / _common.steady_epoch_s(result["epoch_times"])
+                rates[name].append(rate)
+                print(f"  round {round_number + 1} {name}: {rate:.2f} images/s  load {_common.load_average():.2f}")
+        summary = {name: _common.median(values) for name, values in rates.items()}
+        for name, rate in summary.items():
+            print(f"{name}: {rate:.2f} images/s (median of {len(rates[name])})")
+        if "torch" in summary and "tensorflow" in summary:
+            ratio = summary["torch"] / summary["tensorflow"]
+            inside = PARITY[0] <= ratio <= PARITY[1]
+            print(f"torch / tensorflow: {ratio:.3f} ({'inside' if inside else 'outside'} {PARITY[0]}-{PARITY[1]})")
+        print("RESULT " + json.dumps({"rates": rates, "median": summary}), flush=True)
+    finally:
+        print(_common.machine_line())
+        if not options.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
