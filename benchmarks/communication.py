@@ -1,0 +1,267 @@
+"""Benchmark: what the gradient reduction costs on the CPU, 2 ranks against 1 (issue 7, item 4).
+
+Weak scaling: every rank trains the same per-rank batch and the same number of steps per
+epoch (training.dataset_repeat = ranks, so each rank's shard is the whole training set), so
+the ideal ratio of steady-state epoch times (2 ranks / 1 rank) is 1.0. One compute thread per
+rank (training.threads_per_rank: 1; launch.py also sets OMP_NUM_THREADS and TF's intra-op
+threads to it), so on a 2-core machine the two ranks have one core each, like the single rank.
+Cells start through workflow/scripts/launch.py with the default local launchers (torchrun,
+horovodrun --gloo), as the train rule starts them.
+
+Where the framework can tell, the share of the time in the reduction:
+- Horovod (both frameworks): HOROVOD_TIMELINE; the union of the ALLREDUCE intervals of every
+  tensor (after negotiation, i.e. after all ranks are ready) over the summed epoch times.
+- PyTorch DDP: a probe in this file, started by torchrun with 2 ranks on the same UNet and
+  arrays, times each bucket's allreduce future from launch to completion with a DDP comm hook,
+  and compares steps with the reduction against steps under no_sync() (no reduction).
+TensorFlow's MultiWorkerMirroredStrategy exposes no such hook; its row has the epoch ratio only.
+
+    /tmp/probe/bin/python benchmarks/communication.py [--backends torch_native torch_horovod ...] [--epochs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+BACKENDS = ["torch_native", "torch_horovod", "tensorflow_native", "tensorflow_horovod"]
+
+
+def merged_length(intervals: list[tuple[float, float]]) -> float:
+    """Total length of the union of [start, end) intervals."""
+    total, current_start, current_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += current_end - current_start
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += current_end - current_start
+    return total
+
+
+def timeline_allreduce_s(path: Path) -> tuple[float, int]:
+    """(seconds during which some tensor was in its ALLREDUCE phase, number of allreduces) from a Horovod timeline."""
+    text = path.read_text().strip()
+    if not text.endswith("]"):  # Horovod leaves the JSON array open while it runs
+        text = text.rstrip(",") + "]"
+    events = json.loads(text)
+    open_at: dict[int, float] = {}
+    intervals = []
+    for event in events:
+        if event.get("name") != "ALLREDUCE" and not (event.get("ph") == "E" and event.get("pid") in open_at):
+            continue
+        if event["ph"] == "B" and event.get("name") == "ALLREDUCE":
+            open_at[event["pid"]] = event["ts"]
+        elif event["ph"] == "E" and event["pid"] in open_at:
+            intervals.append((open_at.pop(event["pid"]), event["ts"]))
+    return merged_length(intervals) / 1e6, len(intervals)
+
+
+def ddp_probe(args: dict) -> dict:
+    """One rank of the DDP probe (started by torchrun): allreduce futures timed by a comm hook."""
+    from datetime import timedelta
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from scalebench.preprocess import load_arrays
+    from scalebench.torch_model import UNet
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(1)
+    model = torch.nn.parallel.DistributedDataParallel(UNet())
+    durations: list[float] = []
+
+    def timed_allreduce(state, bucket):
+        started = time.perf_counter()
+        future = dist.all_reduce(bucket.buffer().div_(world), async_op=True).get_future()
+
+        def finished(done):
+            durations.append(time.perf_counter() - started)
+            return done.value()[0]
+
+        return future.then(finished)
+
+    model.register_comm_hook(None, timed_allreduce)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-8)
+    images, masks, manifest = load_arrays(args["data"])
+    train, batch = manifest["train"], args["batch"]
+    rng = np.random.default_rng(rank)
+
+    def step(sync: bool) -> float:
+        index = sorted(rng.choice(train, batch, replace=False).tolist())
+        x = torch.from_numpy(np.asarray(images[index], dtype=np.float32) / 255.0).unsqueeze(1)
+        y = torch.from_numpy(np.asarray(masks[index], dtype=np.float32)).unsqueeze(1)
+        started = time.perf_counter()
+        if sync:
+            loss = F.binary_cross_entropy_with_logits(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+        else:
+            with model.no_sync():
+                loss = F.binary_cross_entropy_with_logits(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+        optimizer.step()
+        return time.perf_counter() - started
+
+    for _ in range(2):
+        step(True)
+    durations.clear()  # the hook fires only in steps with the reduction
+    synced, local = [], []
+    for _ in range(args["blocks"]):
+        for sync, times in ((True, synced), (False, local)):
+            dist.barrier()
+            times.extend(step(sync) for _ in range(args["steps"]))
+    result = {
+        "rank": rank,
+        "step_sync_s": float(np.median(synced)),
+        "step_no_sync_s": float(np.median(local)),
+        "allreduce_s_per_step": sum(durations) / len(synced),
+        "buckets_per_step": len(durations) / len(synced),
+    }
+    dist.destroy_process_group()
+    return result
+
+
+def run_cell(backend: str, ranks: int, options: argparse.Namespace, data: Path, root: Path) -> dict:
+    framework, kind = backend.split("_")
+    height, width = options.size
+    settings = _common.cell_settings(
+        framework,
+        kind,
+        ranks,
+        (height, width),
+        options.count,
+        epochs=options.epochs,
+        batch_per_gpu=options.batch,
+        threads_per_rank=1,
+        dataset_repeat=ranks,
+        predictions=0,
+        checkpoint_every=0,
+        collective_timeout_s=120,
+        loader={"workers": 0},
+    )
+    out = root / f"{backend}_g{ranks}"
+    out.mkdir(parents=True, exist_ok=True)
+    env = {}
+    timeline = out / "horovod_timeline.json"
+    if kind == "horovod":
+        env["HOROVOD_TIMELINE"] = str(timeline)
+    result = _common.launch_cell(settings, data, out, timeout=options.timeout, **env)
+    if result.returncode:
+        raise RuntimeError(f"{backend} on {ranks} ranks failed ({result.returncode}):\n{result.stdout[-3000:]}")
+    epochs, _ = _common.read_metrics(out)
+    times = [r["epoch_time_s"] for r in epochs]
+    measured = {"epoch_times": times, "steady_s": _common.steady_epoch_s(times), "steps": epochs[-1]["steps"]}
+    if kind == "horovod" and timeline.exists():
+        busy, count = timeline_allreduce_s(timeline)
+        measured.update(allreduce_s=busy, allreduces=count, allreduce_share=busy / sum(times))
+    return measured
+
+
+def run_ddp_probe(options: argparse.Namespace, data: Path) -> list[dict]:
+    args = {"data": str(data), "batch": options.batch, "steps": options.probe_steps, "blocks": 3}
+    command = [
+        str(Path(sys.executable).parent / "torchrun"),
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "--master-addr=127.0.0.1",
+        f"--master-port={_free_port()}",
+        str(Path(__file__).resolve()),
+        "--child",
+        "ddp-probe",
+        "--args",
+        json.dumps(args),
+    ]
+    env = _common.single_process_env(OMP_NUM_THREADS="1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout, env=env)
+    if result.returncode:
+        raise RuntimeError(f"DDP probe failed:\n{result.stderr[-3000:]}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def _free_port() -> int:
+    from scalebench import distenv
+
+    return distenv.free_port()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=BACKENDS)
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per cell; the first is warm-up (default 4)")
+    parser.add_argument("--size", type=int, nargs=2, default=[128, 128], metavar=("H", "W"))
+    parser.add_argument("--count", type=int, default=30, help="synthetic pairs (default 30: 24 train)")
+    parser.add_argument("--batch", type=int, default=4, help="training.batch_per_gpu (default 4)")
+    parser.add_argument("--probe-steps", type=int, default=4, help="steps per block of the DDP probe (default 4)")
+    parser.add_argument("--no-probe", action="store_true", help="skip the DDP comm-hook probe")
+    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--args", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        print(json.dumps(ddp_probe(json.loads(options.args))), flush=True)
+        return
+    root = Path(options.workdir or tempfile.mkdtemp(prefix="communication_"))
+    root.mkdir(parents=True, exist_ok=True)
+    height, width = options.size
+    print(_common.machine_line())
+    print(
+        f"{height}x{width}, batch {options.batch} per rank, 1 thread per rank, dataset_repeat = ranks "
+        f"(same steps per rank), {options.epochs} epochs"
+    )
+    try:
+        data = _common.prepare_dataset(root, options.count, height, width)
+        results = {}
+        for backend in options.backends:
+            one, two = (run_cell(backend, ranks, options, data, root) for ranks in (1, 2))
+            results[backend] = {"1": one, "2": two, "ratio": two["steady_s"] / one["steady_s"]}
+            line = (
+                f"{backend}: steady epoch 1 rank {one['steady_s']:.2f} s, 2 ranks {two['steady_s']:.2f} s "
+                f"({two['steps'] // 2} steps of {options.batch} per rank), ratio {results[backend]['ratio']:.3f}"
+            )
+            if "allreduce_share" in two:
+                line += (
+                    f"; allreduce busy {two['allreduce_s']:.2f} s over {two['allreduces']} tensor allreduces, "
+                    f"{100 * two['allreduce_share']:.1f}% of the epoch time (1 rank: "
+                    f"{100 * one.get('allreduce_share', 0):.1f}%)"
+                )
+            print(line + f"  load {_common.load_average():.2f}", flush=True)
+        if "torch_native" in options.backends and not options.no_probe:
+            probe = run_ddp_probe(options, data)
+            for rank in probe:
+                share = 1 - rank["step_no_sync_s"] / rank["step_sync_s"]
+                print(
+                    f"DDP probe rank {rank['rank']}: step {rank['step_sync_s']:.3f} s with the allreduce, "
+                    f"{rank['step_no_sync_s']:.3f} s under no_sync ({100 * share:.1f}% of the step); "
+                    f"allreduce futures {rank['allreduce_s_per_step'] * 1e3:.1f} ms per step "
+                    f"({rank['buckets_per_step']:.0f} buckets, overlapping backward)"
+                )
+            results["ddp_probe"] = probe
+        print("RESULT " + json.dumps(results), flush=True)
+    finally:
+        print(_common.machine_line())
+        if not options.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
