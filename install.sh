@@ -36,14 +36,20 @@ if [[ ! -f "$stamp" ]]; then
 fi
 mv "$requirements.new" "$requirements"
 
-if ! "$VENV/bin/horovodrun" --check-build > "$VENV/horovod-check.txt" 2>&1; then
-    "$ROOT/tools/build_horovod.sh" "$PY"
-    "$VENV/bin/horovodrun" --check-build > "$VENV/horovod-check.txt" 2>&1 || true
+check=$VENV/horovod-check.txt
+hvd_dir=$("$PY" -c 'import importlib.util as u; s = u.find_spec("horovod"); print(s.submodule_search_locations[0] if s else "")')
+# --check-build imports both frameworks (slow): redo it only when Horovod changed since the last check.
+if [[ -z "$hvd_dir" || ! -f "$check" || "$hvd_dir" -nt "$check" ]]; then
+    if [[ -z "$hvd_dir" ]] || ! "$VENV/bin/horovodrun" --check-build > "$check" 2>&1; then
+        "$ROOT/tools/build_horovod.sh" "$PY"
+        "$VENV/bin/horovodrun" --check-build > "$check" 2>&1 || true
+    fi
 fi
 # --check-build prints "[X] PyTorch" for each framework it was built with.
 for framework in TensorFlow PyTorch Gloo; do
-    if ! grep -q "\[X\] $framework" "$VENV/horovod-check.txt"; then
-        cat "$VENV/horovod-check.txt" >&2
+    if ! grep -q "\[X\] $framework" "$check"; then
+        cat "$check" >&2
+        rm -f "$check"
         echo "install.sh: Horovod was built without $framework; remove the cached wheel" \
              "(\$HOME/.cache/scalebench/wheels) and run ./install.sh again" >&2
         exit 1

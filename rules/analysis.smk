@@ -3,6 +3,17 @@
 # analysis_cell_outputs in common.smk): the report then shows what exists and lists the rest.
 
 
+# Reading records and drawing figures takes seconds: run them where Snakemake
+# runs instead of queueing a SLURM job for each.
+localrules:
+    collect_runs,
+    derive_scaling,
+    render_tables,
+    plot_scaling,
+    plot_training,
+    plot_predictions,
+
+
 rule collect_runs:
     input:
         metrics=analysis_cell_outputs("metrics.jsonl"),

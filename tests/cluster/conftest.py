@@ -103,6 +103,7 @@ def run_slurm_snakemake(
         "--slurm-init-seconds-before-status-checks",
         "2",
         "--slurm-no-account",
+        "--slurm-keep-successful-logs",  # the tests read which job ran which cell
         "--latency-wait",
         "5",
         *args,

@@ -17,7 +17,7 @@ def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
     backends = sorted({b for _, b in pairs})
     config = cluster_config(frameworks=frameworks, backends=backends)
     report = tmp_path / "report.html"
-    # every rule runs as a SLURM job here, the analysis rules included: slow on a loaded 2-core machine
+    # data preparation and every cell run as SLURM jobs; the analysis rules are local rules
     result = run_slurm_snakemake(single_node, tmp_path, config, timeout=1200)
     assert result.returncode == 0, describe(result, tmp_path)
     report_run = run_slurm_snakemake(single_node, tmp_path, config, "--report", str(report))

@@ -1,0 +1,71 @@
+"""Render the configuration reference (a Markdown table) from config/schema.yaml.
+
+    python tools/config_reference.py            # print it
+    python tools/config_reference.py --write    # update README.md between the markers
+
+A unit test checks that README.md holds the current table, so the reference
+can never drift from the schema.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+
+
+def _type(schema: dict) -> str:
+    if "enum" in schema:
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+    kind = schema.get("type", "")
+    kind = " or ".join(kind) if isinstance(kind, list) else kind
+    if kind == "array" and "items" in schema:
+        return f"list of {_type(schema['items'])}"
+    return kind
+
+
+def rows(schema: dict, prefix: str = "") -> list[tuple[str, str, str, str]]:
+    out = []
+    for name, sub in schema.get("properties", {}).items():
+        key = f"{prefix}{name}"
+        if sub.get("type") == "object" and "properties" in sub:
+            out.append((key, "section", "", " ".join(sub.get("description", "").split())))
+            out.extend(rows(sub, key + "."))
+        else:
+            default = json.dumps(sub["default"]) if "default" in sub else "required"
+            out.append((key, _type(sub), f"`{default}`", " ".join(sub.get("description", "").split())))
+    return out
+
+
+def table() -> str:
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    lines = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+    for key, kind, default, meaning in rows(schema):
+        meaning = meaning.replace("|", "\\|")
+        lines.append(f"| `{key}` | {kind} | {default} | {meaning} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    if not args.write:
+        print(table())
+        return 0
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    head, rest = text.split(START)
+    _, tail = rest.split(END)
+    readme.write_text(f"{head}{START}\n{table()}\n{END}{tail}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
