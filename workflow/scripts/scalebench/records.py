@@ -155,3 +155,83 @@ def progress_line(record: dict, epochs: int, remaining_s: float) -> str:
     if record.get("test_iou") is not None:
         line += f"  test IOU {record['test_iou']:.3f}"
     return line
+
+
+def host_name() -> str:
+    """This rank's node: SLURM's node name under srun (nodes may share a hostname), else the hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def placement(hosts: list[str], devices: list[str], image_size: list[int], training: dict, peaks: dict) -> dict:
+    """run.json fields from every rank's host and device, and the model FLOPs for MFU."""
+    from . import flops
+
+    flops_per_image = flops.train_flops_per_image(*image_size)
+    return {
+        "hosts": sorted(set(hosts)),
+        "nodes": len(set(hosts)),
+        "rank_hosts": hosts,
+        "devices": devices,
+        "model_flops_per_image": flops_per_image,
+        "peak_tflops": flops.peak_tflops(devices[0], flops.precision_key(training), peaks),
+    }
+
+
+def epoch_record(
+    epoch: int,
+    loss: float,
+    lr: float,
+    slowest: list[float],
+    steps: int,
+    batch: int,
+    train_time_s: float,
+    provenance: dict,
+) -> dict:
+    """The epoch record of the contract. `slowest` = [epoch time, data wait, peak memory], each the
+    maximum over ranks; `steps` = steps summed over ranks; throughput fields from the model FLOPs."""
+    from . import flops
+
+    epoch_time_s, data_wait_s, peak_mem_mb = slowest
+    images_per_s = steps * batch / epoch_time_s
+    return {
+        "type": "epoch",
+        "epoch": epoch,
+        "loss": float(loss),
+        "lr": lr,
+        "epoch_time_s": epoch_time_s,
+        "images_per_s": images_per_s,
+        "data_wait_s": data_wait_s,
+        "peak_mem_mb": peak_mem_mb,
+        "steps": int(steps),
+        "train_time_s": train_time_s,
+        "test_iou": None,
+        "test_loss": None,
+        **flops.throughput_fields(images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"]),
+    }
+
+
+def final_record(status: str, setup_s: float, train_time_s: float, epochs_completed: int) -> dict:
+    """The final record; evaluation fills test_loss, iou and test_time_s when the run is ok."""
+    return {
+        "type": "final",
+        "status": status,
+        "setup_s": setup_s,
+        "train_time_s": train_time_s,
+        "epochs_completed": epochs_completed,
+        "test_loss": None,
+        "iou": None,
+        "test_time_s": None,
+    }
+
+
+def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> None:
+    """Rank 0 at the end: one summary line and the cell's outcome in run.json."""
+    print(
+        f"final: status {final['status']}  test loss {final['test_loss']}  IOU {final['iou']}  "
+        f"train {final['train_time_s']:.1f} s",
+        flush=True,
+    )
+    provenance.update(
+        status=final["status"], end=now_iso(), setup_s=final["setup_s"], resumed_from_epoch=start_epoch or None
+    )
+    write_json_atomic(run_json, provenance)

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager, nullcontext
 import numpy as np
 
 from . import tf_runtime
+from .horovod_srun import adopt_srun_rank
 from .tf_cluster import ClusterMismatch
 
 tf = tf_runtime.tf
@@ -45,6 +46,7 @@ class HorovodTFBackend:
         hvd = self.hvd
         # A rank that waits longer than this for a dead or hung peer fails instead of hanging.
         os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(training["collective_timeout_s"])))
+        adopt_srun_rank()  # started by horovod_srun.py: take the rank from srun
         hvd.init()
         self.rank, self.local_rank = hvd.rank(), hvd.local_rank()
         self.world_size, self.local_world_size = hvd.size(), hvd.local_size()

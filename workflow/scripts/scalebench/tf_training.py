@@ -286,9 +286,11 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
         layout="channels_last",
         versions={**tf_runtime.versions(), **backend.versions()},
     )
-    hosts = backend.allgather_text(records.socket.gethostname())
+    hosts = backend.allgather_text(records.host_name())
     devices = backend.allgather_text(tf_runtime.device_name(backend.device_type))
-    provenance.update(hosts=sorted(set(hosts)), nodes=len(set(hosts)), rank_hosts=hosts, devices=devices)
+    provenance.update(
+        records.placement(hosts, devices, settings["dataset"]["image_size"], training, settings["peak_tflops"])
+    )
     run_json = out / "run.json"
     if is_root:
         records.write_json_atomic(run_json, provenance)
@@ -349,20 +351,7 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
             mean_loss = reduced[0] / max(reduced[1], 1)
             train_time += slowest[0]
             epoch_times.append(slowest[0])
-            record = {
-                "type": "epoch",
-                "epoch": epoch + 1,
-                "loss": float(mean_loss),
-                "lr": lr,
-                "epoch_time_s": slowest[0],
-                "images_per_s": float(reduced[1]) * batch / slowest[0],
-                "data_wait_s": slowest[1],
-                "peak_mem_mb": slowest[2],
-                "steps": int(reduced[1]),
-                "train_time_s": train_time,
-                "test_iou": None,
-                "test_loss": None,
-            }
+            record = records.epoch_record(epoch + 1, mean_loss, lr, slowest, reduced[1], batch, train_time, provenance)
             if records.diverged(mean_loss, training):
                 metrics.write(record)
                 raise Diverged(f"loss is {mean_loss} in epoch {epoch + 1} (max_loss {training['max_loss']})")
@@ -386,16 +375,7 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
         status = "oom"
         print(f"out of memory: {error.message}", flush=True)
 
-    final = {
-        "type": "final",
-        "status": status,
-        "setup_s": setup_s,
-        "train_time_s": train_time,
-        "epochs_completed": len(epoch_times),
-        "test_loss": None,
-        "iou": None,
-        "test_time_s": None,
-    }
+    final = records.final_record(status, setup_s, train_time, len(epoch_times))
     if status == "ok":
         backend.broadcast_from_root(buffers)
         tf_runtime.synchronize()
@@ -407,11 +387,6 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
             save_predictions(steps, data_dir, manifest["test"], training["predictions"], out)
     metrics.write(final)
     if is_root:
-        print(
-            f"final: status {status}  test loss {final['test_loss']}  IOU {final['iou']}  train {final['train_time_s']:.1f} s",
-            flush=True,
-        )
-        provenance.update(status=status, end=records.now_iso(), setup_s=setup_s, resumed_from_epoch=start_epoch or None)
-        records.write_json_atomic(run_json, provenance)
+        records.finish(run_json, provenance, final, start_epoch)
         checkpoint.remove()
     return status

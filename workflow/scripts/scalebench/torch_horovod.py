@@ -7,6 +7,8 @@ import os
 import torch
 from torch import nn
 
+from .horovod_srun import adopt_srun_rank
+
 INSTALL_HINT = "run ./install.sh (it builds Horovod with PyTorch and TensorFlow support)"
 
 
@@ -31,6 +33,7 @@ class HorovodTorchBackend:
     def setup(self, timeout_s: float) -> None:
         # A rank that waits longer than this for a dead or hung peer fails instead of hanging.
         os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(timeout_s)))
+        adopt_srun_rank()  # started by horovod_srun.py: take the rank from srun
         self.hvd.init()
         self.rank, self.local_rank = self.hvd.rank(), self.hvd.local_rank()
         self.world_size, self.local_world_size = self.hvd.size(), self.hvd.local_size()

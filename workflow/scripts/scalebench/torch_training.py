@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from . import flops, records
+from . import records
 from .preprocess import load_arrays
 from .schedule import learning_rate
 from .torch_model import UNet, parameter_count
@@ -256,12 +256,11 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
         precision=training["precision"] if not autocast[0] else f"amp-{training['amp_dtype']}",
         versions={"torch": torch.__version__, **backend.versions(), **cuda_versions()},
     )
-    hosts = backend.allgather_object(records.socket.gethostname())
+    hosts = backend.allgather_object(records.host_name())
     devices = backend.allgather_object(device_name(device))
-    provenance.update(hosts=sorted(set(hosts)), nodes=len(set(hosts)), rank_hosts=hosts, devices=devices)
-    flops_per_image = flops.train_flops_per_image(*settings["dataset"]["image_size"])
-    peak = flops.peak_tflops(devices[0], flops.precision_key(training), settings.get("peak_tflops", {}))
-    provenance.update(model_flops_per_image=flops_per_image, peak_tflops=peak)
+    provenance.update(
+        records.placement(hosts, devices, settings["dataset"]["image_size"], training, settings["peak_tflops"])
+    )
     run_json = out / "run.json"
     if is_root:
         records.write_json_atomic(run_json, provenance)
@@ -350,21 +349,9 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
             mean_loss = reduced[0].item() / max(reduced[1].item(), 1)
             train_time += slowest[0]
             epoch_times.append(slowest[0])
-            record = {
-                "type": "epoch",
-                "epoch": epoch + 1,
-                "loss": mean_loss,
-                "lr": lr,
-                "epoch_time_s": slowest[0],
-                "images_per_s": reduced[1].item() * batch / slowest[0],
-                "data_wait_s": slowest[1],
-                "peak_mem_mb": slowest[2],
-                "steps": int(reduced[1].item()),
-                "train_time_s": train_time,
-                "test_iou": None,
-                "test_loss": None,
-            }
-            record.update(flops.throughput_fields(record["images_per_s"], flops_per_image, peak))
+            record = records.epoch_record(
+                epoch + 1, mean_loss, lr, slowest, reduced[1].item(), batch, train_time, provenance
+            )
             if records.diverged(mean_loss, training):
                 metrics.write(record)
                 raise Diverged(f"loss is {mean_loss} in epoch {epoch + 1} (max_loss {training['max_loss']})")
@@ -400,16 +387,7 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
         status = "oom"
         print(f"out of memory: {error}", flush=True)
 
-    final = {
-        "type": "final",
-        "status": status,
-        "setup_s": setup_s,
-        "train_time_s": train_time,
-        "epochs_completed": len(epoch_times),
-        "test_loss": None,
-        "iou": None,
-        "test_time_s": None,
-    }
+    final = records.final_record(status, setup_s, train_time, len(epoch_times))
     if status == "ok":
         backend.broadcast_buffers(raw_model)
         synchronize(device)
@@ -425,12 +403,7 @@ def run(backend: Backend, settings: dict, data_dir: str, out_dir: str, config_ha
             save_predictions(raw_model, data_dir, manifest["test"], training["predictions"], out, device)
     metrics.write(final)
     if is_root:
-        print(
-            f"final: status {status}  test loss {final['test_loss']}  IOU {final['iou']}  train {final['train_time_s']:.1f} s",
-            flush=True,
-        )
-        provenance.update(status=status, end=records.now_iso(), setup_s=setup_s, resumed_from_epoch=start_epoch or None)
-        records.write_json_atomic(run_json, provenance)
+        records.finish(run_json, provenance, final, start_epoch)
         checkpoint.remove()
     return status
 

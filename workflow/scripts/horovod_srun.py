@@ -1,0 +1,11 @@
+"""Start Horovod ranks with srun, no ssh needed (see scalebench/horovod_srun.py)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from scalebench.horovod_srun import main  # noqa: E402
+
+if __name__ == "__main__":
+    sys.exit(main())
