@@ -201,6 +201,7 @@ class SlurmCluster:
             "MpiDefault=none",
             "ReturnToService=2",
             "MinJobAge=600",  # squeue must still see finished jobs when snakemake asks
+            "EnforcePartLimits=ALL",  # refuse impossible jobs at submission, as production clusters do
             "KillWait=5",
             "OverTimeLimit=0",
             "InactiveLimit=0",

@@ -4,27 +4,31 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import cluster_config, describe, read_run, run_slurm_snakemake, slurm_jobs
+from .conftest import cluster_config, describe, implemented_backends, read_run, run_slurm_snakemake, slurm_jobs
 
 pytestmark = pytest.mark.cluster
 
 
-def test_two_rank_cell_puts_one_rank_on_each_node(two_nodes, tmp_path):
-    # one rank per node: a 2-rank cell needs both nodes
-    config = cluster_config(gpus=(2,), ranks_per_node=1)
-    result = run_slurm_snakemake(two_nodes, tmp_path, config)
+def test_two_rank_cell_of_each_backend_puts_one_rank_on_each_node(two_nodes, tmp_path):
+    # one rank per node: a 2-rank cell needs both nodes; all backends in one run
+    pairs = implemented_backends()
+    config = cluster_config(
+        frameworks=sorted({f for f, _ in pairs}), backends=sorted({b for _, b in pairs}), gpus=(2,), ranks_per_node=1
+    )
+    result = run_slurm_snakemake(two_nodes, tmp_path, config, timeout=1200)
     assert result.returncode == 0, describe(result, tmp_path)
-    run = read_run(tmp_path, "torch/native/g2/s1")
-    assert run["status"] == "ok" and run["world_size"] == 2
-    slurm = run["slurm"]
-    # srun placed the step on both nodes, one task each (both nodes share this machine's hostname,
-    # so run.json's hosts has one name; SLURM's node names tell them apart)
-    assert (slurm["step_nodelist"], slurm["step_tasks_per_node"]) == ("sbnode[1-2]", "1(x2)")
-    # and each node's slurmd launched a task of that step
-    step = f"StepId={slurm['job_id']}.0"
-    for node in two_nodes.nodes:
-        assert f"launch task {step} " in (two_nodes.root / "log" / f"slurmd.{node}.log").read_text(), node
-    assert slurm_jobs(tmp_path)
+    for framework, backend in pairs:
+        run = read_run(tmp_path, f"{framework}/{backend}/g2/s1")
+        assert run["status"] == "ok" and run["world_size"] == 2, run
+        # each rank reports SLURM's node name (both nodes share this machine's hostname)
+        assert run["hosts"] == ["sbnode1", "sbnode2"] and run["nodes"] == 2, run
+        slurm = run["slurm"]
+        assert (slurm["step_nodelist"], slurm["step_tasks_per_node"]) == ("sbnode[1-2]", "1(x2)"), slurm
+        # and each node's slurmd launched a task of that step
+        step = f"StepId={slurm['job_id']}.0"
+        for node in two_nodes.nodes:
+            log = (two_nodes.root / "log" / f"slurmd.{node}.log").read_text()
+            assert f"launch task {step} " in log, (framework, backend, node)
 
 
 def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_path):

@@ -162,6 +162,7 @@ LAUNCHER_PLACEHOLDERS = (
     "cpus_per_rank",
     "python",
     "program",
+    "scripts",
 )
 
 

@@ -110,6 +110,7 @@ def placeholders(ranks: int, allocation: Allocation, program: str) -> dict[str, 
         "cpus_per_rank": allocation.cpus_per_rank,
         "python": shlex.quote(sys.executable),
         "program": program,
+        "scripts": shlex.quote(str(TRAIN_SCRIPT.parent)),
     }
 
 
