@@ -95,10 +95,21 @@ def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **e
 
     schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
     launchers = sb_config.validate({}, schema)["launchers"]
-    command = [PYTHON, str(SCRIPTS / "launch.py"), "--settings", json.dumps(settings), "--data", str(data),
-               "--out", str(out), "--launchers", json.dumps(launchers)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                          env=tool_env(SCALEBENCH_EXECUTOR="local", **env))
+    command = [
+        PYTHON,
+        str(SCRIPTS / "launch.py"),
+        "--settings",
+        json.dumps(settings),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--launchers",
+        json.dumps(launchers),
+    ]
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=tool_env(SCALEBENCH_EXECUTOR="local", **env)
+    )
 
 
 def read_records(out: Path) -> tuple[list[dict], dict, dict]:

@@ -14,8 +14,12 @@ def job_counts(output: str) -> dict[str, int]:
 
 def test_dry_run_lists_one_training_job_per_cell(tmp_path):
     config = tiny_config(
-        matrix={"frameworks": ["torch", "tensorflow"], "backends": ["native", "horovod"],
-                "gpus": [1, 2, 4, 8, 16], "seeds": [1, 2, 3]},
+        matrix={
+            "frameworks": ["torch", "tensorflow"],
+            "backends": ["native", "horovod"],
+            "gpus": [1, 2, 4, 8, 16],
+            "seeds": [1, 2, 3],
+        },
         dataset={"synthetic": {"count": 400}},
         training={"batch_per_gpu": 2},
     )

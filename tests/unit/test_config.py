@@ -6,7 +6,6 @@ import copy
 
 import pytest
 from conftest import tiny_config
-
 from scalebench import config as sb_config
 
 
@@ -28,8 +27,12 @@ def test_validate_does_not_modify_its_input(schema):
 def test_matrix_expands_to_every_combination(schema):
     config = sb_config.validate(
         tiny_config(
-            matrix={"frameworks": ["torch", "tensorflow"], "backends": ["native", "horovod"],
-                    "gpus": [16, 1, 2, 4, 8], "seeds": [3, 1, 2]},
+            matrix={
+                "frameworks": ["torch", "tensorflow"],
+                "backends": ["native", "horovod"],
+                "gpus": [16, 1, 2, 4, 8],
+                "seeds": [3, 1, 2],
+            },
             dataset={"synthetic": {"count": 400}},
             training={"batch_per_gpu": 2},
         ),
@@ -68,10 +71,14 @@ BAD_CONFIGS = [
     ({"training": {"base_lr": 0}}, "config key 'training.base_lr': 0 is less than or equal to the minimum"),
     ({"dataset": {"source": "folder"}}, "config key 'dataset.folder': required when dataset.source is folder"),
     ({"cluster": {"gres": "gpu:4"}}, "config key 'cluster.gres': 'gpu:4' does not match"),
-    ({"launchers": {"local": {"torch_native": "torchrun {nprocs} {program}"}}},
-     "config key 'launchers.local.torch_native': unknown placeholder {nprocs}"),
-    ({"matrix": {"gpus": [10]}, "cluster": {"gpus_per_node": 4}},
-     "config key 'matrix.gpus': 10 GPUs cannot be spread evenly over 3 nodes of 4"),
+    (
+        {"launchers": {"local": {"torch_native": "torchrun {nprocs} {program}"}}},
+        "config key 'launchers.local.torch_native': unknown placeholder {nprocs}",
+    ),
+    (
+        {"matrix": {"gpus": [10]}, "cluster": {"gpus_per_node": 4}},
+        "config key 'matrix.gpus': 10 GPUs cannot be spread evenly over 3 nodes of 4",
+    ),
 ]
 
 
@@ -92,6 +99,10 @@ def test_bad_config_is_rejected_naming_the_key(schema, override, message):
 
 
 def test_uneven_placement_allowed_when_asked(schema):
-    config = tiny_config(matrix={"gpus": [10]}, cluster={"gpus_per_node": 4, "allow_uneven": True},
-                         dataset={"synthetic": {"count": 1000}}, training={"batch_per_gpu": 1})
+    config = tiny_config(
+        matrix={"gpus": [10]},
+        cluster={"gpus_per_node": 4, "allow_uneven": True},
+        dataset={"synthetic": {"count": 1000}},
+        training={"batch_per_gpu": 1},
+    )
     assert sb_config.validate(config, schema)["cluster"]["allow_uneven"] is True

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from scalebench.schedule import learning_rate, scaled_lr
 from scalebench.torch_model import UNet, parameter_count
 
