@@ -100,7 +100,7 @@ def runs_folder(wildcards):
     """results/runs: collect_runs looks at every cell's folder (also those not among its
     inputs, to tell failed from missing) and plot_predictions at the predictions/ folders
     that training writes beside its declared outputs."""
-    return RUNS.split("/{", 1)[0]
+    return str(Path(RUNS).parents[3])  # results/runs/{framework}/{backend}/g{gpus}/s{seed}
 
 
 def cells_json():
