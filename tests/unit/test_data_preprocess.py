@@ -102,3 +102,21 @@ def test_a_png_that_fails_to_decode_is_named_and_nothing_is_left(raw, tmp_path):
     with pytest.raises(DatasetError, match=r"1 pairs could not be decoded: images/sem_0002\.png / masks/sem_0002\.png"):
         run(raw, tmp_path / "out")
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_split_is_80_20_fixed_by_the_split_seed():
+    train, test = preprocess.split_indices(100, 0.2, split_seed=42)
+    assert (len(train), len(test)) == (80, 20) and sorted(train + test) == list(range(100))
+    assert preprocess.split_indices(100, 0.2, split_seed=42) == (train, test)
+    assert preprocess.split_indices(100, 0.2, split_seed=7)[1] != test
+
+
+def test_synthetic_images_are_grayscale_with_a_dark_mark_and_binary_masks(tmp_path):
+    synthetic.write_dataset(tmp_path, 4, 48, 64, seed=0)
+    for path in sorted((tmp_path / "images").iterdir()):
+        image = np.asarray(Image.open(path))
+        mask = np.asarray(Image.open(tmp_path / "masks" / path.name))
+        assert image.shape == mask.shape == (48, 64) and image.dtype == np.uint8
+        assert set(np.unique(mask)) <= {0, 255} and 0 < (mask > 0).mean() < 0.5
+        # the indentation mark is darker than the polished surface around it
+        assert image[mask > 0].mean() < image[mask == 0].mean() - 30
