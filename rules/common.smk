@@ -138,7 +138,10 @@ def zenodo_receipt():
     directory = Path(zenodo["directory"]).expanduser()
     if config["dataset"]["source"] == "zenodo":
         inside = (Path.cwd() / directory).resolve()
-        if inside == (Path.cwd() / "results").resolve() or (Path.cwd() / "results").resolve() in inside.parents:
+        if (
+            inside == (Path.cwd() / "results").resolve()
+            or (Path.cwd() / "results").resolve() in inside.parents
+        ):
             raise WorkflowError(
                 f"config key 'dataset.zenodo.directory': {directory} is under results/; "
                 "downloads belong outside it (e.g. resources/zenodo)"
