@@ -32,7 +32,11 @@ CONFIGURATIONS = {
     "torch channels_last": ("torch-bare", {"channels_last": True}, {}),
     "tensorflow oneDNN off": ("tensorflow-bare", {}, {"TF_ENABLE_ONEDNN_OPTS": "0"}),
     "tensorflow oneDNN on": ("tensorflow-bare", {}, {"TF_ENABLE_ONEDNN_OPTS": "1"}),
+    # Not run by default: how much of the harness overhead (item 1) is its determinism setting.
+    "torch deterministic": ("torch-bare", {"determinism": True}, {}),
+    "tensorflow deterministic": ("tensorflow-bare", {"determinism": True}, {}),
 }
+DEFAULT = ["torch", "tensorflow", "torch channels_last", "tensorflow oneDNN off", "tensorflow oneDNN on"]
 
 
 def main() -> None:
@@ -43,7 +47,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=20, help="synthetic pairs (80%% train; default 20)")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--only", nargs="+", choices=list(CONFIGURATIONS), default=list(CONFIGURATIONS))
+    parser.add_argument("--only", nargs="+", choices=list(CONFIGURATIONS), default=DEFAULT)
     parser.add_argument("--workdir", help="keep the data here (default: a temporary folder)")
     options = parser.parse_args()
     root = Path(options.workdir or tempfile.mkdtemp(prefix="framework_parity_"))

@@ -44,6 +44,8 @@ def torch_bare(args: dict) -> dict:
 
     torch.set_num_threads(args["threads"])
     torch.manual_seed(1)
+    if args.get("determinism"):  # what torch_training.set_determinism adds in the harness
+        torch.use_deterministic_algorithms(True, warn_only=True)
     images, masks, manifest = load_arrays(args["data"])
     train, batch = manifest["train"] * args["repeat"], args["batch"]
     layout = torch.channels_last if args.get("channels_last") else torch.contiguous_format
@@ -77,6 +79,8 @@ def tf_bare(args: dict) -> dict:
     tf.config.threading.set_intra_op_parallelism_threads(args["threads"])
     tf.config.threading.set_inter_op_parallelism_threads(1)
     keras.utils.set_random_seed(1)
+    if args.get("determinism"):  # what tf_runtime.set_determinism adds in the harness
+        tf.config.experimental.enable_op_determinism()
     images, masks, manifest = load_arrays(args["data"])
     train, batch = manifest["train"] * args["repeat"], args["batch"]
     model = build_unet(images.shape[1:])
