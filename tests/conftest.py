@@ -64,12 +64,12 @@ def prepared_data(tmp_path_factory) -> Path:
     return root / "prepared"
 
 
-def run_snakemake(workdir: Path, config: dict, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run the real workflow in `workdir` with `config` as its only config file."""
+def snakemake_command(workdir: Path, config: dict, *args: str) -> list[str]:
+    """The command that runs the real workflow in `workdir` with `config` as its only config file."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_file = workdir / "test-config.yaml"
     config_file.write_text(yaml.safe_dump(config))
-    command = [
+    return [
         str(BIN / "snakemake"),
         "-s",
         str(REPO / "Snakefile"),
@@ -79,6 +79,11 @@ def run_snakemake(workdir: Path, config: dict, *args: str, timeout: float = 1800
         str(config_file),
         *args,
     ]
+
+
+def run_snakemake(workdir: Path, config: dict, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run the real workflow locally in `workdir` with `config` as its only config file."""
+    command = snakemake_command(workdir, config, *args)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=tool_env())
 
 
@@ -89,13 +94,13 @@ def cell_settings(framework: str, backend: str, gpus: int, seed: int = 1, **trai
     return sb_config.train_settings(config, sb_config.Cell(framework, backend, gpus, seed))
 
 
-def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    """Start a cell's ranks exactly as the train rule does (workflow/scripts/launch.py)."""
+def launcher_command(settings: dict, data: Path, out: Path) -> list[str]:
+    """The train rule's command for one cell (workflow/scripts/launch.py with the default launchers)."""
     import json
 
     schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
     launchers = sb_config.validate({}, schema)["launchers"]
-    command = [
+    return [
         PYTHON,
         str(SCRIPTS / "launch.py"),
         "--settings",
@@ -107,9 +112,56 @@ def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **e
         "--launchers",
         json.dumps(launchers),
     ]
+
+
+def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """Run a cell's ranks to the end exactly as the train rule does."""
     return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, env=tool_env(SCALEBENCH_EXECUTOR="local", **env)
+        launcher_command(settings, data, out),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=tool_env(SCALEBENCH_EXECUTOR="local", **env),
     )
+
+
+def start_cell(settings: dict, data: Path, out: Path) -> subprocess.Popen:
+    """Start a cell like launch_cell without waiting, in its own session (the test can kill it all)."""
+    return subprocess.Popen(
+        launcher_command(settings, data, out),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=tool_env(SCALEBENCH_EXECUTOR="local"),
+        start_new_session=True,
+    )
+
+
+def rank_pids(out: Path) -> list[int]:
+    """Processes running a rank of the cell writing to `out`: Python executing train.py
+    (not torchrun, horovodrun or a shell wrapper)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            args = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        except (OSError, ValueError):
+            continue
+        is_rank = len(args) >= 2 and "python" in Path(args[0]).name and str(SCRIPTS / "train.py") in args[1:3]
+        if is_rank and str(out) in args:
+            pids.append(int(proc.name))
+    return sorted(pids)
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def read_records(out: Path) -> tuple[list[dict], dict, dict]:

@@ -16,8 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
-from conftest import BIN, REPO, SCRIPTS, tiny_config, tool_env  # the suite's root conftest
+from conftest import REPO, SCRIPTS, snakemake_command, tiny_config, tool_env  # the suite's root conftest
 
 from .slurm_cluster import ClusterError, SlurmCluster
 
@@ -85,17 +84,9 @@ def run_slurm_snakemake(
     cluster: SlurmCluster, workdir: Path, config: dict, *args: str, timeout: float = 400
 ) -> subprocess.CompletedProcess:
     """`snakemake --profile profiles/slurm` against the test cluster (no accounting: squeue for status)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_file = workdir / "test-config.yaml"
-    config_file.write_text(yaml.safe_dump(config))
-    command = [
-        str(BIN / "snakemake"),
-        "-s",
-        str(REPO / "Snakefile"),
-        "--directory",
-        str(workdir),
-        "--configfile",
-        str(config_file),
+    command = snakemake_command(
+        workdir,
+        config,
         "--profile",
         str(REPO / "profiles" / "slurm"),
         "--slurm-status-command",
@@ -107,7 +98,7 @@ def run_slurm_snakemake(
         "--latency-wait",
         "5",
         *args,
-    ]
+    )
     env = {**tool_env(), **{"SLURM_CONF": str(cluster.conf)}}
     env.pop("SCALEBENCH_EXECUTOR", None)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=workdir)

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PYTHON, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
+from conftest import (
+    PYTHON,
+    SCRIPTS,
+    cell_settings,
+    launch_cell,
+    rank_pids,
+    read_records,
+    tool_env,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -71,27 +80,6 @@ def test_two_rank_horovod_learns_the_same_losses_as_multiworker(reference_runs, 
     assert run["status"] == "ok" and run["versions"]["horovod"]
 
 
-def _rank_pids(out: Path) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            args = [a.decode(errors="replace") for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
-        except (OSError, ValueError):
-            continue
-        if len(args) >= 2 and str(SCRIPTS / "train.py") in args[1:3] and str(out) in args:
-            pids.append(int(proc.name))
-    return sorted(pids)
-
-
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 def _epochs_done(out: Path) -> int:
     metrics = out / "metrics.jsonl"
     return metrics.read_text().count('"type": "epoch"') if metrics.exists() else 0
@@ -135,7 +123,7 @@ def test_killed_worker_fails_the_other_within_the_timeout(prepared_data, tmp_pat
     settings = cell_settings("tensorflow", "native", 2, epochs=200, collective_timeout_s=timeout_s)
     survivor, victim = _start_workers(settings, prepared_data, tmp_path)
     try:
-        assert _wait_for(lambda: _epochs_done(tmp_path) >= 1, 240), "no epoch finished"
+        assert wait_for(lambda: _epochs_done(tmp_path) >= 1, 240), "no epoch finished"
         victim.kill()
         killed = time.monotonic()
         output, _ = survivor.communicate(timeout=2 * timeout_s + 30)
@@ -146,7 +134,7 @@ def test_killed_worker_fails_the_other_within_the_timeout(prepared_data, tmp_pat
             if worker.poll() is None:
                 worker.kill()
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
-    assert _wait_for(lambda: not _rank_pids(tmp_path), 10), "workers left behind"
+    assert wait_for(lambda: not rank_pids(tmp_path), 10), "workers left behind"
 
 
 def test_interrupted_run_resumes_to_identical_results(reference_runs, prepared_data, tmp_path):
@@ -154,7 +142,7 @@ def test_interrupted_run_resumes_to_identical_results(reference_runs, prepared_d
     state = tmp_path / "checkpoint" / "checkpoint"
     workers = _start_workers(settings, prepared_data, tmp_path)
     try:  # interrupt both workers hard once the checkpoint after epoch 2 is in force
-        assert _wait_for(lambda: state.exists() and "ckpt-2" in state.read_text(), 300), "no checkpoint"
+        assert wait_for(lambda: state.exists() and "ckpt-2" in state.read_text(), 300), "no checkpoint"
     finally:
         for worker in workers:
             worker.kill()

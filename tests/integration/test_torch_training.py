@@ -12,7 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import PYTHON, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
+from conftest import (
+    PYTHON,
+    cell_settings,
+    launch_cell,
+    rank_pids,
+    read_records,
+    start_cell,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -116,61 +124,17 @@ def test_bf16_autocast_trains_on_cpu(prepared_data, tmp_path):
     assert run["precision"] == "amp-bfloat16" and final["status"] == "ok"
 
 
-def _rank_pids(out: Path) -> list[int]:
-    """Processes running a rank of the cell writing to `out`: Python executing train.py
-    (not torchrun, horovodrun or a shell wrapper)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        args = [a.decode(errors="replace") for a in argv if a]
-        is_rank = len(args) >= 2 and "python" in Path(args[0]).name and str(SCRIPTS / "train.py") in args[1:3]
-        if is_rank and str(out) in args:
-            pids.append(int(proc.name))
-    return sorted(pids)
-
-
-def _wait_for(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.2)
-    return False
-
-
 @pytest.mark.parametrize("backend", ["native", pytest.param("horovod", marks=needs_horovod)])
 def test_killed_rank_fails_the_cell_quickly_and_leaves_no_process(prepared_data, tmp_path, backend):
     timeout_s = 20
     settings = cell_settings("torch", backend, 2, epochs=200, collective_timeout_s=timeout_s)
-    command = [
-        PYTHON,
-        str(SCRIPTS / "launch.py"),
-        "--settings",
-        json.dumps(settings),
-        "--data",
-        str(prepared_data),
-        "--out",
-        str(tmp_path),
-        "--launchers",
-        json.dumps(_launchers()),
-    ]
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=tool_env(SCALEBENCH_EXECUTOR="local"),
-        start_new_session=True,
-    )
+    process = start_cell(settings, prepared_data, tmp_path)
     metrics = tmp_path / "metrics.jsonl"
-    started = _wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") >= 1, 180)
+    started = wait_for(lambda: metrics.exists() and metrics.read_text().count("\n") >= 1, 180)
     if not started:
         process.kill()
         pytest.fail("no epoch finished:\n" + process.communicate()[0][-3000:])
-    victims = _rank_pids(tmp_path)
+    victims = rank_pids(tmp_path)
     assert len(victims) >= 2, victims
     os.kill(victims[-1], signal.SIGKILL)
     killed = time.monotonic()
@@ -181,13 +145,7 @@ def test_killed_rank_fails_the_cell_quickly_and_leaves_no_process(prepared_data,
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode != 0, output
     assert time.monotonic() - killed < 2 * timeout_s
-    assert _wait_for(lambda: not _rank_pids(tmp_path), 10), "ranks left behind"
-
-
-def _launchers() -> dict:
-    from conftest import REPO, sb_config
-
-    return sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
+    assert wait_for(lambda: not rank_pids(tmp_path), 10), "ranks left behind"
 
 
 def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
@@ -196,23 +154,9 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
     assert reference.returncode == 0, reference.stderr
     # Interrupt like SLURM at a time limit: SIGTERM to the launcher after epoch 2's checkpoint.
     out = tmp_path / "interrupted"
-    command = [
-        PYTHON,
-        str(SCRIPTS / "launch.py"),
-        "--settings",
-        json.dumps(settings),
-        "--data",
-        str(prepared_data),
-        "--out",
-        str(out),
-        "--launchers",
-        json.dumps(_launchers()),
-    ]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tool_env(SCALEBENCH_EXECUTOR="local")
-    )
+    process = start_cell(settings, prepared_data, out)
     checkpoint = out / "checkpoint.pt"
-    assert _wait_for(lambda: _checkpoint_epoch(checkpoint) == 2, 180)
+    assert wait_for(lambda: _checkpoint_epoch(checkpoint) == 2, 180)
     process.send_signal(signal.SIGTERM)
     process.communicate(timeout=60)
     assert process.returncode != 0
