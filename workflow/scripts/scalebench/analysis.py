@@ -19,6 +19,18 @@ KEYS = ["framework", "backend", "gpus", "seed"]
 OWN_SOURCE = "scalebench"
 STATUSES = ["ok", "diverged", "oom", "failed", "missing"]
 
+# Where and with what a cell ran: the tail of runs.csv and the report's provenance table.
+PROVENANCE_COLUMNS = [
+    "nodes",
+    "hosts",
+    "devices",
+    "versions",
+    "slurm_job_id",
+    "git_commit",
+    "config_hash",
+    "start",
+    "end",
+]
 RUN_COLUMNS = [
     "source",
     *KEYS,
@@ -39,15 +51,7 @@ RUN_COLUMNS = [
     "time_to_target_s",
     "peak_mem_mb",
     "parameters",
-    "nodes",
-    "hosts",
-    "devices",
-    "versions",
-    "slurm_job_id",
-    "git_commit",
-    "config_hash",
-    "start",
-    "end",
+    *PROVENANCE_COLUMNS,
 ]
 EPOCH_COLUMNS = [
     "source",
@@ -245,18 +249,4 @@ def sort_runs(frame: pd.DataFrame) -> pd.DataFrame:
 
 def provenance(runs: pd.DataFrame) -> pd.DataFrame:
     """Per cell: where and with what it ran (the report's provenance table)."""
-    columns = [
-        "source",
-        *KEYS,
-        "status",
-        "nodes",
-        "hosts",
-        "devices",
-        "versions",
-        "slurm_job_id",
-        "git_commit",
-        "config_hash",
-        "start",
-        "end",
-    ]
-    return runs[columns]
+    return runs[["source", *KEYS, "status", *PROVENANCE_COLUMNS]]

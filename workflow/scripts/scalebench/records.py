@@ -235,3 +235,22 @@ def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> N
         status=final["status"], end=now_iso(), setup_s=final["setup_s"], resumed_from_epoch=start_epoch or None
     )
     write_json_atomic(run_json, provenance)
+
+
+def ignore_unreadable_checkpoint(path: Path, error: object) -> None:
+    """A truncated or corrupt checkpoint is never fatal and never loaded: say so and start fresh."""
+    import warnings
+
+    warnings.warn(f"ignoring unreadable checkpoint {path}: {error}", stacklevel=3)
+
+
+def checkpoint_matches(path: Path, written_for: str | None, config_hash: str) -> bool:
+    """Whether a checkpoint was written for this cell's configuration; warns when it was not."""
+    import warnings
+
+    if written_for == config_hash:
+        return True
+    warnings.warn(
+        f"ignoring checkpoint {path}: written for config {written_for}, this run is {config_hash}", stacklevel=3
+    )
+    return False

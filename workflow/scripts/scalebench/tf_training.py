@@ -16,7 +16,6 @@ import random
 import shutil
 import tempfile
 import time
-import warnings
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
@@ -130,22 +129,17 @@ class Checkpoint:
         path = tf.train.latest_checkpoint(str(self.directory)) if self.directory.exists() else None
         if path is None:
             if self.directory.exists() and any(self.directory.iterdir()):
-                warnings.warn(f"ignoring unreadable checkpoint {self.directory}: no complete checkpoint", stacklevel=2)
+                records.ignore_unreadable_checkpoint(self.directory, "no complete checkpoint")
             return None
         try:  # read every tensor first: a truncated file fails here, before any variable changes
             reader = tf.train.load_checkpoint(path)
             for key in reader.get_variable_to_shape_map():
                 reader.get_tensor(key)
             meta = json.loads(reader.get_tensor(self.META_KEY))
-        except Exception as error:  # corrupt or not ours: never fatal, never loaded
-            warnings.warn(f"ignoring unreadable checkpoint {path}: {error}", stacklevel=2)
+        except Exception as error:  # corrupt or not ours
+            records.ignore_unreadable_checkpoint(path, error)
             return None
-        if meta.get("config_hash") != self.config_hash:
-            warnings.warn(
-                f"ignoring checkpoint {path}: written for config {meta.get('config_hash')}, "
-                f"this run is {self.config_hash}",
-                stacklevel=2,
-            )
+        if not records.checkpoint_matches(path, meta.get("config_hash"), self.config_hash):
             return None
         tf.train.Checkpoint(**objects).restore(path).assert_existing_objects_matched()
         return meta

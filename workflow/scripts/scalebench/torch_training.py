@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import random
 import time
-import warnings
 from pathlib import Path
 from typing import Protocol
 
@@ -151,15 +150,10 @@ class Checkpoint:
             return None
         try:
             state = torch.load(self.path, map_location="cpu", weights_only=False)
-        except Exception as error:  # truncated or corrupt: never fatal, never loaded
-            warnings.warn(f"ignoring unreadable checkpoint {self.path}: {error}", stacklevel=2)
+        except Exception as error:  # truncated or corrupt
+            records.ignore_unreadable_checkpoint(self.path, error)
             return None
-        if state.get("config_hash") != self.config_hash:
-            warnings.warn(
-                f"ignoring checkpoint {self.path}: written for config {state.get('config_hash')}, "
-                f"this run is {self.config_hash}",
-                stacklevel=2,
-            )
+        if not records.checkpoint_matches(self.path, state.get("config_hash"), self.config_hash):
             return None
         return state
 
