@@ -63,6 +63,7 @@ def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_r
         or "CollectiveAllReduce" in run_a["versions"]["distributed"]
     )
     assert run_a["versions"]["tensorflow"] and run_a["versions"]["keras"].startswith("tf_keras")
+    assert run_a["versions"]["onednn"] == "on" and run_a["layout"] == "channels_last"
     assert final_a["setup_s"] > 0 and not (reference_runs["a"] / "checkpoint").exists()
     assert len(list((reference_runs["a"] / "predictions").glob("test_*.png"))) == 2
 

@@ -11,11 +11,12 @@ test[r::world], nothing dropped or repeated.
 from __future__ import annotations
 
 import math
-import os
 
 import numpy as np
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+from . import tf_environment  # noqa: F401  (sets TensorFlow's environment before it is imported)
+
+# isort: split
 
 import tensorflow as tf  # noqa: E402
 

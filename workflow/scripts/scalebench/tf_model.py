@@ -14,9 +14,10 @@ Weights are initialised like PyTorch's defaults (uniform within
 from __future__ import annotations
 
 import math
-import os
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Horovod's TensorFlow API needs Keras 2
+from . import tf_environment  # noqa: F401  (sets TensorFlow's environment before it is imported)
+
+# isort: split
 
 import tf_keras as keras  # noqa: E402
 

@@ -2,18 +2,17 @@
 
 Threads, visible devices and memory growth must be set before TensorFlow runs
 its first operation, so backends call configure() before they build a strategy
-or a model. Importing this module sets TF_USE_LEGACY_KERAS=1 before TensorFlow
-is imported (Horovod's TensorFlow API needs Keras 2 variables).
+or a model. The environment TensorFlow reads at import is set by tf_environment.
 """
 
 from __future__ import annotations
 
-import os
 import platform
 import random
 
-os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+from . import tf_environment  # noqa: F401  (sets TensorFlow's environment before it is imported)
+
+# isort: split
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -103,7 +102,15 @@ def versions() -> dict:
         "keras": f"tf_keras {tf_keras.__version__}",
         "cuda": build.get("cuda_version") if build.get("is_cuda_build") else None,
         "cudnn": build.get("cudnn_version") if build.get("is_cuda_build") else None,
+        "onednn": "on" if onednn_enabled() else "off",
     }
+
+
+def onednn_enabled() -> bool:
+    """Whether TensorFlow's oneDNN CPU kernels are on (see tf_environment)."""
+    from tensorflow.python.util import _pywrap_util_port  # no public API tells
+
+    return bool(_pywrap_util_port.IsMklEnabled())
 
 
 def encode_text(text: str, width: int = 256) -> np.ndarray:
