@@ -89,6 +89,7 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
     ):
         assert key in run, key
     assert run["versions"]["torch"].startswith("2.13")
+    assert run["layout"] == "channels_last"  # as TensorFlow's: the layouts do not differ between frameworks
 
 
 def test_huge_learning_rate_ends_as_diverged_not_as_an_error(prepared_data, tmp_path):

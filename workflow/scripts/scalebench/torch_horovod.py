@@ -22,12 +22,44 @@ def _import_horovod():
     return hvd
 
 
+def dense_view(tensor: torch.Tensor) -> torch.Tensor:
+    """A contiguous view of `tensor` sharing its memory.
+
+    Horovod takes only contiguous tensors, and the model trains channels-last
+    (torch_training.LAYOUT), so 4-D weights, their gradients and Adam's moments are
+    NCHW tensors laid out as NHWC. Their NHWC permutation is contiguous; reducing or
+    broadcasting it is the same elementwise operation on the same memory.
+    """
+    if tensor.is_contiguous():
+        return tensor
+    if tensor.dim() == 4 and tensor.is_contiguous(memory_format=torch.channels_last):
+        return tensor.permute(0, 2, 3, 1)
+    raise ValueError(f"cannot hand Horovod a tensor with strides {tensor.stride()} and shape {tuple(tensor.shape)}")
+
+
+class DenseLayout:
+    """A Horovod compression that hands over dense_view()s and puts the layout back after the reduction."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner  # hvd.Compression.none or .fp16
+
+    def compress(self, tensor: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        view = dense_view(tensor)
+        compressed, context = self.inner.compress(view)
+        return compressed, (context, view is not tensor)
+
+    def decompress(self, tensor: torch.Tensor, context: tuple) -> torch.Tensor:
+        inner_context, permuted = context
+        tensor = self.inner.decompress(tensor, inner_context)
+        return tensor.permute(0, 3, 1, 2) if permuted else tensor
+
+
 class HorovodTorchBackend:
     name = "horovod"
 
     def __init__(self, compression_fp16: bool = False, backward_passes_per_step: int = 1) -> None:
         self.hvd = _import_horovod()
-        self.compression = self.hvd.Compression.fp16 if compression_fp16 else self.hvd.Compression.none
+        self.compression = DenseLayout(self.hvd.Compression.fp16 if compression_fp16 else self.hvd.Compression.none)
         self.backward_passes_per_step = backward_passes_per_step
 
     def setup(self, timeout_s: float) -> None:
@@ -58,12 +90,16 @@ class HorovodTorchBackend:
         )
 
     def broadcast_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        # Only a resumed optimizer has state to share. On an empty one Horovod first takes a
-        # zero-gradient step to create it, which advances Adam's step count and makes the run
-        # differ from DDP's; a fresh optimizer is identical on every rank anyway.
-        if optimizer.state_dict()["state"]:
-            self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        tensors = list(model.state_dict().items())
+        # Only a resumed optimizer has state to share (its tensors, in place). Not Horovod's
+        # broadcast_optimizer_state: on an empty optimizer it first takes a zero-gradient step,
+        # which advances Adam's step count and makes the run differ from DDP's, and it refuses
+        # channels-last moments.
+        for index, state in enumerate(optimizer.state.values()):
+            tensors += [
+                (f"optimizer.{index}.{key}", value) for key, value in sorted(state.items()) if torch.is_tensor(value)
+            ]
+        self.hvd.broadcast_parameters([(name, dense_view(tensor)) for name, tensor in tensors], root_rank=0)
 
     def broadcast_buffers(self, model: nn.Module) -> None:
         for name, buffer in model.named_buffers():
