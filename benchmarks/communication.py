@@ -80,12 +80,13 @@ def ddp_probe(args: dict) -> dict:
     import torch.nn.functional as F
     from scalebench.preprocess import load_arrays
     from scalebench.torch_model import UNet
+    from scalebench.torch_training import LAYOUT
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1)
-    model = torch.nn.parallel.DistributedDataParallel(UNet())
+    model = torch.nn.parallel.DistributedDataParallel(UNet().to(memory_format=LAYOUT))
     durations: list[float] = []
 
     def timed_allreduce(state, bucket):
@@ -108,6 +109,7 @@ def ddp_probe(args: dict) -> dict:
         index = sorted(rng.choice(train, batch, replace=False).tolist())
         x = torch.from_numpy(np.asarray(images[index], dtype=np.float32) / 255.0).unsqueeze(1)
         y = torch.from_numpy(np.asarray(masks[index], dtype=np.float32)).unsqueeze(1)
+        x, y = x.contiguous(memory_format=LAYOUT), y.contiguous(memory_format=LAYOUT)
         started = time.perf_counter()
         if sync:
             loss = F.binary_cross_entropy_with_logits(model(x), y)

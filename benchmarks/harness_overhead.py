@@ -41,6 +41,7 @@ def torch_bare(args: dict) -> dict:
     import torch.nn.functional as F
     from scalebench.preprocess import load_arrays
     from scalebench.torch_model import UNet
+    from scalebench.torch_training import LAYOUT
 
     torch.set_num_threads(args["threads"])
     torch.manual_seed(1)
@@ -48,7 +49,8 @@ def torch_bare(args: dict) -> dict:
         torch.use_deterministic_algorithms(True, warn_only=True)
     images, masks, manifest = load_arrays(args["data"])
     train, batch = manifest["train"] * args["repeat"], args["batch"]
-    layout = torch.channels_last if args.get("channels_last") else torch.contiguous_format
+    # The harness's layout (channels-last) unless a parity variant asks for PyTorch's default NCHW.
+    layout = torch.contiguous_format if args.get("nchw") else LAYOUT
     model = UNet().to(memory_format=layout)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-8)
     model.train()
@@ -71,6 +73,9 @@ def torch_bare(args: dict) -> dict:
 
 def tf_bare(args: dict) -> dict:
     import numpy as np
+    from scalebench import tf_environment  # noqa: F401  (the harness's environment: oneDNN on unless exported)
+
+    # isort: split
     import tensorflow as tf
     import tf_keras as keras
     from scalebench.preprocess import load_arrays
