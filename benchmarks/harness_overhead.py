@@ -41,12 +41,12 @@ def torch_bare(args: dict) -> dict:
     import torch.nn.functional as F
     from scalebench.preprocess import load_arrays
     from scalebench.torch_model import UNet
-    from scalebench.torch_training import LAYOUT
+    from scalebench.torch_training import LAYOUT, set_determinism
 
     torch.set_num_threads(args["threads"])
     torch.manual_seed(1)
-    if args.get("determinism"):  # what torch_training.set_determinism adds in the harness
-        torch.use_deterministic_algorithms(True, warn_only=True)
+    if args.get("determinism"):  # what the harness adds
+        set_determinism(1)
     images, masks, manifest = load_arrays(args["data"])
     train, batch = manifest["train"] * args["repeat"], args["batch"]
     # The harness's layout (channels-last) unless a parity variant asks for PyTorch's default NCHW.
