@@ -5,7 +5,7 @@ epochs (160 cells, 32,000 epoch records; a few cells failed, diverged, truncated
 missing), saved predictions, prepared arrays and a legacy folder, then times the
 analysis exactly as the workflow's scripts run it (collect -> scaling -> every figure).
 
-    /tmp/probe/bin/python benchmarks/analysis_scale.py [--out DIR] [--keep]
+    .venv/bin/python benchmarks/analysis_scale.py [--out DIR] [--keep]
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Where the framework can tell, the share of the time in the reduction:
   and compares steps with the reduction against steps under no_sync() (no reduction).
 TensorFlow's MultiWorkerMirroredStrategy exposes no such hook; its row has the epoch ratio only.
 
-    /tmp/probe/bin/python benchmarks/communication.py [--backends torch_native torch_horovod ...] [--epochs 4]
+    .venv/bin/python benchmarks/communication.py [--backends torch_native torch_horovod ...] [--epochs 4]
 """
 
 from __future__ import annotations

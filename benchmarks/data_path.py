@@ -7,7 +7,7 @@ alone (the DataLoader over DistributedSampler exactly as torch_training builds i
 tf_data.train_dataset) are iterated without a model, and their images/s are set against the
 images/s the model consumes.
 
-    /tmp/probe/bin/python benchmarks/data_path.py [--framework torch tensorflow] [--epochs 3] [--workers 0]
+    .venv/bin/python benchmarks/data_path.py [--framework torch tensorflow] [--epochs 3] [--workers 0]
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ turn within each round. "torch" and "tensorflow" are the settings the pipeline t
 and scalebench/tf_environment.py); the variants are the frameworks' own defaults on this kind
 of CPU (PyTorch NCHW, TensorFlow without oneDNN), which explain the gap the pipeline had before.
 
-    /tmp/probe/bin/python benchmarks/framework_parity.py [--rounds 3] [--epochs 3] [--threads 1]
+    .venv/bin/python benchmarks/framework_parity.py [--rounds 3] [--epochs 3] [--threads 1]
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ arrays in a plain loop written here (no sampler, DataLoader, metrics, DDP or che
 Harness and bare runs alternate, each in a fresh process; the figure is the ratio of the
 medians of their steady-state epoch times (median of the epochs after the first).
 
-    /tmp/probe/bin/python benchmarks/harness_overhead.py --framework torch [--runs 5] [--epochs 4]
-    /tmp/probe/bin/python benchmarks/harness_overhead.py --framework tensorflow
+    .venv/bin/python benchmarks/harness_overhead.py --framework torch [--runs 5] [--epochs 4]
+    .venv/bin/python benchmarks/harness_overhead.py --framework tensorflow
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ training loops turn into model_tflops and mfu); this prints it at the benchmark 
 with --check, compares it with torch.utils.flop_counter.FlopCounterMode on one real
 forward + backward pass of scalebench.torch_model.UNet.
 
-    /tmp/probe/bin/python benchmarks/model_flops.py [--sizes 256x256 768x1024] [--check]
+    .venv/bin/python benchmarks/model_flops.py [--sizes 256x256 768x1024] [--check]
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
    analysis runs with `--config partial=true` as the README says for studies with missing cells,
    then the report build is timed.
 
-    /tmp/probe/bin/python benchmarks/pipeline_scale.py [--repeats 3] [--skip-report]
+    .venv/bin/python benchmarks/pipeline_scale.py [--repeats 3] [--skip-report]
 """
 
 from __future__ import annotations
