@@ -10,7 +10,8 @@ horovodrun --gloo), as the train rule starts them.
 
 Where the framework can tell, the share of the time in the reduction:
 - Horovod (both frameworks): HOROVOD_TIMELINE; the union of the ALLREDUCE intervals of every
-  tensor (after negotiation, i.e. after all ranks are ready) over the summed epoch times.
+  tensor (after negotiation, i.e. after all ranks are ready) over the summed epoch times, and
+  the same for NEGOTIATE_ALLREDUCE (a tensor is ready on one rank and waits for the other).
 - PyTorch DDP: a probe in this file, started by torchrun with 2 ranks on the same UNet and
   arrays, times each bucket's allreduce future from launch to completion with a DDP comm hook,
   and compares steps with the reduction against steps under no_sync() (no reduction).
@@ -52,21 +53,25 @@ def merged_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def timeline_allreduce_s(path: Path) -> tuple[float, int]:
-    """(seconds during which some tensor was in its ALLREDUCE phase, number of allreduces) from a Horovod timeline."""
+def timeline_phase_s(path: Path, phase: str) -> tuple[float, int]:
+    """(seconds during which some tensor was in `phase`, number of such phases) from a Horovod timeline.
+
+    Each tensor is a `pid` with nested B/E events (ALLREDUCE holds activities such as
+    MEMCPY_IN_FUSION_BUFFER and GLOO_ALLREDUCE; E events carry no name), so a stack per
+    tensor pairs every E with its own B.
+    """
     text = path.read_text().strip()
     if not text.endswith("]"):  # Horovod leaves the JSON array open while it runs
         text = text.rstrip(",") + "]"
-    events = json.loads(text)
-    open_at: dict[int, float] = {}
+    stacks: dict[int, list[tuple[str | None, float]]] = {}
     intervals = []
-    for event in events:
-        if event.get("name") != "ALLREDUCE" and not (event.get("ph") == "E" and event.get("pid") in open_at):
-            continue
-        if event["ph"] == "B" and event.get("name") == "ALLREDUCE":
-            open_at[event["pid"]] = event["ts"]
-        elif event["ph"] == "E" and event["pid"] in open_at:
-            intervals.append((open_at.pop(event["pid"]), event["ts"]))
+    for event in json.loads(text):
+        if event.get("ph") == "B":
+            stacks.setdefault(event["pid"], []).append((event.get("name"), event["ts"]))
+        elif event.get("ph") == "E" and stacks.get(event["pid"]):
+            name, started = stacks[event["pid"]].pop()
+            if name == phase:
+                intervals.append((started, event["ts"]))
     return merged_length(intervals) / 1e6, len(intervals)
 
 
@@ -162,7 +167,7 @@ def run_cell(backend: str, ranks: int, options: argparse.Namespace, data: Path, 
     )
     out = root / f"{backend}_g{ranks}"
     out.mkdir(parents=True, exist_ok=True)
-    env = {}
+    env = dict(options.env)
     timeline = out / "horovod_timeline.json"
     if kind == "horovod":
         env["HOROVOD_TIMELINE"] = str(timeline)
@@ -173,8 +178,14 @@ def run_cell(backend: str, ranks: int, options: argparse.Namespace, data: Path, 
     times = [r["epoch_time_s"] for r in epochs]
     measured = {"epoch_times": times, "steady_s": _common.steady_epoch_s(times), "steps": epochs[-1]["steps"]}
     if kind == "horovod" and timeline.exists():
-        busy, count = timeline_allreduce_s(timeline)
-        measured.update(allreduce_s=busy, allreduces=count, allreduce_share=busy / sum(times))
+        busy, count = timeline_phase_s(timeline, "ALLREDUCE")
+        waiting, _ = timeline_phase_s(timeline, "NEGOTIATE_ALLREDUCE")
+        measured.update(
+            allreduce_s=busy,
+            allreduces=count,
+            allreduce_share=busy / sum(times),
+            negotiate_share=waiting / sum(times),
+        )
     return measured
 
 
@@ -215,6 +226,14 @@ def main() -> None:
     parser.add_argument("--probe-steps", type=int, default=4, help="steps per block of the DDP probe (default 4)")
     parser.add_argument("--no-probe", action="store_true", help="skip the DDP comm-hook probe")
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument(
+        "--env",
+        nargs="+",
+        default=[],
+        type=lambda text: tuple(text.split("=", 1)),
+        metavar="KEY=VALUE",
+        help="extra environment of every cell, e.g. HOROVOD_CYCLE_TIME=10",
+    )
     parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--args", help=argparse.SUPPRESS)
@@ -244,7 +263,8 @@ def main() -> None:
                 line += (
                     f"; allreduce busy {two['allreduce_s']:.2f} s over {two['allreduces']} tensor allreduces, "
                     f"{100 * two['allreduce_share']:.1f}% of the epoch time (1 rank: "
-                    f"{100 * one.get('allreduce_share', 0):.1f}%)"
+                    f"{100 * one.get('allreduce_share', 0):.1f}%); some tensor negotiating (waiting for a rank) "
+                    f"{100 * two['negotiate_share']:.1f}% (1 rank: {100 * one.get('negotiate_share', 0):.1f}%)"
                 )
             print(line + f"  load {_common.load_average():.2f}", flush=True)
         if "torch_native" in options.backends and not options.no_probe:
