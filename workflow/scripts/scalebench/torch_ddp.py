@@ -42,9 +42,7 @@ class DDPBackend:
 
     def wrap_model(self, model: nn.Module, device: torch.device) -> nn.Module:
         device_ids = [device.index] if device.type == "cuda" else None
-        # Gradients live in the allreduce buckets instead of being copied there after backward:
-        # 2% of a CPU step at 256x256 (docs/benchmarks.md, harness overhead), and less memory.
-        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True)
+        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer, model: nn.Module) -> torch.optim.Optimizer:
         return optimizer  # DDP averages gradients in backward()
