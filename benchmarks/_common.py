@@ -8,13 +8,17 @@ the next, and harness and bare runs alternate.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,6 +47,23 @@ def machine_line() -> str:
         f"{datetime.date.today().isoformat()}  nproc {os.cpu_count()}  {cpu_model()}  no GPU  "
         f"Python {platform.python_version()}  load average (1 min) {load_average():.2f}"
     )
+
+
+@contextlib.contextmanager
+def workspace(workdir: str | None, prefix: str, header: str = "") -> Iterator[Path]:
+    """The benchmark's folder: `workdir` if given (kept), else a temporary one removed at the end.
+
+    Prints the machine line before and after the run, as docs/benchmarks.md records both (the
+    load can change while a benchmark runs)."""
+    root = Path(workdir or tempfile.mkdtemp(prefix=prefix))
+    root.mkdir(parents=True, exist_ok=True)
+    print(machine_line() + header)
+    try:
+        yield root
+    finally:
+        print(machine_line())
+        if not workdir:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def median(values: list[float]) -> float:

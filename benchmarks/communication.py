@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -241,15 +239,12 @@ def main() -> None:
     if options.child:
         print(json.dumps(ddp_probe(json.loads(options.args))), flush=True)
         return
-    root = Path(options.workdir or tempfile.mkdtemp(prefix="communication_"))
-    root.mkdir(parents=True, exist_ok=True)
     height, width = options.size
-    print(_common.machine_line())
-    print(
-        f"{height}x{width}, batch {options.batch} per rank, 1 thread per rank, dataset_repeat = ranks "
-        f"(same steps per rank), {options.epochs} epochs"
-    )
-    try:
+    with _common.workspace(options.workdir, "communication_") as root:
+        print(
+            f"{height}x{width}, batch {options.batch} per rank, 1 thread per rank, dataset_repeat = ranks "
+            f"(same steps per rank), {options.epochs} epochs"
+        )
         data = _common.prepare_dataset(root, options.count, height, width)
         results = {}
         for backend in options.backends:
@@ -279,10 +274,6 @@ def main() -> None:
                 )
             results["ddp_probe"] = probe
         print("RESULT " + json.dumps(results), flush=True)
-    finally:
-        print(_common.machine_line())
-        if not options.workdir:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -153,15 +151,12 @@ def main() -> None:
     if options.child:
         child(options.child, json.loads(options.args))
         return
-    root = Path(options.workdir or tempfile.mkdtemp(prefix="data_path_"))
-    root.mkdir(parents=True, exist_ok=True)
-    print(_common.machine_line())
     height, width = options.size
-    print(
-        f"{height}x{width}, batch {options.batch}, {options.threads} thread(s), loader workers {options.workers}, "
-        f"{options.epochs} epochs"
-    )
-    try:
+    with _common.workspace(options.workdir, "data_path_") as root:
+        print(
+            f"{height}x{width}, batch {options.batch}, {options.threads} thread(s), loader workers {options.workers}, "
+            f"{options.epochs} epochs"
+        )
         data = _common.prepare_dataset(root, options.count, height, width)
         for framework in options.framework:
             result = measure(framework, options, data, root)
@@ -173,10 +168,6 @@ def main() -> None:
                 f"{result['model_images_per_s']:.3f} images/s (loader/model {result['loader_over_model']:.0f}x)"
             )
             print("RESULT " + json.dumps(result), flush=True)
-    finally:
-        print(_common.machine_line())
-        if not options.workdir:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,12 +48,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=list(CONFIGURATIONS), default=DEFAULT)
     parser.add_argument("--workdir", help="keep the data here (default: a temporary folder)")
     options = parser.parse_args()
-    root = Path(options.workdir or tempfile.mkdtemp(prefix="framework_parity_"))
-    root.mkdir(parents=True, exist_ok=True)
     height, width = options.size
-    print(_common.machine_line())
-    print(f"{height}x{width}, batch {options.batch}, {options.threads} thread(s), {options.rounds} rounds")
-    try:
+    with _common.workspace(options.workdir, "framework_parity_") as root:
+        print(f"{height}x{width}, batch {options.batch}, {options.threads} thread(s), {options.rounds} rounds")
         data = _common.prepare_dataset(root, options.count, height, width)
         rates: dict[str, list[float]] = {name: [] for name in options.only}
         for round_number in range(options.rounds):
@@ -76,10 +71,6 @@ def main() -> None:
             inside = PARITY[0] <= ratio <= PARITY[1]
             print(f"torch / tensorflow: {ratio:.3f} ({'inside' if inside else 'outside'} {PARITY[0]}-{PARITY[1]})")
         print("RESULT " + json.dumps({"rates": rates, "median": summary}), flush=True)
-    finally:
-        print(_common.machine_line())
-        if not options.workdir:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

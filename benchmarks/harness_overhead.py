@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -244,14 +242,11 @@ def main() -> None:
     if options.child:
         child(options.child, json.loads(options.args))
         return
-    root = Path(options.workdir or tempfile.mkdtemp(prefix="harness_overhead_"))
-    root.mkdir(parents=True, exist_ok=True)
-    print(_common.machine_line())
-    print(
-        f"{options.size[0]}x{options.size[1]}, batch {options.batch}, {options.threads} thread(s), "
-        f"{options.runs} alternating runs x {options.epochs} epochs"
-    )
-    try:
+    with _common.workspace(options.workdir, "harness_overhead_") as root:
+        print(
+            f"{options.size[0]}x{options.size[1]}, batch {options.batch}, {options.threads} thread(s), "
+            f"{options.runs} alternating runs x {options.epochs} epochs"
+        )
         for framework in options.framework:
             print(f"{framework}:", flush=True)
             result = measure(framework, options, root)
@@ -272,10 +267,6 @@ def main() -> None:
                 f"recorded model_tflops {result['recorded_model_tflops']}"
             )
             print("RESULT " + json.dumps(result), flush=True)
-    finally:
-        print(_common.machine_line())
-        if not options.workdir:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -124,11 +122,8 @@ def main() -> None:
     parser.add_argument("--skip-report", action="store_true")
     parser.add_argument("--workdir", help="keep the work folders here (default: a temporary folder)")
     options = parser.parse_args()
-    root = Path(options.workdir or tempfile.mkdtemp(prefix="pipeline_scale_"))
-    root.mkdir(parents=True, exist_ok=True)
     version = subprocess.run([SNAKEMAKE, "--version"], capture_output=True, text=True).stdout.strip()
-    print(_common.machine_line() + f"  snakemake {version}")
-    try:
+    with _common.workspace(options.workdir, "pipeline_scale_", f"  snakemake {version}") as root:
         for cells in options.sizes:
             times = dry_runs(root, cells, options.repeats)
             print(
@@ -144,10 +139,6 @@ def main() -> None:
                 f"load {_common.load_average():.2f}",
                 flush=True,
             )
-    finally:
-        print(_common.machine_line())
-        if not options.workdir:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
