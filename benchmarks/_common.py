@@ -134,19 +134,9 @@ def read_metrics(out: Path) -> tuple[list[dict], dict]:
 def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
     """Start a cell's ranks the way the train rule does (workflow/scripts/launch.py, local executor)."""
     from scalebench import config as sb_config
+    from scalebench import launch
 
     launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
-    command = [
-        sys.executable,
-        str(SCRIPTS / "launch.py"),
-        "--settings",
-        json.dumps(settings),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--launchers",
-        json.dumps(launchers),
-    ]
+    command = launch.command_line(settings, data, out, launchers)
     child_env = single_process_env(SCALEBENCH_EXECUTOR="local", **env)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=child_env)

@@ -15,6 +15,7 @@ SCRIPTS = REPO / "workflow" / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 from scalebench import config as sb_config  # noqa: E402
+from scalebench import launch as sb_launch  # noqa: E402
 from scalebench import preprocess, synthetic  # noqa: E402
 
 PYTHON = sys.executable
@@ -96,22 +97,8 @@ def cell_settings(framework: str, backend: str, gpus: int, seed: int = 1, **trai
 
 def launcher_command(settings: dict, data: Path, out: Path) -> list[str]:
     """The train rule's command for one cell (workflow/scripts/launch.py with the default launchers)."""
-    import json
-
-    schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
-    launchers = sb_config.validate({}, schema)["launchers"]
-    return [
-        PYTHON,
-        str(SCRIPTS / "launch.py"),
-        "--settings",
-        json.dumps(settings),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-        "--launchers",
-        json.dumps(launchers),
-    ]
+    launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
+    return sb_launch.command_line(settings, data, out, launchers)
 
 
 def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:

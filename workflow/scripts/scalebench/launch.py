@@ -32,6 +32,7 @@ from pathlib import Path
 from . import distenv
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent / "train.py"
+LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
 
 
 class LaunchError(RuntimeError):
@@ -157,6 +158,22 @@ def run(command: str, env: dict[str, str]) -> int:
     except ProcessLookupError:
         pass
     return code
+
+
+def command_line(settings: dict, data: str | Path, out: str | Path, launchers: dict) -> list[str]:
+    """The command that starts one cell's ranks through main(), as the train rule runs it."""
+    return [
+        sys.executable,
+        str(LAUNCH_SCRIPT),
+        "--settings",
+        json.dumps(settings),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--launchers",
+        json.dumps(launchers),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
