@@ -77,14 +77,14 @@ def steady_epoch_s(epoch_times: list[float]) -> float:
 
 def prepare_dataset(root: Path, count: int, height: int, width: int) -> Path:
     """`count` synthetic pairs at height x width, preprocessed as the pipeline does; reused if present."""
-    from scalebench import preprocess, synthetic
+    from scalebench.data import pairing, preprocess, synthetic
 
     prepared = root / f"prepared_{count}_{height}x{width}"
     if (prepared / "manifest.json").exists():
         return prepared
     raw = root / f"raw_{count}_{height}x{width}"
     synthetic.write_dataset(raw, count, height, width, seed=0)
-    pairs, rule = preprocess.find_pairs(raw)
+    pairs, rule = pairing.find_pairs(raw)
     preprocess.preprocess(pairs, prepared, (height, width), 0.2, 42, {"source": "synthetic", "pairing": rule})
     return prepared
 
@@ -134,7 +134,7 @@ def read_metrics(out: Path) -> tuple[list[dict], dict]:
 def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
     """Start a cell's ranks the way the train rule does (workflow/scripts/launch.py, local executor)."""
     from scalebench import config as sb_config
-    from scalebench import launch
+    from scalebench.launch import launcher as launch
 
     launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
     command = launch.command_line(settings, data, out, launchers)

@@ -22,9 +22,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
 
-from scalebench import plots, plots_training, scaling, summary  # noqa: E402
-from scalebench.pictures import picture_panel  # noqa: E402
-from scalebench.tables import read_epochs, read_runs, save_figure  # noqa: E402
+from scalebench.analysis import scaling
+from scalebench.analysis import study as summary  # noqa: E402
+from scalebench.analysis.summary_csv import read_epochs, read_runs  # noqa: E402
+from scalebench.cell import Cell  # noqa: E402
+from scalebench.report import scaling_figures as plots
+from scalebench.report import training_figures as plots_training
+from scalebench.report.predictions import picture_panel  # noqa: E402
+from scalebench.report.save import save_figure  # noqa: E402
 
 FRAMEWORKS = ["torch", "tensorflow"]
 BACKENDS = ["native", "horovod"]
@@ -101,7 +106,7 @@ def generate(root: Path) -> tuple[list[dict], list[dict]]:
     ]
     fates = {5: "failed", 17: "diverged", 40: "truncated", 41: "missing", 150: "missing"}
     for number, cell in enumerate(cells):
-        folder = root / "runs" / cell["framework"] / cell["backend"] / f"g{cell['gpus']}" / f"s{cell['seed']}"
+        folder = root / "runs" / Cell(**cell).path
         write_cell(folder, cell, rng, fates.get(number, "ok"))
     data = root / "data"
     data.mkdir()

@@ -81,9 +81,9 @@ def ddp_probe(args: dict) -> dict:
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from scalebench.preprocess import load_arrays
-    from scalebench.torch_model import UNet
-    from scalebench.torch_training import LAYOUT
+    from scalebench.data.preprocess import load_arrays
+    from scalebench.train.torch.model import UNet
+    from scalebench.train.torch.runtime import LAYOUT
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
@@ -209,7 +209,7 @@ def run_ddp_probe(options: argparse.Namespace, data: Path) -> list[dict]:
 
 
 def _free_port() -> int:
-    from scalebench import distenv
+    from scalebench.launch import rank_env as distenv
 
     return distenv.free_port()
 

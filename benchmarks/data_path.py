@@ -30,8 +30,8 @@ TARGET_SHARE = 0.05
 def torch_loader(args: dict) -> dict:
     """Images/s of the training DataLoader alone, built as torch_training.run builds it."""
     import torch
-    from scalebench.preprocess import load_arrays
-    from scalebench.torch_training import SegmentationArrays
+    from scalebench.data.preprocess import load_arrays
+    from scalebench.train.torch.data import SegmentationArrays
     from torch.utils.data import DataLoader, DistributedSampler
 
     settings = args["settings"]
@@ -68,8 +68,9 @@ def torch_loader(args: dict) -> dict:
 def tf_loader(args: dict) -> dict:
     """Images/s of tf_data.train_dataset alone (one replica), as tf_training.run builds it per epoch."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
-    from scalebench import tf_data, tf_runtime
-    from scalebench.preprocess import load_arrays
+    from scalebench.data.preprocess import load_arrays
+    from scalebench.train.tf import data as tf_data
+    from scalebench.train.tf import runtime as tf_runtime
 
     settings = args["settings"]
     training = settings["training"]

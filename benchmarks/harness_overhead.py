@@ -1,7 +1,7 @@
 """Benchmark: the project's training loop against a bare loop over the same arrays and UNet (issue 7, items 1 and 6).
 
-Harness: scalebench.torch_training.run with the DDP backend (or tf_training.run with tf_native),
-in one process without launcher variables, so distenv.detect() makes it rank 0 of 1; settings
+Harness: scalebench.train.loop.TrainingLoop with the native backend (DDP, or MultiWorkerMirrored),
+in one process without launcher variables, so rank_env.detect() makes it rank 0 of 1; settings
 from scalebench.config.train_settings on a validated config. Bare: the same UNet, loss, Adam and
 arrays in a plain loop written here (no sampler, DataLoader, metrics, DDP or checkpoint).
 Harness and bare runs alternate, each in a fresh process; the figure is the ratio of the
@@ -37,9 +37,9 @@ def torch_bare(args: dict) -> dict:
     import numpy as np
     import torch
     import torch.nn.functional as F
-    from scalebench.preprocess import load_arrays
-    from scalebench.torch_model import UNet
-    from scalebench.torch_training import LAYOUT, set_determinism
+    from scalebench.data.preprocess import load_arrays
+    from scalebench.train.torch.model import UNet
+    from scalebench.train.torch.runtime import LAYOUT, set_determinism
 
     torch.set_num_threads(args["threads"])
     torch.manual_seed(1)
@@ -71,18 +71,18 @@ def torch_bare(args: dict) -> dict:
 
 def tf_bare(args: dict) -> dict:
     import numpy as np
-    from scalebench import tf_environment  # noqa: F401  (the harness's environment: oneDNN on unless exported)
+    import scalebench.train.tf  # noqa: F401  (the harness's environment: oneDNN on unless exported)
 
     # isort: split
     import tensorflow as tf
     import tf_keras as keras
-    from scalebench.preprocess import load_arrays
-    from scalebench.tf_model import build_unet
+    from scalebench.data.preprocess import load_arrays
+    from scalebench.train.tf.model import build_unet
 
     tf.config.threading.set_intra_op_parallelism_threads(args["threads"])
     tf.config.threading.set_inter_op_parallelism_threads(1)
     keras.utils.set_random_seed(1)
-    if args.get("determinism"):  # what tf_runtime.set_determinism adds in the harness
+    if args.get("determinism"):  # what train/tf/runtime.set_determinism adds in the harness
         tf.config.experimental.enable_op_determinism()
     images, masks, manifest = load_arrays(args["data"])
     train, batch = manifest["train"] * args["repeat"], args["batch"]
@@ -114,25 +114,20 @@ def tf_bare(args: dict) -> dict:
 
 def harness(args: dict, framework: str) -> dict:
     """The project's loop in this process, rank 0 of 1, writing its records into args['out']."""
-    from scalebench import records
-    from scalebench.train import cell_hash
+    from scalebench.launch import rank_env
+    from scalebench.train.entry import cell_hash, create_framework
+    from scalebench.train.loop import TrainingLoop
+    from scalebench.train.settings import RunSettings
 
-    if framework == "torch":
-        from scalebench import torch_ddp as backend_module
-        from scalebench import torch_training as training_module
-    else:
-        from scalebench import tf_native as backend_module
-        from scalebench import tf_training as training_module
+    started = time.perf_counter()
     settings = args["settings"]
-    clock = records.Clock()
-    backend = backend_module.create(settings["training"])
+    run = RunSettings.from_json(settings, args["data"], args["out"])
+    trainer = create_framework(run, rank_env.detect())
     try:
-        status = training_module.run(
-            backend, settings, args["data"], args["out"], cell_hash(settings, args["data"]), clock
-        )
+        status = TrainingLoop(run, trainer, cell_hash(settings, args["data"]), started).train()
     finally:
-        backend.shutdown()
-    wall = clock.elapsed()
+        trainer.backend.shutdown()
+    wall = time.perf_counter() - started
     epochs, final = _common.read_metrics(Path(args["out"]))
     return {
         "status": status,
@@ -160,7 +155,7 @@ def child(mode: str, args: dict) -> None:
 
 
 def measure(framework: str, options: argparse.Namespace, root: Path) -> dict:
-    from scalebench import flops
+    from scalebench.train import flops
 
     height, width = options.size
     data = _common.prepare_dataset(root, options.count, height, width)

@@ -23,7 +23,7 @@ def counted_by_torch(height: int, width: int) -> int:
     """FLOPs FlopCounterMode sees in one training step of one image."""
     import torch
     import torch.nn.functional as F
-    from scalebench.torch_model import UNet
+    from scalebench.train.torch.model import UNet
     from torch.utils.flop_counter import FlopCounterMode
 
     model = UNet()
@@ -36,7 +36,7 @@ def counted_by_torch(height: int, width: int) -> int:
 
 
 def main() -> None:
-    from scalebench import flops
+    from scalebench.train import flops
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["256x256", "768x1024"], help="HxW (default 256x256 768x1024)")

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 import analysis_scale  # noqa: E402
+from scalebench.cell import Cell  # noqa: E402
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
@@ -100,8 +101,8 @@ def write_records(workdir: Path) -> int:
     ]
     fates = {5: "failed", 17: "diverged", 40: "truncated", 41: "missing", 150: "missing"}
     for number, cell in enumerate(cells):
-        folder = workdir / "results" / "runs" / cell["framework"] / cell["backend"] / f"g{cell['gpus']}"
-        analysis_scale.write_cell(folder / f"s{cell['seed']}", cell, rng, fates.get(number, "ok"))
+        folder = workdir / Cell(**cell).folder
+        analysis_scale.write_cell(folder, cell, rng, fates.get(number, "ok"))
     return len(cells)
 
 

@@ -11,8 +11,9 @@ from snakemake.exceptions import WorkflowError
 SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-from scalebench import cluster as sb_cluster
+from scalebench import cell as sb_cell
 from scalebench import config as sb_config
+from scalebench.launch import resources as sb_resources
 
 # `--config partial=true` arrives as a string: Snakemake only reads True/False as booleans.
 if str(config.get("partial")).lower() in ("true", "false"):
@@ -28,26 +29,26 @@ config.clear()
 config.update(_resolved)
 
 CELLS = sb_config.cells(config)
-RUNS = "results/runs/{framework}/{backend}/g{gpus}/s{seed}"
+RUNS = sb_cell.RUNS_PATTERN
 PREPARED = "results/data/prepared"
 
 
 wildcard_constraints:
-    framework="torch|tensorflow",
-    backend="native|horovod",
+    framework="|".join(sb_config.FRAMEWORKS),
+    backend="|".join(sb_config.BACKENDS),
     gpus=r"\d+",
     seed=r"\d+",
 
 
 def cell_of(wildcards):
-    return sb_config.Cell(
+    return sb_cell.Cell(
         wildcards.framework, wildcards.backend, int(wildcards.gpus), int(wildcards.seed)
     )
 
 
 def cell_outputs(name):
     """One path per cell of the matrix, e.g. cell_outputs('metrics.jsonl')."""
-    return [f"results/runs/{cell.path}/{name}" for cell in CELLS]
+    return [f"{cell.folder}/{name}" for cell in CELLS]
 
 
 FIGURES = [
@@ -80,7 +81,7 @@ def final_outputs():
 
 def cell_finished(cell):
     """Both outputs of the cell's train job exist (its status may still be diverged or oom)."""
-    folder = Path("results/runs") / cell.path
+    folder = Path(cell.folder)
     return (folder / "metrics.jsonl").exists() and (folder / "run.json").exists()
 
 
@@ -93,14 +94,14 @@ def analysis_cell_outputs(name):
     """
     if not config["partial"]:
         return cell_outputs(name)
-    return [f"results/runs/{cell.path}/{name}" for cell in CELLS if cell_finished(cell)]
+    return [f"{cell.folder}/{name}" for cell in CELLS if cell_finished(cell)]
 
 
 def runs_folder(wildcards):
     """results/runs: collect_runs looks at every cell's folder (also those not among its
     inputs, to tell failed from missing) and plot_predictions at the predictions/ folders
     that training writes beside its declared outputs."""
-    return str(Path(RUNS).parents[3])  # results/runs/{framework}/{backend}/g{gpus}/s{seed}
+    return sb_cell.RUNS_ROOT
 
 
 def cells_json():
@@ -109,7 +110,7 @@ def cells_json():
 
 def legacy_inputs():
     """The log files of the legacy imports (so a changed file re-runs the collection)."""
-    from scalebench import legacy as sb_legacy
+    from scalebench.analysis import legacy as sb_legacy
 
     try:
         return [
@@ -191,13 +192,18 @@ def train_threads(wildcards):
 
 
 def slurm_resource(name):
-    """A resource function for the train rule, computed by scalebench.cluster."""
+    """A resource function for the train rule, computed by scalebench.launch.resources."""
 
     def resource(wildcards, attempt):
-        return sb_cluster.job_resources(config, cell_of(wildcards), attempt)[name]
+        return sb_resources.job_resources(config, cell_of(wildcards), attempt)[name]
 
     resource.__name__ = f"slurm_{name}"
     return resource
+
+
+def train_resources():
+    """The train rule's resources: one function per name in resources.RESOURCE_NAMES."""
+    return {name: slurm_resource(name) for name in sb_resources.RESOURCE_NAMES}
 
 
 def input_folder(wildcards, input):

@@ -17,19 +17,7 @@ rule train:
         "../envs/train.yaml"
     threads: train_threads
     resources:
-        nodes=slurm_resource("nodes"),
-        tasks=slurm_resource("tasks"),
-        tasks_per_node=slurm_resource("tasks_per_node"),
-        mpi=slurm_resource("mpi"),
-        gres=slurm_resource("gres"),
-        cpus_per_task=slurm_resource("cpus_per_task"),
-        mem_mb=slurm_resource("mem_mb"),
-        runtime=slurm_resource("runtime"),
-        slurm_partition=slurm_resource("slurm_partition"),
-        slurm_account=slurm_resource("slurm_account"),
-        qos=slurm_resource("qos"),
-        constraint=slurm_resource("constraint"),
-        slurm_extra=slurm_resource("slurm_extra"),
+        **train_resources(),
     params:
         settings=train_settings,
         launchers=launchers_json,

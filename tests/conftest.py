@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +16,8 @@ SCRIPTS = REPO / "workflow" / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 from scalebench import config as sb_config  # noqa: E402
-from scalebench import launch as sb_launch  # noqa: E402
-from scalebench import preprocess, synthetic  # noqa: E402
+from scalebench.data import pairing, preprocess, synthetic  # noqa: E402
+from scalebench.launch import launcher as sb_launch  # noqa: E402
 
 PYTHON = sys.executable
 BIN = Path(sys.executable).parent
@@ -60,7 +61,7 @@ def prepared_data(tmp_path_factory) -> Path:
     """40 synthetic pairs at 32 x 48, preprocessed like the pipeline does."""
     root = tmp_path_factory.mktemp("data")
     synthetic.write_dataset(root / "raw", 40, 48, 64, seed=0)
-    pairs, rule = preprocess.find_pairs(root / "raw")
+    pairs, rule = pairing.find_pairs(root / "raw")
     preprocess.preprocess(pairs, root / "prepared", (32, 48), 0.2, 42, {"source": "synthetic", "pairing": rule})
     return root / "prepared"
 
@@ -95,10 +96,31 @@ def cell_settings(framework: str, backend: str, gpus: int, seed: int = 1, **trai
     return sb_config.train_settings(config, sb_config.Cell(framework, backend, gpus, seed))
 
 
+def training_settings(**training: object):
+    """The typed training settings a rank of tiny_config() receives, with overrides."""
+    from scalebench.train.settings import RunSettings
+
+    return RunSettings.from_json(cell_settings("torch", "native", 1, **training), "data", "out").training
+
+
 def launcher_command(settings: dict, data: Path, out: Path) -> list[str]:
     """The train rule's command for one cell (workflow/scripts/launch.py with the default launchers)."""
     launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
     return sb_launch.command_line(settings, data, out, launchers)
+
+
+def rank_command(settings: dict, data: Path, out: Path) -> list[str]:
+    """One rank started directly (workflow/scripts/train.py), without a launcher."""
+    return [
+        PYTHON,
+        str(SCRIPTS / "train.py"),
+        "--settings",
+        json.dumps(settings),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+    ]
 
 
 def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:

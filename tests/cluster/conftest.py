@@ -9,14 +9,15 @@ where they fail with it.
 
 from __future__ import annotations
 
-import importlib.util
+import itertools
 import json
 import os
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SCRIPTS, snakemake_command, tiny_config, tool_env  # the suite's root conftest
+from conftest import REPO, snakemake_command, tiny_config, tool_env  # the suite's root conftest
+from scalebench import config as sb_config
 
 from .slurm_cluster import ClusterError, SlurmCluster
 
@@ -51,16 +52,9 @@ def two_nodes(tmp_path_factory):
 
 
 def implemented_backends() -> list[tuple[str, str]]:
-    """(framework, backend) pairs whose modules exist and whose libraries import here."""
-    pairs = [("torch", "native")]
-    if (SCRIPTS / "scalebench" / "torch_horovod.py").exists() and importlib.util.find_spec("horovod"):
-        pairs.append(("torch", "horovod"))
-    if (SCRIPTS / "scalebench" / "tf_native.py").exists():
-        pairs.append(("tensorflow", "native"))
-    if (SCRIPTS / "scalebench" / "tf_horovod.py").exists() and importlib.util.find_spec("horovod"):
-        pairs.append(("tensorflow", "horovod"))
-    # SCALEBENCH_CLUSTER_BACKENDS=torch_native,... narrows the demo for quick local iterations
+    """Every (framework, backend) pair; SCALEBENCH_CLUSTER_BACKENDS=torch_native,... narrows them for quick runs."""
     chosen = os.environ.get("SCALEBENCH_CLUSTER_BACKENDS")
+    pairs = itertools.product(sb_config.FRAMEWORKS, sb_config.BACKENDS)
     return [p for p in pairs if not chosen or "_".join(p) in chosen.split(",")]
 
 
@@ -81,7 +75,7 @@ def cluster_config(frameworks=("torch",), backends=("native",), gpus=(1, 2), see
 
 
 def run_slurm_snakemake(
-    cluster: SlurmCluster, workdir: Path, config: dict, *args: str, timeout: float = 400
+    cluster: SlurmCluster, workdir: Path, config: dict, *args: str, timeout: float = 400, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """`snakemake --profile profiles/slurm` against the test cluster (no accounting: squeue for status)."""
     command = snakemake_command(
@@ -99,9 +93,10 @@ def run_slurm_snakemake(
         "5",
         *args,
     )
-    env = {**tool_env(), **{"SLURM_CONF": str(cluster.conf)}}
-    env.pop("SCALEBENCH_EXECUTOR", None)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=workdir)
+    # sbatch exports this environment to the jobs, and srun to the ranks
+    full_env = {**tool_env(), "SLURM_CONF": str(cluster.conf), **(env or {})}
+    full_env.pop("SCALEBENCH_EXECUTOR", None)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir)
 
 
 def read_run(workdir: Path, cell: str) -> dict:

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -138,14 +137,14 @@ def test_killed_rank_fails_the_cell_quickly_and_leaves_no_process(prepared_data,
     victims = rank_pids(tmp_path)
     assert len(victims) >= 2, victims
     os.kill(victims[-1], signal.SIGKILL)
-    killed = time.monotonic()
-    try:
-        output, _ = process.communicate(timeout=2 * timeout_s + 30)
+    try:  # 200 epochs would take minutes: the cell ends because a rank died, not a hang (a margin
+        # tied to the collective timeout, not to the machine's speed)
+        output, _ = process.communicate(timeout=3 * timeout_s + 60)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     assert process.returncode != 0, output
-    assert time.monotonic() - killed < 2 * timeout_s
+    assert "failed" in output, output[-3000:]
     assert wait_for(lambda: not rank_pids(tmp_path), 10), "ranks left behind"
 
 
@@ -178,7 +177,7 @@ def _checkpoint_epoch(path: Path) -> int | None:
     import torch
 
     try:  # written atomically (rename), so a load sees a whole file or none
-        return torch.load(path, weights_only=False)["epoch"]
+        return torch.load(path, weights_only=False)["loop"]["epoch"]
     except (FileNotFoundError, RuntimeError, EOFError):
         return None
 
@@ -221,8 +220,11 @@ def test_horovod_with_batch_norm_learns(prepared_data, tmp_path):
 
 
 def test_missing_horovod_names_the_fix(monkeypatch):
-    from scalebench import torch_horovod
+    from scalebench.launch import rank_env
+    from scalebench.train.settings import RunSettings
+    from scalebench.train.torch import horovod as torch_horovod
 
     monkeypatch.setitem(sys.modules, "horovod.torch", None)  # as if Horovod were not installed
+    run = RunSettings.from_json(cell_settings("torch", "horovod", 1), "data", "out")
     with pytest.raises(RuntimeError, match=r"cannot import horovod.torch .*run ./install.sh"):
-        torch_horovod.create({"horovod": {"fp16_compression": False, "backward_passes_per_step": 1}})
+        torch_horovod.create(run, rank_env.detect({}))

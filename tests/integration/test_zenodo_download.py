@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from scalebench.zenodo import DownloadError, download_record, receipt_path, verified_archives
+from scalebench.data.zenodo import DownloadError, download_record, receipt_path, verified_archives
 from zenodo_standin import ZenodoStandIn
 
 pytestmark = [

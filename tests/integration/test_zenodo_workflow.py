@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import run_snakemake, tiny_config
 from PIL import Image
-from scalebench import synthetic
+from scalebench.data import synthetic
 from zenodo_standin import ZenodoStandIn
 
 pytestmark = [

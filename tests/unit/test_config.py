@@ -106,3 +106,9 @@ def test_uneven_placement_allowed_when_asked(schema):
         training={"batch_per_gpu": 1},
     )
     assert sb_config.validate(config, schema)["cluster"]["allow_uneven"] is True
+
+
+def test_framework_and_backend_names_are_the_schemas(schema):
+    matrix = schema["properties"]["matrix"]["properties"]
+    assert tuple(matrix["frameworks"]["items"]["enum"]) == sb_config.FRAMEWORKS
+    assert tuple(matrix["backends"]["items"]["enum"]) == sb_config.BACKENDS

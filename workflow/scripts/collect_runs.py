@@ -5,7 +5,7 @@ import sys
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.summary import collect_study
+from scalebench.analysis.study import collect_study
 
 params = snakemake.params
 summary = collect_study(

@@ -4,8 +4,8 @@ import sys
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.scaling import scaling
-from scalebench.tables import read_runs
+from scalebench.analysis.scaling import scaling
+from scalebench.analysis.summary_csv import read_runs
 
 table = scaling(read_runs(snakemake.input.runs))
 table.to_csv(snakemake.output.scaling, index=False)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.zenodo import download_record
+from scalebench.data.zenodo import download_record
 
 params = snakemake.params
 receipt = download_record(

@@ -4,8 +4,8 @@ import sys
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.extract import safe_extract
-from scalebench.zenodo import verified_archives
+from scalebench.data.extract import safe_extract
+from scalebench.data.zenodo import verified_archives
 
 receipt, archives = verified_archives(snakemake.input.receipt)
 safe_extract(archives, snakemake.output.raw)

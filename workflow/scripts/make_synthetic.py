@@ -4,7 +4,7 @@ import sys
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.synthetic import write_dataset
+from scalebench.data.synthetic import write_dataset
 
 height, width = snakemake.params.size
 write_dataset(snakemake.output.raw, snakemake.params.pairs, height, width, snakemake.params.seed)

@@ -5,8 +5,8 @@ from pathlib import Path
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.pictures import picture_panel
-from scalebench.tables import read_runs
+from scalebench.analysis.summary_csv import read_runs
+from scalebench.report.predictions import picture_panel
 
 figure = picture_panel(
     read_runs(snakemake.input.runs),

@@ -5,8 +5,9 @@ import sys
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 import pandas as pd
-from scalebench import plots
-from scalebench.tables import read_runs, save_figure
+from scalebench.analysis.summary_csv import read_runs
+from scalebench.report import scaling_figures as plots
+from scalebench.report.save import save_figure
 
 runs = read_runs(snakemake.input.runs)
 scaling = pd.read_csv(snakemake.input.scaling)

@@ -4,8 +4,9 @@ import sys
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench import plots_training
-from scalebench.tables import read_epochs, read_runs, save_figure
+from scalebench.analysis.summary_csv import read_epochs, read_runs
+from scalebench.report import training_figures as plots_training
+from scalebench.report.save import save_figure
 
 runs = read_runs(snakemake.input.runs)
 epochs = read_epochs(snakemake.input.epochs)

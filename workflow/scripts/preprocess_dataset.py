@@ -6,7 +6,8 @@ from pathlib import Path
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
-from scalebench.preprocess import find_pairs, preprocess
+from scalebench.data.pairing import find_pairs
+from scalebench.data.preprocess import preprocess
 
 params = snakemake.params
 provenance = json.loads(params.provenance)

@@ -6,7 +6,7 @@ from pathlib import Path
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 import pandas as pd
-from scalebench.html_tables import table_html
+from scalebench.report.html_tables import table_html
 
 PAGES = {
     "runs": ("Runs: one row per cell", "Columns are explained in the caption; empty = unknown.", "No cells."),

@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from scalebench.train import main  # noqa: E402
+from scalebench.train.entry import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

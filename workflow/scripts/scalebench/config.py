@@ -11,14 +11,15 @@ import copy
 import hashlib
 import itertools
 import json
-import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
+
+from scalebench.cell import Cell  # also reached as config.Cell
+from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
 FRAMEWORKS = ("torch", "tensorflow")
 BACKENDS = ("native", "horovod")
@@ -26,20 +27,6 @@ BACKENDS = ("native", "horovod")
 
 class ConfigError(ValueError):
     """A configuration problem, with the offending key in the message."""
-
-
-@dataclass(frozen=True, order=True)
-class Cell:
-    """One training run of the matrix."""
-
-    framework: str
-    backend: str
-    gpus: int
-    seed: int
-
-    @property
-    def path(self) -> str:
-        return f"{self.framework}/{self.backend}/g{self.gpus}/s{self.seed}"
 
 
 def _key(path: Iterator[Any]) -> str:
@@ -105,13 +92,12 @@ def _check_semantics(config: dict) -> None:
         config["training"],
         config["cluster"],
     )
-    for name in ("image_size",):
-        height, width = dataset[name]
-        if height % 16 or width % 16:
-            problems.append(
-                f"config key 'dataset.{name}': {height} x {width} is not divisible by 16 "
-                "(the UNet halves the size four times)"
-            )
+    height, width = dataset["image_size"]
+    if height % 16 or width % 16:
+        problems.append(
+            f"config key 'dataset.image_size': {height} x {width} is not divisible by 16 "
+            "(the UNet halves the size four times)"
+        )
     if dataset["source"] == "folder" and not dataset["folder"]:
         problems.append("config key 'dataset.folder': required when dataset.source is folder")
     if dataset["source"] == "synthetic":
@@ -141,12 +127,12 @@ def _check_semantics(config: dict) -> None:
             if problem:
                 problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
     if training["tf_strategy"] == "mirrored" and "tensorflow" in matrix["frameworks"]:
-        per_node = ranks_per_node_limit(cluster)
-        too_big = [g for g in matrix["gpus"] if g > per_node]
+        too_big = [g for g in matrix["gpus"] if len(node_layout(cluster, g)) > 1]
         if too_big:
             problems.append(
                 f"config key 'training.tf_strategy': mirrored runs in one process on one node, but cells "
-                f"of {too_big} GPUs span several nodes ({per_node} per node); use auto or multiworker"
+                f"of {too_big} GPUs span several nodes ({ranks_per_node_limit(cluster)} per node); "
+                "use auto or multiworker"
             )
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
@@ -184,15 +170,11 @@ def template_problem(template: str) -> str | None:
     return None
 
 
-def ranks_per_node_limit(cluster: dict) -> int:
-    return cluster["gpus_per_node"] or cluster["ranks_per_node"]
-
-
 def placement_problem(gpus: int, cluster: dict) -> str | None:
-    per_node = ranks_per_node_limit(cluster)
-    nodes = math.ceil(gpus / per_node)
-    if gpus % nodes:
-        return f"{gpus} GPUs cannot be spread evenly over {nodes} nodes of {per_node}"
+    """Why a cell of `gpus` ranks would leave its last node short (uneven), or None."""
+    layout = node_layout(cluster, gpus)
+    if len(set(layout)) > 1:
+        return f"{gpus} GPUs cannot be spread evenly over {len(layout)} nodes of {ranks_per_node_limit(cluster)}"
     return None
 
 

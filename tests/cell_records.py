@@ -1,0 +1,88 @@
+"""Cell folders as training writes them (metrics.jsonl, run.json, train.log), for analysis and report tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from scalebench.cell import Cell
+
+
+def epoch(number: int, seconds: float, **extra) -> dict:
+    record = {
+        "type": "epoch",
+        "epoch": number,
+        "loss": 1.0 / number,
+        "lr": 0.001,
+        "epoch_time_s": seconds,
+        "images_per_s": 100.0 / seconds,
+        "data_wait_s": 0.1 * seconds,
+        "peak_mem_mb": 100.0 + number,
+        "steps": 10,
+        "train_time_s": None,
+        "test_iou": None,
+        "test_loss": None,
+    }
+    record.update(extra)
+    return record
+
+
+def write_cell(
+    root: Path,
+    framework="torch",
+    backend="native",
+    gpus=1,
+    seed=1,
+    times=(10.0, 4.0, 6.0, 5.0),
+    status="ok",
+    final=True,
+    run_json=True,
+    truncate=False,
+    epochs_extra=None,
+) -> Path:
+    folder = root / Cell(framework, backend, gpus, seed).path
+    folder.mkdir(parents=True)
+    (folder / "train.log").write_text("log\n")
+    records, total = [], 0.0
+    for number, seconds in enumerate(times, start=1):
+        total += seconds
+        records.append(epoch(number, seconds, train_time_s=total, **(epochs_extra or {}).get(number, {})))
+    if final:
+        records.append(
+            {
+                "type": "final",
+                "status": status,
+                "setup_s": 2.0,
+                "train_time_s": total,
+                "iou": 0.9,
+                "test_loss": 0.2,
+                "test_time_s": 1.0,
+                "epochs_completed": len(times),
+            }
+        )
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if truncate:
+        text = text[: -len(json.dumps(records[-1])) // 2]
+    (folder / "metrics.jsonl").write_text(text)
+    if run_json:
+        run = {
+            "framework": framework,
+            "backend": backend,
+            "gpus": gpus,
+            "seed": seed,
+            "status": status,
+            "hosts": ["n1", "n2"],
+            "nodes": 2,
+            "devices": ["H100", "H100"],
+            "python": "3.11.7",
+            "versions": {"torch": "2.13.0", "horovod": None},
+            "slurm": {"job_id": "42"},
+            "git_commit": "abc",
+            "config_hash": "h1",
+        }
+        (folder / "run.json").write_text(json.dumps(run))
+    return folder
+
+
+def cell(framework="torch", backend="native", gpus=1, seed=1) -> dict:
+    return {"framework": framework, "backend": backend, "gpus": gpus, "seed": seed}

@@ -1,0 +1,94 @@
+"""Reading cells into runs/epochs tables: statuses from what exists, steady-state time, NaN not 0."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from cell_records import cell, write_cell
+from scalebench.analysis import collect as analysis
+from scalebench.analysis import completeness
+from scalebench.analysis import study as summary
+
+
+def test_steady_state_epoch_time_is_the_median_after_the_first():
+    assert analysis.steady_epoch_time([10.0, 4.0, 6.0, 5.0]) == 5.0
+    assert analysis.steady_epoch_time([10.0, 4.0, 6.0]) == 5.0
+    assert analysis.steady_epoch_time([7.0]) == 7.0
+    assert math.isnan(analysis.steady_epoch_time([]))
+    assert analysis.steady_epoch_time([10.0, None, 3.0]) == 3.0
+
+
+def test_a_finished_cell_becomes_one_row_with_its_numbers(tmp_path):
+    write_cell(tmp_path, gpus=2)
+    runs, epochs = analysis.collect(tmp_path, [cell(gpus=2)])
+    row = runs.iloc[0]
+    assert (row["status"], row["epochs"], row["train_time_s"], row["steady_epoch_s"]) == ("ok", 4, 25.0, 5.0)
+    assert row["first_epoch_s"] == 10.0
+    assert row["images_per_s"] == pytest.approx(20.0)  # median of 100/4, 100/6, 100/5
+    assert row["images_per_s_per_gpu"] == pytest.approx(10.0)
+    assert row["data_wait_share"] == pytest.approx(0.1)
+    assert row["peak_mem_mb"] == 104.0
+    assert row["hosts"] == "n1,n2" and row["devices"] == "H100" and row["slurm_job_id"] == "42"
+    assert row["versions"] == "python 3.11.7, torch 2.13.0"  # None entries left out
+    assert row["source"] == "scalebench"
+    assert list(epochs["epoch"]) == [1, 2, 3, 4] and epochs["train_time_s"].iloc[-1] == 25.0
+
+
+def test_truncated_last_line_keeps_the_complete_records_and_fails_the_cell(tmp_path):
+    write_cell(tmp_path, truncate=True)
+    runs, epochs = analysis.collect(tmp_path, [cell()])
+    assert runs.iloc[0]["status"] == "failed"
+    assert "truncated" in runs.iloc[0]["reason"]
+    assert len(epochs) == 4  # the final record was cut, the epochs survive
+
+
+def test_missing_run_json_is_a_failed_cell_and_an_empty_folder_a_missing_one(tmp_path):
+    write_cell(tmp_path, seed=1, run_json=False)
+    (tmp_path / "torch" / "native" / "g1" / "s2").mkdir()
+    (tmp_path / "torch" / "native" / "g1" / "s2" / "train.log").write_text("Traceback\n")
+    runs, _ = analysis.collect(tmp_path, [cell(seed=1), cell(seed=2), cell(seed=3)])
+    assert list(runs["status"]) == ["failed", "failed", "missing"]
+    assert list(runs["seed"]) == [1, 2, 3]  # keys from the matrix, not from run.json
+    assert runs.iloc[0]["reason"].startswith("no run.json")
+
+
+def test_other_statuses_and_records_without_a_final_record(tmp_path):
+    write_cell(tmp_path, seed=1, status="diverged")
+    write_cell(tmp_path, seed=2, final=False)
+    write_cell(tmp_path, seed=3, status="running")
+    runs, _ = analysis.collect(tmp_path, [cell(seed=s) for s in (1, 2, 3)])
+    assert list(runs["status"]) == ["diverged", "failed", "failed"]
+    assert "no final record" in runs.iloc[1]["reason"]
+
+
+def test_unknown_numbers_stay_nan_never_zero(tmp_path):
+    write_cell(tmp_path, epochs_extra={n: {"peak_mem_mb": None, "data_wait_s": None} for n in range(1, 5)})
+    runs, epochs = analysis.collect(tmp_path, [cell()])
+    row = runs.iloc[0]
+    assert math.isnan(row["peak_mem_mb"]) and math.isnan(row["data_wait_share"])
+    assert epochs["test_iou"].isna().all() and math.isnan(row["time_to_target_s"])
+
+
+def test_time_to_target_is_the_training_time_of_the_first_epoch_at_the_target(tmp_path):
+    write_cell(tmp_path, epochs_extra={2: {"test_iou": 0.5}, 3: {"test_iou": 0.85}, 4: {"test_iou": 0.9}})
+    runs, epochs = analysis.collect(tmp_path, [cell()], target_iou=0.8)
+    assert runs.iloc[0]["time_to_target_s"] == 20.0  # 10 + 4 + 6
+    assert list(epochs["test_iou"].dropna()) == [0.5, 0.85, 0.9]
+    runs, _ = analysis.collect(tmp_path, [cell()], target_iou=0.95)
+    assert math.isnan(runs.iloc[0]["time_to_target_s"])  # never reached
+
+
+def test_rerun_commands_name_the_cell_and_force_only_where_outputs_exist(tmp_path):
+    write_cell(tmp_path, seed=1, status="diverged")
+    write_cell(tmp_path, seed=2, run_json=False)
+    collected = summary.collect_study(str(tmp_path), [cell(seed=s) for s in (1, 2, 3)], 0.8, [], "profiles/slurm")
+    commands = dict(zip(collected.incomplete["item"], collected.incomplete["rerun"]))
+    assert commands == {
+        "torch/native/g1/s1": "snakemake --profile profiles/slurm --force results/runs/torch/native/g1/s1/metrics.jsonl",
+        "torch/native/g1/s2": "snakemake --profile profiles/slurm results/runs/torch/native/g1/s2/metrics.jsonl",
+        "torch/native/g1/s3": "snakemake --profile profiles/slurm results/runs/torch/native/g1/s3/metrics.jsonl",
+    }
+    assert list(collected.incomplete["status"]) == ["diverged", "failed", "missing"]
+    assert set(completeness.COLUMNS) == set(collected.incomplete.columns)
+    assert list(collected.provenance["config_hash"].fillna("")) == ["h1", "", ""]

@@ -1,0 +1,109 @@
+"""Speedup, efficiency and their intervals on hand-made runs with known answers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from scalebench.analysis.scaling import interval_summary, scaling
+
+T_975_DF2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
+
+
+def runs_table(rows: list[tuple]) -> pd.DataFrame:
+    """rows: (backend, gpus, seed, status, train_time_s, steady_epoch_s)."""
+    frame = pd.DataFrame(rows, columns=["backend", "gpus", "seed", "status", "train_time_s", "steady_epoch_s"])
+    return frame.assign(source="scalebench", framework="torch", iou=0.9, images_per_s_per_gpu=10.0)
+
+
+def row(table: pd.DataFrame, gpus: int, backend: str = "native") -> pd.Series:
+    return table[(table["gpus"] == gpus) & (table["backend"] == backend)].iloc[0]
+
+
+def test_paired_speedup_efficiency_and_interval():
+    table = scaling(
+        runs_table(
+            [
+                ("native", 1, 1, "ok", 100.0, 10.0),
+                ("native", 1, 2, "ok", 110.0, 11.0),
+                ("native", 1, 3, "ok", 90.0, 9.0),
+                ("native", 4, 1, "ok", 50.0, 2.5),
+                ("native", 4, 2, "ok", 55.0, 2.75),
+                ("native", 4, 3, "ok", 50.0, 2.25),
+            ]
+        )
+    )
+    four = row(table, 4)
+    ratios = [2.0, 2.0, 1.8]
+    mean = sum(ratios) / 3
+    half = T_975_DF2 * pd.Series(ratios).std() / math.sqrt(3)
+    assert four["interval"] == "paired t"
+    assert four["speedup_train_time"] == pytest.approx(mean)
+    assert (four["speedup_train_time_lo"], four["speedup_train_time_hi"]) == pytest.approx((mean - half, mean + half))
+    assert four["efficiency_train_time"] == pytest.approx(mean / 4)
+    assert four["efficiency_train_time_hi"] == pytest.approx((mean + half) / 4)
+    assert four["speedup_epoch_time"] == pytest.approx(4.0)  # 10/2.5, 11/2.75, 9/2.25
+    assert four["speedup_epoch_time_lo"] == pytest.approx(4.0)  # no spread, no width
+    one = row(table, 1)
+    assert (one["speedup_train_time"], one["efficiency_train_time"], one["base_gpus"]) == (1.0, 1.0, 1)
+
+
+def test_cells_not_ok_are_excluded_and_counted():
+    table = scaling(
+        runs_table(
+            [
+                ("native", 1, 1, "ok", 100.0, 10.0),
+                ("native", 1, 2, "ok", 100.0, 10.0),
+                ("native", 2, 1, "ok", 50.0, 5.0),
+                ("native", 2, 2, "ok", 50.0, 5.0),
+                ("native", 2, 3, "failed", 1.0, 1.0),  # a failed cell's time would inflate the speedup
+                ("native", 2, 4, "missing", math.nan, math.nan),
+            ]
+        )
+    )
+    two = row(table, 2)
+    assert two["speedup_train_time"] == pytest.approx(2.0)
+    assert (two["cells"], two["used"], two["excluded"]) == (4, 2, 2)
+    assert two["excluded_status"] == "failed 1, missing 1"
+    assert "2 cell(s) excluded" in interval_summary(table)
+
+
+def test_different_seeds_use_the_log_ratio_interval_and_one_seed_none():
+    table = scaling(
+        runs_table(
+            [
+                ("native", 1, 1, "ok", 100.0, 10.0),
+                ("native", 1, 2, "ok", 120.0, 12.0),
+                ("native", 2, 3, "ok", 50.0, 5.0),
+                ("native", 2, 4, "ok", 60.0, 6.0),
+                ("horovod", 1, 1, "ok", 100.0, 10.0),
+                ("horovod", 2, 1, "ok", 40.0, 4.0),
+            ]
+        )
+    )
+    unpaired = row(table, 2)
+    assert unpaired["interval"] == "log-ratio t"
+    assert unpaired["speedup_train_time"] == pytest.approx(110.0 / 55.0)
+    assert unpaired["speedup_train_time_lo"] < 2.0 < unpaired["speedup_train_time_hi"]
+    single = row(table, 2, "horovod")
+    assert single["interval"] == "none" and single["speedup_train_time"] == pytest.approx(2.5)
+    assert math.isnan(single["speedup_train_time_lo"]) and math.isnan(single["speedup_train_time_hi"])
+    assert "no interval where only one seed ran" in interval_summary(table)
+
+
+def test_without_a_one_gpu_cell_the_smallest_world_size_is_the_base():
+    table = scaling(
+        runs_table(
+            [
+                ("native", 1, 1, "failed", 100.0, 10.0),
+                ("native", 2, 1, "ok", 100.0, 10.0),
+                ("native", 8, 1, "ok", 40.0, 4.0),
+            ]
+        )
+    )
+    eight = row(table, 8)
+    assert eight["base_gpus"] == 2
+    assert eight["speedup_train_time"] == pytest.approx(2.5)
+    assert eight["efficiency_train_time"] == pytest.approx(2.5 * 2 / 8)
+    assert row(table, 1)["used"] == 0 and math.isnan(row(table, 1)["speedup_train_time"])

@@ -1,0 +1,97 @@
+"""Horovod ranks started by srun: the rendezvous plan and each rank's HOROVOD_* variables."""
+
+import pytest
+from scalebench.launch.rank_env import adopt_srun_rank
+from scalebench.launch.slurm import block_distribution
+
+
+def test_plan_follows_srun_block_distribution():
+    assert block_distribution(4, 2) == [2, 2]
+    assert block_distribution(5, 3) == [2, 2, 1]
+    assert block_distribution(3, 1) == [3]
+
+
+def srun_env(**extra):
+    return {
+        "HOROVOD_GLOO_RENDEZVOUS_ADDR": "127.0.0.1",
+        "SLURM_PROCID": "3",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_NUM_TASKS": "4",
+        "SLURM_NTASKS": "4",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "SLURM_STEP_NUM_NODES": "2",
+        "SLURMD_NODENAME": "localhost",
+        **extra,
+    }
+
+
+def horovod_variables(env):
+    return {k: env[k] for k in env if k.startswith("HOROVOD_") and k != "HOROVOD_GLOO_RENDEZVOUS_ADDR"}
+
+
+def test_rank_takes_its_place_from_srun():
+    env = srun_env()
+    assert adopt_srun_rank(env)
+    assert horovod_variables(env) == {
+        "HOROVOD_HOSTNAME": "localhost",
+        "HOROVOD_RANK": "3",
+        "HOROVOD_SIZE": "4",
+        "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "1",
+        "HOROVOD_CROSS_SIZE": "2",
+        "HOROVOD_GLOO_IFACE": "lo",  # localhost resolves to the loopback interface
+    }
+
+
+def uneven_env(rank: int) -> dict[str, str]:
+    """Rank `rank` of 10 over 3 nodes laid out 4, 4, 2 (a cell of 10 GPUs on 4-GPU nodes)."""
+    node, local = min(rank // 4, 2), rank - 4 * min(rank // 4, 2)
+    return srun_env(
+        SLURM_PROCID=str(rank),
+        SLURM_LOCALID=str(local),
+        SLURM_NODEID=str(node),
+        SLURM_STEP_NUM_TASKS="10",
+        SLURM_NTASKS="10",
+        SLURM_STEP_TASKS_PER_NODE="4(x2),2",
+        SLURM_STEP_NUM_NODES="3",
+        HOROVOD_GLOO_IFACE="lo",
+    )
+
+
+def test_uneven_layout_gives_each_node_its_own_local_size():
+    first, last = uneven_env(0), uneven_env(9)
+    assert adopt_srun_rank(first) and adopt_srun_rank(last)
+    assert first["HOROVOD_LOCAL_SIZE"] == "4" and last["HOROVOD_LOCAL_SIZE"] == "2"
+    # local rank 3 exists on the first two nodes only
+    third_local = uneven_env(7)
+    adopt_srun_rank(third_local)
+    assert (third_local["HOROVOD_CROSS_RANK"], third_local["HOROVOD_CROSS_SIZE"]) == ("1", "2")
+    assert (last["HOROVOD_CROSS_RANK"], last["HOROVOD_CROSS_SIZE"]) == ("2", "3")
+
+
+def test_uneven_layout_agrees_with_the_rendezvous_plan():
+    hosts = pytest.importorskip("horovod.runner.common.util.hosts")
+    names = ["n1", "n2", "n3"]
+    plan = hosts.get_host_assignments(
+        [hosts.HostInfo(h, n) for h, n in zip(names, block_distribution(10, 3), strict=True)], 10
+    )
+    for slot in plan:
+        env = uneven_env(slot.rank)
+        adopt_srun_rank(env)
+        expected = (slot.rank, slot.size, slot.local_rank, slot.local_size, slot.cross_rank, slot.cross_size)
+        keys = ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")
+        assert tuple(int(env[f"HOROVOD_{k}"]) for k in keys) == expected
+
+
+@pytest.mark.parametrize("present", ["HOROVOD_RANK", "no-rendezvous", "no-srun"])
+def test_other_launchers_are_left_alone(present):
+    env = srun_env(HOROVOD_RANK="0") if present == "HOROVOD_RANK" else srun_env()
+    if present == "no-rendezvous":
+        del env["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
+    if present == "no-srun":
+        del env["SLURM_PROCID"]
+    before = dict(env)
+    assert not adopt_srun_rank(env)
+    assert env == before

@@ -1,0 +1,77 @@
+"""Launcher templates, the allocation they are filled from, and config-time launcher/cluster errors."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from conftest import tiny_config
+from scalebench import config as sb_config
+from scalebench.launch.launcher import LaunchError, build_command, placeholders
+from scalebench.launch.slurm import Allocation, port_for_job
+
+SRUN = "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} --cpus-per-task={cpus_per_rank} {python} {program}"
+
+
+def slurm(hosts, cpus=8):
+    return Allocation("slurm", hosts, "10.0.0.1", port_for_job("4711"), cpus)
+
+
+def test_srun_command_spells_out_the_task_geometry():
+    command = build_command(SRUN, 8, slurm(["gpu01", "gpu02"]), ["--out", "x y"])
+    argv = shlex.split(command)
+    assert argv[:6] == [
+        "srun",
+        "--kill-on-bad-exit=1",
+        "--nodes=2",
+        "--ntasks=8",
+        "--ntasks-per-node=4",
+        "--cpus-per-task=8",
+    ]
+    assert argv[-2:] == ["--out", "x y"]
+
+
+def test_horovod_hosts_come_from_the_allocation_and_uneven_cells_fill_nodes_in_order():
+    values = placeholders(10, slurm(["gpu01", "gpu02", "gpu03"]), "train.py")
+    assert values["hosts"] == "gpu01:4,gpu02:4,gpu03:2" and values["ranks_per_node"] == 4
+
+
+def test_single_node_allocation_runs_horovod_ranks_locally_without_ssh():
+    assert placeholders(4, slurm(["gpu07"]), "train.py")["hosts"] == "localhost:4"
+
+
+def test_more_nodes_than_ranks_is_an_error():
+    with pytest.raises(LaunchError, match="2 nodes"):
+        placeholders(1, slurm(["a", "b"]), "train.py")
+
+
+def test_a_foreign_allocation_that_would_leave_a_node_empty_is_an_error():
+    with pytest.raises(LaunchError, match="empty"):
+        placeholders(5, slurm(["a", "b", "c", "d"]), "train.py")
+
+
+def _problems(schema, **sections) -> str:
+    with pytest.raises(sb_config.ConfigError) as error:
+        sb_config.validate(tiny_config(**sections), schema)
+    return str(error.value)
+
+
+def test_unknown_launcher_placeholder_is_rejected_with_its_key(schema):
+    message = _problems(schema, launchers={"slurm": {"torch_native": "srun -n {tasks} {python} {program}"}})
+    assert "launchers.slurm.torch_native" in message and "{tasks}" in message
+
+
+def test_gres_template_without_n_is_rejected(schema):
+    assert "cluster.gres" in _problems(schema, cluster={"gres": "gpu:a100:4"})
+
+
+def test_more_gpus_than_the_cluster_allows_is_rejected(schema):
+    message = _problems(schema, matrix={"gpus": [1, 16]}, cluster={"max_gpus": 8})
+    assert "matrix.gpus" in message and "max_gpus" in message
+
+
+def test_uneven_placement_is_rejected_unless_allowed(schema):
+    sections = {"matrix": {"gpus": [10]}, "dataset": {"synthetic": {"count": 200, "size": [48, 64]}}}
+    message = _problems(schema, cluster={"gpus_per_node": 4}, **sections)
+    assert "10 GPUs cannot be spread evenly over 3 nodes" in message and "allow_uneven" in message
+    sb_config.validate(tiny_config(cluster={"gpus_per_node": 4, "allow_uneven": True}, **sections), schema)

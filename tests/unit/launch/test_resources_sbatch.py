@@ -1,0 +1,168 @@
+"""The sbatch line of each training cell, built by the SLURM plugin's own code.
+
+The train rule's resources are evaluated by real Snakemake (the rule from the
+Snakefile, its resource functions in rules/common.smk, attempt included), and
+the sbatch command comes from snakemake-executor-plugin-slurm's
+get_submit_command and set_gres_string: the same calls its run_job makes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from conftest import REPO
+from scalebench.launch.resources import RESOURCE_NAMES
+from snakemake.api import SnakemakeApi
+from snakemake.rules import Rule
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+from snakemake_executor_plugin_slurm.utils import set_gres_string
+from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
+
+def gpu_study(**cluster) -> dict:
+    """A study on a GPU cluster with 4 GPUs per node; 20 epochs."""
+    return {
+        "dataset": {"source": "synthetic", "image_size": [32, 48], "synthetic": {"count": 200, "size": [48, 64]}},
+        "matrix": {"frameworks": ["torch"], "backends": ["native"], "gpus": [1, 2, 4, 8, 16], "seeds": [1]},
+        "training": {"epochs": 20, "batch_per_gpu": 4},
+        "cluster": {
+            "gpus_per_node": 4,
+            "cpus_per_rank": 8,
+            "mem_mb_per_rank": 32000,
+            "gres": "gpu:a100:{n}",
+            "partition": "gpu",
+            "account": "proj42",
+            "time": {"base_min": 10, "per_epoch_min": 2, "floor_min": 15, "retry_factor": 2},
+            **cluster,
+        },
+    }
+
+
+@contextmanager
+def train_rule(tmp_path: Path, config: dict) -> Iterator[Rule]:
+    """The train rule of the Snakefile, loaded by real Snakemake with `config`."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    config_file = tmp_path / "config.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(),
+            config_settings=ConfigSettings(configfiles=[config_file]),
+            snakefile=REPO / "Snakefile",
+            workdir=tmp_path,
+        )
+        yield workflow_api._workflow.get_rule("train")
+
+
+def sbatch_lines(tmp_path: Path, config: dict, attempt: int = 1) -> dict[tuple[str, int], list[str]]:
+    """{(backend, gpus): sbatch argv} for every cell of `config`, seed 1."""
+    lines = {}
+    with train_rule(tmp_path, config) as rule:
+        for backend in config["matrix"]["backends"]:
+            for gpus in config["matrix"]["gpus"]:
+                wildcards = {"framework": "torch", "backend": backend, "gpus": str(gpus), "seed": "1"}
+                resources = rule.expand_resources(wildcards, [], attempt)
+                job = SimpleNamespace(resources=resources, threads=resources["_cores"])
+                validate_slurm_extra(job)
+                params = {
+                    "run_uuid": "uuid",
+                    "slurm_logfile": tmp_path / "%j.log",
+                    "comment_str": "rule_train",
+                    # what the executor's get_account_arg/get_partition_arg yield for a valid account/partition
+                    "account": f"-A {resources['slurm_account']}" if resources.get("slurm_account") else "",
+                    "partition": f"-p {resources['slurm_partition']}" if resources.get("slurm_partition") else "",
+                    "workdir": tmp_path,
+                }
+                call = get_submit_command(job, params) + set_gres_string(job)
+                lines[(backend, gpus)] = shlex.split(call)
+    return lines
+
+
+def options(argv: list[str]) -> dict[str, str]:
+    """--key=value and --key value / -k value pairs of an sbatch argv."""
+    found: dict[str, str] = {}
+    items = iter(argv[1:])
+    for item in items:
+        if item.startswith("--") and "=" in item:
+            key, value = item.split("=", 1)
+            found[key] = value
+        elif item.startswith("-") and item not in ("--parsable", "--exclusive", "--export=ALL"):
+            found[item] = next(items)
+        else:
+            found[item] = ""
+    return found
+
+
+def test_train_rule_takes_every_resource_from_the_package(tmp_path):
+    with train_rule(tmp_path, gpu_study()) as rule:
+        assert set(RESOURCE_NAMES) <= set(rule.resources)
+
+
+@pytest.fixture(scope="module")
+def gpu_lines(tmp_path_factory):
+    return sbatch_lines(tmp_path_factory.mktemp("gpu"), gpu_study())
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nodes", "per_node", "minutes"),
+    [(1, 1, 1, 50), (2, 1, 2, 30), (4, 1, 4, 20), (8, 2, 4, 15), (16, 4, 4, 15)],
+)
+def test_gpu_cluster_sbatch_lines(gpu_lines, gpus, nodes, per_node, minutes):
+    found = options(gpu_lines[("native", gpus)])
+    assert found["--nodes"] == str(nodes)
+    assert found["--ntasks-per-node"] == str(per_node)
+    assert found["--gres"] == f"gpu:a100:{per_node}"
+    assert found["--cpus-per-task"] == "8"
+    assert found["--mem"] == str(32000 * per_node)
+    assert found["-t"] == str(minutes)
+    assert found["-p"] == "gpu" and found["-A"] == "proj42"
+    # the plugin's pitfalls: no task count per GPU, no empty QoS or constraint
+    assert not {"--ntasks-per-gpu", "--ntasks", "--qos", "-C"} & set(found)
+
+
+def test_time_limit_grows_with_each_attempt(tmp_path):
+    first = options(sbatch_lines(tmp_path / "a", gpu_study(), attempt=1)[("native", 2)])
+    third = options(sbatch_lines(tmp_path / "b", gpu_study(), attempt=3)[("native", 2)])
+    assert (int(first["-t"]), int(third["-t"])) == (30, 120)
+
+
+def test_optional_options_appear_only_when_set(tmp_path):
+    lines = sbatch_lines(
+        tmp_path,
+        gpu_study(qos="high", constraint="a100&ib", exclusive=True, extra="--signal=B:USR1@120", account=None),
+    )
+    found = options(lines[("native", 8)])
+    assert found["--qos"] == "high" and found["-C"] == "a100&ib"
+    assert "--exclusive" in found and found["--signal"] == "B:USR1@120"
+    assert "-A" not in found
+
+
+def test_cpu_only_cluster_maps_ranks_to_tasks_without_gres(tmp_path):
+    config = gpu_study(gpus_per_node=0, ranks_per_node=2)
+    lines = sbatch_lines(tmp_path, config)
+    one, four = options(lines[("native", 1)]), options(lines[("native", 4)])
+    assert not {"--gres", "--gpus"} & (set(one) | set(four))
+    assert (one["--nodes"], one["--ntasks"], one["--ntasks-per-node"]) == ("1", "1", "1")
+    assert (four["--nodes"], four["--ntasks-per-node"], four["--mem"]) == ("2", "2", "64000")
+    assert "--ntasks" not in four
+
+
+def test_one_rank_per_node_spans_nodes(tmp_path):
+    config = gpu_study(gpus_per_node=0, ranks_per_node=1)
+    config["matrix"]["gpus"] = [2]
+    found = options(sbatch_lines(tmp_path, config)[("native", 2)])
+    assert (found["--nodes"], found["--ntasks"], found["--ntasks-per-node"]) == ("2", "2", "1")
+
+
+def test_uneven_cell_asks_for_the_largest_share_per_node(tmp_path):
+    config = gpu_study(allow_uneven=True)
+    config["matrix"]["gpus"] = [10]
+    found = options(sbatch_lines(tmp_path, config)[("native", 10)])
+    assert (found["--nodes"], found["--ntasks-per-node"], found["--gres"]) == ("3", "4", "gpu:a100:4")

@@ -1,0 +1,58 @@
+"""Reading SLURM: node lists, compressed tasks per node, srun's block distribution, derived ports."""
+
+from __future__ import annotations
+
+import pytest
+from scalebench.launch import slurm
+
+
+def test_expand_nodelist():
+    assert slurm.expand_nodelist("gpu[01-03,07],login1") == ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "counts"),
+    [("2(x3),1", [2, 2, 2, 1]), ("4(x2),2", [4, 4, 2]), ("3", [3]), ("1,2(x2)", [1, 2, 2])],
+)
+def test_tasks_per_node_expands_slurm_compression(spec, counts):
+    assert slurm.tasks_per_node(spec) == counts
+
+
+@pytest.mark.parametrize("spec", ["two", "", "2(x)", "2x3"])
+def test_unreadable_tasks_per_node_is_refused(spec):
+    with pytest.raises(slurm.SlurmError, match="tasks per node"):
+        slurm.tasks_per_node(spec)
+
+
+def test_step_tasks_prefer_the_step_and_spread_a_single_count_over_the_nodes():
+    env = {"SLURM_STEP_TASKS_PER_NODE": "4(x2),2", "SLURM_TASKS_PER_NODE": "4(x3)"}
+    assert slurm.step_tasks_per_node(env, 3) == [4, 4, 2]
+    assert slurm.step_tasks_per_node({"SLURM_TASKS_PER_NODE": "2"}, 3) == [2, 2, 2]
+    assert slurm.step_tasks_per_node({}, 2) == [1, 1]
+    with pytest.raises(slurm.SlurmError, match="2 nodes"):
+        slurm.step_tasks_per_node(env, 2)
+
+
+def test_local_task_count_is_this_nodes_own():
+    env = {"SLURM_STEP_TASKS_PER_NODE": "4(x2),2"}
+    assert [slurm.local_task_count({**env, "SLURM_NODEID": str(node)}, 3) for node in range(3)] == [4, 4, 2]
+
+
+def test_step_hosts_prefer_the_step_node_list():
+    env = {"SLURM_STEP_NODELIST": "n[2-3]", "SLURM_JOB_NODELIST": "n[1-3]"}
+    assert slurm.step_hosts(env) == ["n2", "n3"]
+    assert slurm.step_hosts({"SLURM_JOB_NODELIST": "n1"}) == ["n1"]
+
+
+@pytest.mark.parametrize(
+    ("ranks", "nodes", "blocks"),
+    [(8, 2, [4, 4]), (10, 3, [4, 4, 2]), (5, 3, [2, 2, 1]), (3, 1, [3]), (5, 4, [2, 2, 1, 0])],
+)
+def test_block_distribution_fills_nodes_in_order(ranks, nodes, blocks):
+    assert slurm.block_distribution(ranks, nodes) == blocks
+
+
+def test_port_is_derived_from_the_job_id_and_differs_between_jobs():
+    ports = {slurm.port_for_job(job) for job in range(1000, 1100)}
+    assert len(ports) == 100 and all(slurm.PORT_BASE <= p < slurm.PORT_BASE + slurm.PORT_SPAN for p in ports)
+    assert max(ports) < 32768  # below Linux's ephemeral range

@@ -1,0 +1,114 @@
+"""Every figure renders: a one-cell study, a study with nothing finished, imported rows; NaN is never drawn."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cell_records import cell, write_cell
+from PIL import Image
+from scalebench.analysis import collect as analysis
+from scalebench.analysis import study as summary
+from scalebench.analysis.scaling import scaling
+from scalebench.analysis.summary_csv import read_epochs, read_runs
+from scalebench.report import scaling_figures as plots
+from scalebench.report import training_figures as plots_training
+from scalebench.report.predictions import picture_panel
+from scalebench.report.save import save_figure
+
+
+def all_figures(runs, epochs, target=0.8) -> dict:
+    table = scaling(runs)
+    return {
+        "speedup": plots.speedup_figure(table, runs),
+        "speedup_epoch": plots.speedup_figure(table, runs, "steady_epoch_s"),
+        "efficiency": plots.efficiency_figure(table, runs),
+        "iou": plots.iou_figure(runs),
+        "throughput": plots.throughput_figure(runs),
+        "time_split": plots.time_split_figure(runs),
+        "completeness": plots.completeness_figure(runs),
+        "loss": plots_training.loss_figure(epochs),
+        "iou_time": plots_training.iou_time_figure(epochs, target),
+        "time_to_target": plots_training.time_to_target_figure(runs, epochs, target),
+    }
+
+
+def render(figures: dict, folder) -> None:
+    for name, figure in figures.items():
+        path = folder / f"{name}.png"
+        save_figure(figure, path)
+        width, height = Image.open(path).size
+        assert width > 300 and height > 150, name
+
+
+def through_csv(runs, epochs, folder):
+    """The scripts read the tables back from CSV: test the same round trip."""
+    runs.to_csv(folder / "runs.csv", index=False)
+    epochs.to_csv(folder / "epochs.csv", index=False)
+    return read_runs(folder / "runs.csv"), read_epochs(folder / "epochs.csv")
+
+
+def test_a_single_cell_study_renders_every_figure(tmp_path):
+    write_cell(tmp_path / "runs", epochs_extra={3: {"test_iou": 0.85}})
+    runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell()], 0.8), tmp_path)
+    render(all_figures(runs, epochs), tmp_path)
+
+
+def test_nothing_finished_gives_placeholders_not_crashes(tmp_path):
+    runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell(seed=1), cell(seed=2)]), tmp_path)
+    figures = all_figures(runs, epochs)
+    assert figures["completeness"].data["status"].tolist() == ["missing", "missing"]
+    placeholders = [name for name, figure in figures.items() if figure.data is None or len(figure.data) == 0]
+    assert len(placeholders) == len(figures) - 1  # all but the completeness grid say why they are empty
+    render({k: figures[k] for k in ("speedup", "loss", "completeness")}, tmp_path)
+
+
+def test_nan_values_are_left_out_not_drawn_as_zero(tmp_path):
+    write_cell(tmp_path / "runs", seed=1)
+    write_cell(tmp_path / "runs", seed=2, epochs_extra={n: {"images_per_s": None} for n in range(1, 5)})
+    runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell(seed=1), cell(seed=2)]), tmp_path)
+    assert runs["images_per_s_per_gpu"].isna().sum() == 1
+    figure = plots.throughput_figure(runs)
+    assert len(figure.data) == 1 and (figure.data["images_per_s_per_gpu"] > 0).all()
+
+
+def test_imported_studies_appear_beside_the_own_cells(tmp_path):
+    write_cell(tmp_path / "runs", gpus=1)
+    write_cell(tmp_path / "runs", gpus=2, times=(6.0, 2.0, 3.0, 2.5))
+    old = tmp_path / "old"
+    old.mkdir()
+    header = ",time_per_epoch,loss,lr,training_time,test_time,iou\n"
+    for gpus, seconds in ((1, 20.0), (2, 12.0)):
+        (old / f"log_hvd_{gpus}.csv").write_text(
+            header + f"0,{seconds},0.5,0.001,{2 * seconds},1,0.8\n1,{seconds},0.4,0.001,{2 * seconds},1,0.8\n"
+        )
+    entries = [{"path": str(old), "framework": "torch", "label": "reference"}]
+    collected = summary.collect_study(str(tmp_path / "runs"), [cell(gpus=1), cell(gpus=2)], 0.8, entries, "x")
+    runs, epochs = through_csv(collected.runs, collected.epochs, tmp_path)
+    figures = all_figures(runs, epochs)
+    assert set(figures["speedup"].data["source"]) == {"scalebench", "reference"}
+    assert set(figures["loss"].data["source"]) == {"scalebench", "reference"}
+    assert set(figures["completeness"].data["source"]) == {"scalebench"}  # the grid is the own matrix
+    render({k: figures[k] for k in ("speedup", "iou", "loss")}, tmp_path)
+
+
+@pytest.mark.parametrize("with_predictions", [True, False])
+def test_picture_panel(tmp_path, with_predictions):
+    for gpus in (1, 4):
+        folder = write_cell(tmp_path / "runs", gpus=gpus)
+        if with_predictions:
+            (folder / "predictions").mkdir()
+            for index in (3, 7):
+                Image.fromarray(np.full((16, 24), 255, np.uint8)).save(folder / "predictions" / f"test_{index:05d}.png")
+    data = tmp_path / "data"
+    data.mkdir()
+    np.save(data / "images.npy", np.zeros((8, 16, 24), np.uint8))
+    np.save(data / "masks.npy", np.ones((8, 16, 24), np.uint8))
+    runs, _ = analysis.collect(tmp_path / "runs", [cell(gpus=1), cell(gpus=4)])
+    figure = picture_panel(runs, tmp_path / "runs", data, 3)
+    figure.savefig(tmp_path / "panel.png", dpi=60)
+    titles = [axis.get_title() for axis in figure.axes if axis.get_title()]
+    if with_predictions:
+        assert titles == ["input", "ground truth", "torch native\n1 GPU, seed 1", "torch native\n4 GPU, seed 1"]
+        assert len(figure.axes) == 2 * 4  # test images 3 and 7, four columns
+    else:
+        assert titles == [] and "No finished cell has saved predictions" in figure.texts[1].get_text()

@@ -1,0 +1,91 @@
+"""The Keras UNet matches the PyTorch one; tf.data follows DistributedSampler's order."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO, sb_config
+from scalebench.train.tf import data as tf_data
+from scalebench.train.tf import model as tf_model
+from scalebench.train.torch import model as torch_model
+from torch.utils.data import DistributedSampler
+
+
+def configured_image_size() -> tuple[int, int]:
+    config = sb_config.validate(
+        sb_config.yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
+        sb_config.load_schema(REPO / "config" / "schema.yaml"),
+    )
+    return tuple(config["dataset"]["image_size"])
+
+
+@pytest.mark.parametrize("batch_norm", [True, False])
+def test_keras_unet_has_the_pytorch_parameter_count_and_output_shape(batch_norm):
+    height, width = configured_image_size()
+    keras_model = tf_model.build_unet((height, width), batch_norm=batch_norm)
+    torch_unet = torch_model.UNet(batch_norm=batch_norm)
+    assert tf_model.parameter_count(keras_model) == torch_model.parameter_count(torch_unet)
+    if batch_norm:
+        assert tf_model.parameter_count(keras_model) == 486409
+    torch_out = torch_unet(torch.zeros(2, 1, height, width)).shape  # channels first
+    keras_out = keras_model(np.zeros((2, height, width, 1), np.float32)).shape  # channels last
+    assert (torch_out[0], torch_out[2], torch_out[3], torch_out[1]) == tuple(keras_out) == (2, height, width, 1)
+
+
+def test_batch_norm_layers_update_their_statistics_alike():
+    # Keras weighs the old running value by momentum, PyTorch the new batch's value
+    keras_bn = [layer for layer in tf_model.build_unet((32, 48)).layers if "_bn" in layer.name]
+    torch_bn = [m for m in torch_model.UNet().modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert len(keras_bn) == len(torch_bn) == 18
+    assert {(layer.momentum, layer.epsilon) for layer in keras_bn} == {(0.9, 1e-5)}
+    assert {(m.momentum, m.eps) for m in torch_bn} == {(0.1, 1e-5)}
+
+
+def test_initial_weights_follow_pytorch_bounds():
+    model = tf_model.build_unet((32, 48))
+    kernel = model.get_layer("down1_conv1").kernel.numpy()  # 3x3, 8 -> 16 channels: fan-in 72
+    assert np.abs(kernel).max() <= 1 / math.sqrt(72) + 1e-7
+    assert np.abs(kernel).max() > 0.8 / math.sqrt(72)
+
+
+@pytest.mark.parametrize("n", [1, 7, 32, 33])
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_randperm_reimplementation_is_torchs(n, seed):
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    assert tf_data.torch_randperm(n, seed).tolist() == torch.randperm(n, generator=generator).tolist()
+
+
+@pytest.mark.parametrize("n, world", [(32, 1), (32, 2), (33, 2), (10, 4), (3, 4)])
+@pytest.mark.parametrize("epoch", [0, 3])
+def test_shard_order_equals_distributed_sampler(n, world, epoch):
+    for rank in range(world):
+        sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=7, drop_last=False)
+        sampler.set_epoch(epoch)
+        assert tf_data.distributed_order(n, world, rank, seed=7, epoch=epoch) == list(sampler)
+
+
+def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_data):
+    images, _, manifest = tf_data.load_arrays(prepared_data)
+    train = manifest["train"]
+    dataset = tf_data.train_dataset(str(prepared_data), train, [1], 2, batch=5, seed=1, epoch=2, threads=1)
+    batches = list(dataset)
+    expected = [train[p] for p in tf_data.distributed_order(len(train), 2, 1, 1, 2)]
+    assert len(batches) == len(expected) // 5
+    for step, ((image, mask),) in enumerate(batches):
+        rows = expected[step * 5 : step * 5 + 5]
+        np.testing.assert_array_equal(image.numpy()[..., 0], images[rows].astype(np.float32) / 255)
+        assert set(np.unique(mask.numpy())) <= {0.0, 1.0}
+
+
+def test_evaluation_shards_cover_the_test_set_once(prepared_data):
+    _, _, manifest = tf_data.load_arrays(prepared_data)
+    test = manifest["test"] + [manifest["train"][0]]  # an odd count: uneven shards
+    seen = []
+    for rank in range(2):
+        for images, _ in tf_data.eval_dataset(str(prepared_data), test[rank::2], batch=3, threads=1):
+            seen.append(images.shape[0])
+    assert sum(seen) == len(test)

@@ -1,0 +1,1 @@
+"""From the cells' records to tidy tables: collection, legacy import, completeness, scaling."""

@@ -1,0 +1,254 @@
+"""Read the cells' records into tidy tables: runs.csv (one row per cell) and epochs.csv.
+
+Only the structured records are read (metrics.jsonl, run.json), never logs. Every
+cell of the matrix gets a row, whatever state its folder is in: a failed job keeps
+its train.log but Snakemake deletes its outputs, so the status is derived from what
+exists (see ``cell_status``). Numbers that are unknown stay NaN, never zero.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scalebench.cell import Cell
+
+KEYS = ["framework", "backend", "gpus", "seed"]
+OWN_SOURCE = "scalebench"
+STATUSES = ["ok", "diverged", "oom", "failed", "missing"]
+
+# Where and with what a cell ran: the tail of runs.csv and the report's provenance table.
+PROVENANCE_COLUMNS = [
+    "nodes",
+    "hosts",
+    "devices",
+    "versions",
+    "slurm_job_id",
+    "git_commit",
+    "config_hash",
+    "start",
+    "end",
+]
+RUN_COLUMNS = [
+    "source",
+    *KEYS,
+    "status",
+    "reason",
+    "epochs",
+    "train_time_s",
+    "steady_epoch_s",
+    "first_epoch_s",
+    "setup_s",
+    "test_time_s",
+    "images_per_s",
+    "images_per_s_per_gpu",
+    "data_wait_s",
+    "data_wait_share",
+    "iou",
+    "test_loss",
+    "time_to_target_s",
+    "peak_mem_mb",
+    "parameters",
+    *PROVENANCE_COLUMNS,
+]
+EPOCH_COLUMNS = [
+    "source",
+    *KEYS,
+    "epoch",
+    "loss",
+    "lr",
+    "epoch_time_s",
+    "images_per_s",
+    "data_wait_s",
+    "peak_mem_mb",
+    "train_time_s",
+    "test_iou",
+    "test_loss",
+]
+
+
+def read_metrics(path: str | Path) -> tuple[list[dict], bool]:
+    """The records of a metrics.jsonl, and whether every line was complete.
+
+    A killed job can leave a truncated last line: everything before it is kept.
+    """
+    records, complete = [], True
+    with open(path) as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                complete = False
+                break
+    return records, complete
+
+
+def _number(value) -> float:
+    """A finite float, or NaN for None / non-numbers / inf (never 0)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+def steady_epoch_time(epoch_times: list[float]) -> float:
+    """Median epoch time after the first (warm-up, compilation); the only epoch if there is one."""
+    times = [t for t in (_number(t) for t in epoch_times) if not math.isnan(t)]
+    if not times:
+        return math.nan
+    return float(np.median(times[1:])) if len(times) > 1 else times[0]
+
+
+def time_to_target(epochs: list[dict], final: dict, target: float | None) -> float:
+    """Training time until test IOU first reached `target` (NaN: never, or no evaluations during training)."""
+    evaluated = [e for e in epochs if not math.isnan(_number(e.get("test_iou")))]
+    if target is None or not evaluated:
+        return math.nan
+    for record in evaluated:
+        if _number(record["test_iou"]) >= target:
+            return _number(record.get("train_time_s"))
+    if _number(final.get("iou")) >= target:
+        return _number(final.get("train_time_s"))
+    return math.nan
+
+
+def cell_status(run: dict | None, has_metrics: bool, has_log: bool, final: dict, complete: bool) -> tuple[str, str]:
+    """(status, reason) of a cell from what its folder holds."""
+    if run is None:
+        if has_metrics or has_log:
+            return "failed", "no run.json (the job failed; see train.log)"
+        return "missing", "not run yet"
+    status = run.get("status")
+    if status == "running":
+        return "failed", "run.json still says running (killed, or running now)"
+    if not has_metrics:
+        return "failed", "no metrics.jsonl"
+    if not complete:
+        return "failed", "metrics.jsonl ends in a truncated record (killed job)"
+    if not final:
+        return "failed", "metrics.jsonl has no final record"
+    if status not in STATUSES:
+        return "failed", f"unknown status {status!r} in run.json"
+    return status, "" if status == "ok" else f"training ended {status}"
+
+
+def read_cell(run_dir: str | Path, keys: dict, target_iou: float | None = None) -> tuple[dict, list[dict]]:
+    """One runs.csv row and the epochs.csv rows of the cell folder `run_dir`.
+
+    `keys` (framework, backend, gpus, seed) come from the matrix, so a cell whose
+    run.json is missing or broken still gets its row.
+    """
+    run_dir = Path(run_dir)
+    run: dict | None = None
+    run_json = run_dir / "run.json"
+    if run_json.exists():
+        try:
+            run = json.loads(run_json.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            run = None
+    metrics_path = run_dir / "metrics.jsonl"
+    records, complete = read_metrics(metrics_path) if metrics_path.exists() else ([], True)
+    epochs = [r for r in records if r.get("type") == "epoch"]
+    final = next((r for r in records if r.get("type") == "final"), {})
+    status, reason = cell_status(run, metrics_path.exists(), (run_dir / "train.log").exists(), final, complete)
+    if run_json.exists() and run is None:
+        reason = "run.json is not valid JSON"
+    run = run or {}
+
+    gpus = int(keys["gpus"])
+    times = [_number(e.get("epoch_time_s")) for e in epochs]
+    waits = [_number(e.get("data_wait_s")) for e in epochs]
+    throughputs = [_number(e.get("images_per_s")) for e in epochs]
+    memory = [m for m in (_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
+    total_time = float(np.nansum(times)) if times else math.nan
+    total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
+    images_per_s = steady_epoch_time(throughputs)  # the same warm-up rule as the epoch time
+    train_time = _number(final.get("train_time_s"))
+    if math.isnan(train_time) and epochs:
+        train_time = _number(epochs[-1].get("train_time_s"))
+    row = {
+        "source": OWN_SOURCE,
+        **keys,
+        "status": status,
+        "reason": reason,
+        "epochs": len(epochs),
+        "train_time_s": train_time,
+        "steady_epoch_s": steady_epoch_time(times),
+        "first_epoch_s": times[0] if times else math.nan,
+        "setup_s": _number(final.get("setup_s", run.get("setup_s"))),
+        "test_time_s": _number(final.get("test_time_s")),
+        "images_per_s": images_per_s,
+        "images_per_s_per_gpu": images_per_s / gpus,
+        "data_wait_s": total_wait,
+        "data_wait_share": total_wait / total_time if total_time else math.nan,
+        "iou": _number(final.get("iou")),
+        "test_loss": _number(final.get("test_loss")),
+        "time_to_target_s": time_to_target(epochs, final, target_iou),
+        "peak_mem_mb": max(memory) if memory else math.nan,
+        "parameters": run.get("parameters"),
+        "nodes": run.get("nodes"),
+        "hosts": ",".join(run.get("hosts") or []),
+        "devices": ",".join(sorted(set(run.get("devices") or []))),
+        "versions": _versions(run),
+        "slurm_job_id": (run.get("slurm") or {}).get("job_id"),
+        "git_commit": run.get("git_commit"),
+        "config_hash": run.get("config_hash"),
+        "start": run.get("start"),
+        "end": run.get("end"),
+    }
+    epoch_rows = [
+        {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: _number(e.get(k)) for k in EPOCH_COLUMNS[6:]}}
+        for e in epochs
+    ]
+    return row, epoch_rows
+
+
+def _versions(run: dict) -> str:
+    """'python 3.11.7, torch 2.13.0, ...' without the entries that are not there (None)."""
+    versions = {"python": run.get("python"), **(run.get("versions") or {})}
+    return ", ".join(f"{name} {value}" for name, value in versions.items() if value not in (None, ""))
+
+
+def runs_frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    for column in ("gpus", "seed", "epochs", "parameters", "nodes"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def epochs_frame(rows: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=EPOCH_COLUMNS)
+    for column in ("gpus", "seed", "epoch"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def collect(
+    runs_root: str | Path, cells: list[dict], target_iou: float | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """runs.csv and epochs.csv frames for every cell of `cells` under `runs_root`."""
+    rows, epoch_rows = [], []
+    for keys in cells:
+        keys = {k: keys[k] for k in KEYS}
+        folder = Path(runs_root) / Cell(**keys).path
+        row, epochs = read_cell(folder, keys, target_iou)
+        rows.append(row)
+        epoch_rows.extend(epochs)
+    return sort_runs(runs_frame(rows)), sort_runs(epochs_frame(epoch_rows))
+
+
+def sort_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    order = ["source", *KEYS] + (["epoch"] if "epoch" in frame else [])
+    return frame.sort_values(order, kind="stable", na_position="first").reset_index(drop=True)
+
+
+def provenance(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: where and with what it ran (the report's provenance table)."""
+    return runs[["source", *KEYS, "status", *PROVENANCE_COLUMNS]]

@@ -1,0 +1,135 @@
+"""Import result logs of the reference study this project grew from.
+
+A legacy folder holds ``log_<gpus>.csv`` (native backend) and ``log_hvd_<gpus>.csv``
+(Horovod): CSV with an unnamed index column and the columns time_per_epoch, loss,
+lr, training_time, test_time, iou, one row per epoch; training_time, test_time and
+iou are repeated on every row (seconds; IOU in [0, 1]). Each file becomes one
+runs.csv row (status ok, no seed) and its epochs.csv rows, with source = the label.
+A malformed file is skipped and reported by name, never silently.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from scalebench.analysis.collect import OWN_SOURCE, steady_epoch_time
+
+COLUMNS = ["time_per_epoch", "loss", "lr", "training_time", "test_time", "iou"]
+NAME = re.compile(r"log_(?P<hvd>hvd_)?(?P<gpus>\d+)\.csv")
+
+
+class LegacyError(ValueError):
+    """A legacy entry that cannot be read at all (names the config key)."""
+
+
+@dataclass
+class Skipped:
+    path: str
+    reason: str
+
+
+def legacy_files(entry: dict, index: int) -> list[Path]:
+    """The log_*.csv files of one legacy entry; raises LegacyError naming legacy[index].path."""
+    folder = Path(entry["path"])
+    if not folder.is_dir():
+        raise LegacyError(f"legacy[{index}].path: {folder} is not a folder")
+    return sorted(folder.glob("log_*.csv"))
+
+
+def read_log(path: Path) -> pd.DataFrame:
+    """The epochs of one log file; raises ValueError with the reason when it is malformed."""
+    try:
+        table = pd.read_csv(path, index_col=0)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
+        raise ValueError(f"not a readable CSV ({str(error).strip().splitlines()[0]})") from None
+    missing = [c for c in COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
+    if table.empty:
+        raise ValueError("no epoch rows")
+    numbers = table[COLUMNS].apply(pd.to_numeric, errors="coerce")
+    bad = [c for c in COLUMNS if numbers[c].isna().any() or not np.isfinite(numbers[c]).all()]
+    if bad:
+        raise ValueError(f"non-numeric or empty values in column(s) {', '.join(bad)}")
+    if (numbers[["time_per_epoch", "training_time", "test_time"]] < 0).any().any():
+        raise ValueError("negative times")
+    if not numbers["iou"].between(0, 1).all():
+        raise ValueError("iou outside [0, 1]")
+    return numbers.reset_index(drop=True)
+
+
+def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list[Skipped]]:
+    """runs rows, epoch rows and skipped files of one legacy entry."""
+    runs, epochs, skipped = [], [], []
+    files = legacy_files(entry, index)
+    if not files:
+        skipped.append(Skipped(entry["path"], "no log_<gpus>.csv or log_hvd_<gpus>.csv files in the folder"))
+    for path in files:
+        match = NAME.fullmatch(path.name)
+        if not match:
+            skipped.append(Skipped(str(path), "name is not log_<gpus>.csv or log_hvd_<gpus>.csv"))
+            continue
+        try:
+            table = read_log(path)
+        except ValueError as error:
+            skipped.append(Skipped(str(path), str(error)))
+            continue
+        keys = {
+            "source": entry["label"],
+            "framework": entry["framework"],
+            "backend": "horovod" if match["hvd"] else "native",
+            "gpus": int(match["gpus"]),
+            "seed": pd.NA,
+        }
+        last = table.iloc[-1]
+        times = table["time_per_epoch"].tolist()
+        runs.append(
+            {
+                **keys,
+                "status": "ok",
+                "reason": f"imported from {path}",
+                "epochs": len(table),
+                "train_time_s": float(last["training_time"]),
+                "steady_epoch_s": steady_epoch_time(times),
+                "first_epoch_s": times[0],
+                "test_time_s": float(last["test_time"]),
+                "iou": float(last["iou"]),
+                "images_per_s": math.nan,
+                "images_per_s_per_gpu": math.nan,
+                "data_wait_s": math.nan,
+                "data_wait_share": math.nan,
+            }
+        )
+        cumulative = np.cumsum(times)
+        epochs.extend(
+            {
+                **keys,
+                "epoch": number + 1,
+                "loss": float(row["loss"]),
+                "lr": float(row["lr"]),
+                "epoch_time_s": float(row["time_per_epoch"]),
+                "train_time_s": float(cumulative[number]),
+            }
+            for number, row in table.iterrows()
+        )
+    return runs, epochs, skipped
+
+
+def import_all(entries: list[dict]) -> tuple[list[dict], list[dict], list[Skipped]]:
+    runs, epochs, skipped = [], [], []
+    labels = [entry["label"] for entry in entries]
+    for index, label in enumerate(labels):
+        if label == OWN_SOURCE or label in labels[:index]:
+            raise LegacyError(f"legacy[{index}].label: {label!r} is already used; give every import its own label")
+    for index, entry in enumerate(entries):
+        entry_runs, entry_epochs, entry_skipped = import_folder(entry, index)
+        runs += entry_runs
+        epochs += entry_epochs
+        skipped += entry_skipped
+    return runs, epochs, skipped

@@ -1,0 +1,1 @@
+"""The dataset: download from Zenodo (or synthetic pairs, or a local folder), extract, pair, preprocess."""

@@ -1,0 +1,1 @@
+"""How a cell's ranks are started: SLURM resources, the launcher, a rank's place, Horovod under srun."""

@@ -1,0 +1,168 @@
+"""Start the ranks of one cell with the launcher template from config.
+
+Locally the templates use torchrun or horovodrun on this host; inside a SLURM
+job (SLURM_JOB_ID is set) they use srun or horovodrun over the allocation.
+
+Inside a SLURM job the command of a Snakemake job runs with a trimmed
+environment: the SLURM jobstep plugin removes every SLURM_* variable except the
+job id, so the node list, task geometry and CPUs per task are read back from
+``scontrol show job`` here, and the launcher template passes them to srun
+explicitly. The rendezvous address (the first node's NodeAddr) and a port
+derived from the job id go to the ranks as MASTER_ADDR/MASTER_PORT.
+
+The resolved command goes to the top of the log. The ranks run in their own
+process group, which is killed when the launcher returns or is signalled, so a
+failed or cancelled cell leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scalebench.launch.slurm import Allocation, SlurmError, block_distribution, free_port, slurm_allocation
+
+TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
+LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
+
+
+class LaunchError(RuntimeError):
+    """The cell's ranks cannot be placed; the message says why."""
+
+
+def executor(env: dict[str, str]) -> str:
+    """The executor whose launcher templates apply: slurm inside a SLURM job, else local (SCALEBENCH_EXECUTOR wins)."""
+    forced = env.get("SCALEBENCH_EXECUTOR")
+    if forced:
+        return forced
+    return "slurm" if "SLURM_JOB_ID" in env else "local"
+
+
+def local_allocation() -> Allocation:
+    """This host only, with a free port."""
+    return Allocation("local", ["localhost"], "127.0.0.1", free_port(), 1)
+
+
+def placeholders(ranks: int, allocation: Allocation, program: str) -> dict[str, object]:
+    """Values for the launcher template of a cell with `ranks` ranks."""
+    hosts = allocation.hosts
+    if ranks < len(hosts):
+        raise LaunchError(f"{ranks} ranks cannot use the {len(hosts)} nodes of the allocation ({', '.join(hosts)})")
+    slots = block_distribution(ranks, len(hosts))
+    if not all(slots):
+        raise LaunchError(f"{ranks} ranks in blocks of {slots[0]} leave nodes of the allocation empty ({slots})")
+    if allocation.executor == "slurm" and len(hosts) == 1:
+        # launch.py runs on the only node: horovodrun then starts the ranks itself, without ssh
+        hosts = ["localhost"]
+    return {
+        "ranks": ranks,
+        "nodes": len(hosts),
+        "ranks_per_node": slots[0],
+        "hosts": ",".join(f"{host}:{slot}" for host, slot in zip(hosts, slots, strict=True)),
+        "master_addr": allocation.master_addr,
+        "port": allocation.port,
+        "cpus_per_rank": allocation.cpus_per_rank,
+        "python": shlex.quote(sys.executable),
+        "program": program,
+        "scripts": shlex.quote(str(TRAIN_SCRIPT.parent)),
+    }
+
+
+def build_command(template: str, ranks: int, allocation: Allocation, train_args: list[str]) -> str:
+    """The launcher template filled for `ranks` ranks running train.py with `train_args`."""
+    program = " ".join(shlex.quote(a) for a in [str(TRAIN_SCRIPT), *train_args])
+    return template.format(**placeholders(ranks, allocation, program))
+
+
+def rank_environment(threads: int, allocation: Allocation) -> dict[str, str]:
+    """The launcher's environment: thread counts, unbuffered output, and the rendezvous under SLURM."""
+    env = dict(os.environ)
+    env.update(
+        OMP_NUM_THREADS=str(threads),
+        TF_NUM_INTRAOP_THREADS=str(threads),
+        TF_NUM_INTEROP_THREADS="1",
+        TF_USE_LEGACY_KERAS="1",  # Horovod's TensorFlow API needs Keras 2 variables
+        TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "1"),
+        PYTHONUNBUFFERED="1",
+    )
+    # torchrun and horovodrun live beside this Python (.venv/bin), which need not be on PATH.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if allocation.executor == "slurm":
+        # srun's ranks read these in rank_env.detect(); torchrun sets its own.
+        env.update(MASTER_ADDR=allocation.master_addr, MASTER_PORT=str(allocation.port))
+    return env
+
+
+def run(command: str, env: dict[str, str]) -> int:
+    """Run the launcher in its own process group; kill the whole group when done."""
+    process = subprocess.Popen(shlex.split(command), env=env, start_new_session=True)
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    code = process.wait()
+    try:  # ranks that outlived their launcher (orphans) go now
+        os.killpg(process.pid, signal.SIGTERM)
+        time.sleep(1)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return code
+
+
+def command_line(settings: dict, data: str | Path, out: str | Path, launchers: dict) -> list[str]:
+    """The command that starts one cell's ranks through main(), as the train rule runs it."""
+    return [
+        sys.executable,
+        str(LAUNCH_SCRIPT),
+        "--settings",
+        json.dumps(settings),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--launchers",
+        json.dumps(launchers),
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start one cell's ranks (the arguments of command_line) and return their launcher's exit code."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--settings", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--launchers", required=True, help="the config's launchers section as JSON")
+    args = parser.parse_args(argv)
+    settings = json.loads(args.settings)
+    cell = settings["cell"]
+    env = dict(os.environ)
+    where = executor(env)
+    template = json.loads(args.launchers)[where][f"{cell['framework']}_{cell['backend']}"]
+    train_args = ["--settings", args.settings, "--data", args.data, "--out", args.out]
+    try:
+        allocation = slurm_allocation(env["SLURM_JOB_ID"]) if where == "slurm" else local_allocation()
+        command = build_command(template, cell["gpus"], allocation, train_args)
+    except (LaunchError, SlurmError) as error:
+        print(f"launch ({where}): error: {error}", flush=True)
+        return 1
+    threads = settings["training"]["threads_per_rank"] or allocation.cpus_per_rank
+    print(f"launch ({where}): {command}", flush=True)
+    if where == "slurm":
+        print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
+    started = time.time()
+    code = run(command, rank_environment(threads, allocation))
+    print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
+    return code

@@ -1,0 +1,99 @@
+"""How a cell becomes a SLURM job: nodes, tasks, GPUs, CPUs, memory and time.
+
+The values are Snakemake resources that snakemake-executor-plugin-slurm (2.x)
+turns into sbatch options. Every training job carries the plugin's ``mpi``
+resource, so the jobstep plugin runs the rule's command once in the allocation
+(no ``srun -n1`` wrapper) and launch.py starts the ranks itself with srun.
+
+Plugin rules this mapping works around (submit_string.get_submit_command):
+
+- ``tasks`` next to a GPU request becomes ``--ntasks-per-gpu``: never set it on
+  GPU clusters; tasks are given per node.
+- A truthy ``mpi`` demands ``tasks_per_node > 1`` or ``tasks > 1``. A cell with
+  one rank per node therefore gets ``mpi: ""`` (falsy, but the key is present,
+  which is all the jobstep plugin looks at) and ``--ntasks-per-node=1``.
+- Without a truthy ``mpi`` and without a GPU the plugin adds ``--ntasks=<tasks or 1>``,
+  so CPU cells with one rank per node set ``tasks`` to the node count.
+- A resource that is ``None`` is dropped by Snakemake; an empty string is kept
+  and would become e.g. ``--qos=''``. Unset options are therefore ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from scalebench.cell import Cell
+from scalebench.launch.slurm import block_distribution
+
+# The train rule's resources (rules/common.smk: train_resources), the keys of job_resources.
+RESOURCE_NAMES = (
+    "nodes",
+    "tasks",
+    "tasks_per_node",
+    "mpi",
+    "gres",
+    "cpus_per_task",
+    "mem_mb",
+    "runtime",
+    "slurm_partition",
+    "slurm_account",
+    "qos",
+    "constraint",
+    "slurm_extra",
+)
+
+
+def runtime_minutes(config: dict, cell: Cell, attempt: int = 1) -> int:
+    """base + per_epoch * epochs / gpus, at least floor; times retry_factor per retry.
+
+    A cell killed at its time limit is retried by Snakemake with attempt + 1, so
+    the next submission asks for a longer limit and resumes from its checkpoint.
+    """
+    time = config["cluster"]["time"]
+    minutes = time["base_min"] + time["per_epoch_min"] * config["training"]["epochs"] / cell.gpus
+    minutes = max(time["floor_min"], minutes) * time["retry_factor"] ** (max(attempt, 1) - 1)
+    return int(math.ceil(minutes))
+
+
+def ranks_per_node_limit(cluster: dict) -> int:
+    """The most ranks a node takes: its GPUs, or cluster.ranks_per_node on a CPU cluster."""
+    return cluster["gpus_per_node"] or cluster["ranks_per_node"]
+
+
+def node_layout(cluster: dict, gpus: int) -> list[int]:
+    """Ranks on each node of a cell: as few nodes as hold `gpus` ranks, filled in blocks (the last may hold fewer)."""
+    return block_distribution(gpus, math.ceil(gpus / ranks_per_node_limit(cluster)))
+
+
+def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, object]:
+    """Snakemake resources of the train job of `cell`; None means 'leave unset'."""
+    cluster = config["cluster"]
+    layout = node_layout(cluster, cell.gpus)
+    nodes, ranks_per_node = len(layout), layout[0]
+    uses_gpus = cluster["gpus_per_node"] > 0
+    extra = [cluster["extra"]] if cluster["extra"] else []
+    if cluster["exclusive"]:
+        extra.append("--exclusive")
+    resources: dict[str, object] = {
+        "nodes": nodes,
+        "tasks": None,
+        "tasks_per_node": None,
+        "mpi": "srun",
+        "gres": cluster["gres"].format(n=ranks_per_node) if uses_gpus else None,
+        "cpus_per_task": cluster["cpus_per_rank"],
+        "mem_mb": cluster["mem_mb_per_rank"] * ranks_per_node,
+        "runtime": runtime_minutes(config, cell, attempt),
+        "slurm_partition": cluster["partition"] or None,
+        "slurm_account": cluster["account"] or None,
+        "qos": cluster["qos"] or None,
+        "constraint": cluster["constraint"] or None,
+    }
+    if ranks_per_node > 1:
+        resources["tasks_per_node"] = ranks_per_node
+    else:
+        resources["mpi"] = ""
+        extra.append("--ntasks-per-node=1")
+        if not uses_gpus:
+            resources["tasks"] = nodes
+    resources["slurm_extra"] = " ".join(extra) or None
+    return resources

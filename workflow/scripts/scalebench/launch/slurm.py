@@ -1,0 +1,135 @@
+"""Reading SLURM: node lists, tasks per node, srun's block distribution, ports, the allocation.
+
+Ranks read their step from srun's SLURM_* variables (stdlib only, nothing is
+run). The batch step reads its allocation with ``scontrol`` (slurm_allocation),
+because the Snakemake job's own environment is trimmed to the job id.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import socket
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# Below Linux's ephemeral range (32768-60999), so a derived port never meets an outgoing connection's.
+PORT_BASE = 12000
+PORT_SPAN = 20000
+
+
+class SlurmError(RuntimeError):
+    """SLURM's variables or scontrol's answer cannot be read; the message says which."""
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """Where a cell's ranks may run: hosts (in order), the rendezvous address, a port, CPUs per rank."""
+
+    executor: str
+    hosts: list[str]
+    master_addr: str
+    port: int
+    cpus_per_rank: int
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Expand a SLURM node list such as ``gpu[01-03,07],login1`` into host names."""
+    hosts: list[str] = []
+    for match in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist):
+        prefix, ranges = match.group(1), match.group(2)
+        if not ranges:
+            hosts.append(prefix)
+            continue
+        for part in ranges.split(","):
+            if "-" in part:
+                start, end = part.split("-")
+                hosts.extend(f"{prefix}{i:0{len(start)}d}" for i in range(int(start), int(end) + 1))
+            else:
+                hosts.append(f"{prefix}{part}")
+    return hosts
+
+
+def tasks_per_node(spec: str) -> list[int]:
+    """Expand SLURM's compressed task counts, e.g. ``2(x3),1`` -> [2, 2, 2, 1]."""
+    counts: list[int] = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        if not match:
+            raise SlurmError(f"cannot read the SLURM tasks per node '{spec}'")
+        counts.extend([int(match.group(1))] * int(match.group(2) or 1))
+    return counts
+
+
+def step_hosts(env: Mapping[str, str]) -> list[str]:
+    """The nodes of this job step in order (SLURM_STEP_NODELIST, else SLURM_JOB_NODELIST)."""
+    return expand_nodelist(env.get("SLURM_STEP_NODELIST") or env["SLURM_JOB_NODELIST"])
+
+
+def step_tasks_per_node(env: Mapping[str, str], nodes: int) -> list[int]:
+    """Tasks on each of the step's `nodes` nodes (SLURM_STEP_TASKS_PER_NODE, else the job's; 1 if unset)."""
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE") or "1"
+    counts = tasks_per_node(spec)
+    if len(counts) == 1:
+        counts *= nodes
+    if len(counts) != nodes:
+        raise SlurmError(f"SLURM lists {nodes} nodes but tasks per node '{spec}'")
+    return counts
+
+
+def local_task_count(env: Mapping[str, str], nodes: int) -> int:
+    """Tasks of this step on this rank's node (SLURM_NODEID indexes the step's tasks per node)."""
+    return step_tasks_per_node(env, nodes)[int(env.get("SLURM_NODEID") or 0)]
+
+
+def block_distribution(ranks: int, nodes: int) -> list[int]:
+    """Ranks on each node in srun's block order: ceil(ranks / nodes) each until they run out (trailing 0s)."""
+    per_node = math.ceil(ranks / nodes)
+    return [max(0, min(per_node, ranks - i * per_node)) for i in range(nodes)]
+
+
+def port_for_job(job_id: str | int, offset: int = 0) -> int:
+    """A rendezvous port derived from the SLURM job id, so concurrent jobs on a node differ.
+
+    Job ids are consecutive, and 7 is coprime to the span: 20000 consecutive jobs get distinct ports;
+    `offset` separates several ports of one job (e.g. one per TensorFlow worker).
+    """
+    return PORT_BASE + (int(job_id) * 7 + offset) % PORT_SPAN
+
+
+def free_port() -> int:
+    """A port the OS reports free now (for local runs without a job id)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _scontrol(*args: str) -> str:
+    try:
+        result = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SlurmError(f"scontrol {' '.join(args)} failed: {error}") from error
+    if result.returncode:
+        raise SlurmError(f"scontrol {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def _fields(oneliner: str) -> dict[str, str]:
+    """KEY=VALUE pairs of `scontrol show ... --oneliner` output."""
+    return dict(re.findall(r"(\S+?)=(\S*)", oneliner))
+
+
+def slurm_allocation(job_id: str) -> Allocation:
+    """The allocation of SLURM job `job_id`, read with scontrol (the job's own env is trimmed)."""
+    job = _fields(_scontrol("show", "job", "--oneliner", job_id))
+    hosts = _scontrol("show", "hostnames", job["NodeList"]).split()
+    node = _fields(_scontrol("show", "node", "--oneliner", hosts[0]))
+    cpus = job.get("CPUs/Task", "1")
+    return Allocation(
+        executor="slurm",
+        hosts=hosts,
+        master_addr=node.get("NodeAddr") or hosts[0],
+        port=port_for_job(job_id),
+        cpus_per_rank=int(cpus) if cpus.isdigit() else 1,
+    )

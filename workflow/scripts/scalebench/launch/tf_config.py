@@ -1,0 +1,87 @@
+"""TF_CONFIG for MultiWorkerMirroredStrategy, built from the launcher's environment.
+
+Every rank is one TensorFlow worker. Worker ``r`` listens on its host at
+``master_port + 1 + r``: the master port is derived per job (rank_env), so two
+cells on one node never collide. On SLURM the ranks are placed in blocks over
+the step's nodes (SLURM's default distribution), which gives each rank's host.
+A TF_CONFIG already in the environment is used as it is, after checking it
+against the launcher's rank and world size.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from scalebench.launch.rank_env import RankInfo
+from scalebench.launch.slurm import SlurmError, step_hosts, step_tasks_per_node
+
+
+class ClusterMismatch(RuntimeError):
+    """The launcher's environment disagrees with itself."""
+
+
+def rank_hosts(info: RankInfo, env: Mapping[str, str]) -> list[str]:
+    """The host of every rank, in rank order."""
+    if info.launcher == "srun":
+        hosts = step_hosts(env)
+        try:
+            counts = step_tasks_per_node(env, len(hosts))
+        except SlurmError as error:
+            raise ClusterMismatch(f"{error} ({hosts})") from error
+        placed = [host for host, count in zip(hosts, counts) for _ in range(count)]
+        if len(placed) != info.world_size:
+            raise ClusterMismatch(
+                f"SLURM_NTASKS = {info.world_size} but the tasks per node {counts} over {hosts} give {len(placed)}"
+            )
+        return placed
+    if info.world_size != info.local_world_size:
+        raise ClusterMismatch(
+            f"{info.launcher} started {info.world_size} ranks on several nodes ({info.local_world_size} on this "
+            "one); the other hosts are unknown: start TensorFlow workers with srun, or set TF_CONFIG for every rank"
+        )
+    return [info.master_addr] * info.world_size
+
+
+def build_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict:
+    """TF_CONFIG for this rank: one worker per rank, ports derived from the master port."""
+    hosts = rank_hosts(info, env)
+    workers = [f"{host}:{info.master_port + 1 + rank}" for rank, host in enumerate(hosts)]
+    return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": info.rank}}
+
+
+def check_tf_config(config: dict, info: RankInfo) -> None:
+    """A TF_CONFIG given by the user must agree with the launcher."""
+    try:
+        workers = config["cluster"]["worker"]
+        task_type, index = config["task"]["type"], int(config["task"]["index"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise ClusterMismatch(f"TF_CONFIG needs cluster.worker and task.type/index ({error!r})") from error
+    other_roles = sorted(set(config["cluster"]) - {"worker"})
+    if other_roles or task_type != "worker":
+        raise ClusterMismatch(f"TF_CONFIG: only 'worker' tasks are supported, found {other_roles or task_type}")
+    if len(workers) != info.world_size:
+        raise ClusterMismatch(
+            f"TF_CONFIG lists {len(workers)} workers but {info.launcher} started {info.world_size} ranks"
+        )
+    if index != info.rank:
+        raise ClusterMismatch(f"TF_CONFIG task.index = {index} but this is rank {info.rank} ({info.launcher})")
+
+
+def resolve_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict | None:
+    """The TF_CONFIG this rank should use (None for a single worker), after the consistency checks.
+
+    The world size against the cell is checked by the training loop, not here.
+    """
+    if not 0 <= info.rank < info.world_size:
+        raise ClusterMismatch(f"rank {info.rank} is outside a world of {info.world_size}")
+    if env.get("TF_CONFIG"):
+        try:
+            config = json.loads(env["TF_CONFIG"])
+        except json.JSONDecodeError as error:
+            raise ClusterMismatch(f"TF_CONFIG is not valid JSON ({error})") from error
+        check_tf_config(config, info)
+        return config
+    if info.world_size == 1:
+        return None
+    return build_tf_config(info, env)

@@ -1,0 +1,1 @@
+"""Figures and HTML tables for the Snakemake report."""

@@ -1,0 +1,14 @@
+"""Saving the report's figures."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+
+def save_figure(figure, path: str | Path, dpi: int = 120) -> None:
+    """Save a plotnine figure; plotnine's notes about dropped NaN rows are expected here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(Removed|removed).*")
+        warnings.filterwarnings("ignore", message=".*only one observation.*")  # a single GPU count
+        figure.save(path, dpi=dpi, verbose=False)

@@ -1,0 +1,311 @@
+"""Scaling figures for the report (plotnine): speedup, efficiency, IOU, throughput,
+where the time goes, and the completeness grid.
+
+Every function takes the summary tables and returns a ggplot; with no data to draw it
+returns a placeholder that says why, so a partial or tiny study still renders. NaN
+values are dropped before plotting (never drawn as zero). The project's own cells are
+drawn as filled circles and solid lines; imported studies (source = their label) get
+other shapes and dashed lines.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+
+import pandas as pd
+from plotnine import (
+    aes,
+    annotate,
+    element_text,
+    facet_grid,
+    facet_wrap,
+    geom_col,
+    geom_hline,
+    geom_line,
+    geom_point,
+    geom_ribbon,
+    geom_tile,
+    ggplot,
+    guides,
+    labs,
+    scale_colour_manual,
+    scale_fill_manual,
+    scale_linetype_manual,
+    scale_shape_manual,
+    scale_x_continuous,
+    scale_y_continuous,
+    theme,
+    theme_bw,
+    theme_void,
+)
+
+from scalebench.analysis.collect import OWN_SOURCE, STATUSES
+from scalebench.analysis.scaling import GROUP, METRICS, interval_summary, usable
+
+BACKEND_LABELS = {"native": "native", "horovod": "Horovod"}
+BACKEND_COLOURS = {"native": "#1b6ca8", "Horovod": "#d95f02"}
+STATUS_COLOURS = {"ok": "#4daf4a", "diverged": "#ff7f00", "oom": "#984ea3", "failed": "#e41a1c", "missing": "#bdbdbd"}
+SHAPES = ["o", "^", "s", "D", "v", "P"]
+LINETYPES = ["solid", "dashed", "dotted", "dashdot"]
+WIDE = (10, 4.5)
+
+
+def placeholder(title: str, reason: str):
+    """An empty figure that says what is missing instead of crashing."""
+    return (
+        ggplot()
+        + annotate("text", x=0, y=0, label=reason, size=12, colour="#555555")
+        + labs(title=title)
+        + theme_void()
+        + theme(figure_size=(8, 2.5), plot_title=element_text(size=12, ha="center"))
+    )
+
+
+def wrap(text: str, width: int = 110) -> str:
+    """Captions on several lines so they fit the figure's width."""
+    return textwrap.fill(text, width)
+
+
+def tidy(frame: pd.DataFrame) -> pd.DataFrame:
+    """Readable backend names, sources own-first, integer GPU counts."""
+    frame = frame.copy()
+    frame["backend"] = frame["backend"].map(BACKEND_LABELS).fillna(frame["backend"])
+    sources = [OWN_SOURCE] + sorted(set(frame["source"]) - {OWN_SOURCE})
+    frame["source"] = pd.Categorical(frame["source"], categories=sources)
+    frame["gpus"] = frame["gpus"].astype(int)
+    return frame
+
+
+def series_scales(frame: pd.DataFrame) -> list:
+    """Colour by backend; shape and line type by source (own runs vs imported studies).
+    The source legend is left out when there is only the project's own runs."""
+    sources = list(frame["source"].cat.categories) if len(frame) else [OWN_SOURCE]
+    hide = [guides(shape="none", linetype="none")] if sources == [OWN_SOURCE] else []
+    return hide + [
+        scale_colour_manual(values=BACKEND_COLOURS, name="backend"),
+        scale_fill_manual(values=BACKEND_COLOURS, name="backend"),
+        scale_shape_manual(values=dict(zip(sources, SHAPES)), name="source", drop=False),
+        scale_linetype_manual(values=dict(zip(sources, LINETYPES)), name="source", drop=False),
+    ]
+
+
+def gpu_axis(values) -> scale_x_continuous:
+    breaks = sorted({int(v) for v in values})
+    # One GPU count has no range to draw: widen it so the single value sits in the middle.
+    limits = (breaks[0] / 2, breaks[0] * 2) if len(breaks) == 1 else None
+    return scale_x_continuous(
+        trans="log2", breaks=breaks, labels=[str(b) for b in breaks], minor_breaks=[], limits=limits
+    )
+
+
+def style(size=WIDE):
+    return theme_bw() + theme(figure_size=size, legend_position="bottom", legend_box="horizontal")
+
+
+def _series(frame: pd.DataFrame) -> pd.Series:
+    return frame["source"].astype(str) + "/" + frame["framework"] + "/" + frame["backend"]
+
+
+def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per usable cell: base time (same seed at the base world size, else the base mean) / its time."""
+    rows = []
+    for _, group in usable(runs).groupby(GROUP, dropna=False):
+        base_gpus = 1 if (group["gpus"] == 1).any() else group["gpus"].min()
+        base = group[group["gpus"] == base_gpus]
+        by_seed = base.dropna(subset=["seed"]).set_index("seed")[metric]
+        for _, cell in group.iterrows():
+            reference = (
+                by_seed.get(cell["seed"], base[metric].mean()) if pd.notna(cell["seed"]) else base[metric].mean()
+            )
+            rows.append({**cell[[*GROUP, "gpus", "seed"]].to_dict(), "speedup": reference / cell[metric]})
+            rows[-1]["efficiency"] = rows[-1]["speedup"] * base_gpus / cell["gpus"]
+    return pd.DataFrame(rows, columns=[*GROUP, "gpus", "seed", "speedup", "efficiency"])
+
+
+def _scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame, kind: str, metric: str):
+    name = METRICS[metric]
+    column = f"{kind}_{name}"
+    measure = {"train_time": "total training time", "epoch_time": "steady-state epoch time"}[name]
+    title = f"{'Speedup' if kind == 'speedup' else 'Parallel efficiency'} of the {measure}"
+    means = scaling.dropna(subset=[column])
+    if means.empty:
+        return placeholder(title, "No cell with status ok: nothing to compare yet.")
+    means = tidy(means)
+    points = tidy(seed_speedups(runs, metric).rename(columns={kind: column}).dropna(subset=[column]))
+    means["series"] = _series(means)
+    points["series"] = _series(points)
+    band = means.dropna(subset=[f"{column}_lo", f"{column}_hi"])
+    figure = (
+        ggplot(means, aes("gpus", column, colour="backend", group="series"))
+        + series_scales(means)
+        + gpu_axis(means["gpus"])
+        + facet_wrap("~framework")
+        + style()
+    )
+    if kind == "speedup":
+        ideal = pd.concat(
+            pd.DataFrame({"framework": framework, "gpus": sorted(set(group["gpus"]))})
+            .assign(base=group["base_gpus"].min())
+            .eval(f"{column} = gpus / base")
+            for framework, group in means.groupby("framework")
+        )
+        figure += geom_line(ideal, aes("gpus", column), inherit_aes=False, linetype="dashed", colour="grey")
+        values = pd.concat([means[column], points[column], ideal[column]]).dropna()
+        low, high = math.floor(math.log2(values.min())), math.ceil(math.log2(values.max()))
+        breaks = [2.0**k for k in range(low, high + 1)]
+        limits = (breaks[0] / 2, breaks[0] * 2) if len(breaks) == 1 else None
+        labels = [f"{b:g}" for b in breaks]
+        figure += scale_y_continuous(trans="log2", breaks=breaks, labels=labels, minor_breaks=[], limits=limits)
+        ylab = "speedup (dashed: ideal)"
+    else:
+        figure += geom_hline(yintercept=1, linetype="dashed", colour="grey")
+        figure += scale_y_continuous(limits=(0, None))
+        ylab = "parallel efficiency (dashed: ideal)"
+    if not band.empty:
+        figure += geom_ribbon(
+            band,
+            aes(ymin=f"{column}_lo", ymax=f"{column}_hi", fill="backend", group="series"),
+            alpha=0.2,
+            colour="none",
+        )
+    figure += geom_line(means, aes(linetype="source"))
+    figure += geom_point(points, aes(shape="source"), alpha=0.5, size=1.8)
+    figure += geom_point(means, aes(shape="source"), size=3)
+    base_note = ", ".join(f"{b:g}" for b in sorted(set(means["base_gpus"].dropna())))
+    caption = f"Relative to {base_note} GPU(s) of the same framework and backend. {interval_summary(scaling)}"
+    return figure + labs(x="GPUs (ranks)", y=ylab, title=title, caption=wrap(caption))
+
+
+def speedup_figure(scaling: pd.DataFrame, runs: pd.DataFrame, metric: str = "train_time_s"):
+    """Speedup vs GPUs with the ideal line: panel per framework, colour by backend, interval ribbon, seed points."""
+    return _scaling_figure(scaling, runs, "speedup", metric)
+
+
+def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame, metric: str = "train_time_s"):
+    """Parallel efficiency vs GPUs, 1 = ideal."""
+    return _scaling_figure(scaling, runs, "efficiency", metric)
+
+
+def _per_cell_figure(
+    runs: pd.DataFrame, column: str, title: str, ylab: str, empty: str, caption: str = "", min_span: float = 0.0
+):
+    """Seed points and a mean line per series against GPUs; the y axis spans at least `min_span`
+    so that differences in the noise do not fill the whole panel."""
+    cells = runs[runs["status"].eq("ok")].dropna(subset=[column])
+    if cells.empty:
+        return placeholder(title, empty)
+    cells = tidy(cells)
+    cells["series"] = _series(cells)
+    means = cells.groupby(["series", *GROUP, "gpus"], as_index=False, observed=True)[column].mean()
+    means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
+    low, high = cells[column].min(), cells[column].max()
+    pad = max(0.0, min_span - (high - low)) / 2
+    limits = (low - pad, high + pad) if pad else None
+    return (
+        ggplot(cells, aes("gpus", column, colour="backend", group="series"))
+        + scale_y_continuous(limits=limits)
+        + geom_line(means, aes(linetype="source"))
+        + geom_point(aes(shape="source"), alpha=0.6, size=2)
+        + series_scales(cells)
+        + gpu_axis(cells["gpus"])
+        + facet_wrap("~framework")
+        + labs(x="GPUs (ranks)", y=ylab, title=title, caption=wrap(caption))
+        + style()
+    )
+
+
+def iou_figure(runs: pd.DataFrame):
+    """Test IOU vs GPUs: the quality cost of the larger global batch."""
+    return _per_cell_figure(
+        runs,
+        "iou",
+        "Test IOU after training",
+        "test IOU (whole test set)",
+        "No cell with status ok has a test IOU yet.",
+        "Points: one per seed; line: mean over seeds.",
+        min_span=0.05,
+    )
+
+
+def throughput_figure(runs: pd.DataFrame):
+    """Steady-state images per second per GPU vs GPUs (flat = perfect weak scaling)."""
+    return _per_cell_figure(
+        runs,
+        "images_per_s_per_gpu",
+        "Throughput per GPU",
+        "images / s / GPU (median after epoch 1)",
+        "No cell with status ok has a throughput yet.",
+        "Flat is perfect scaling. Points: one per seed; line: mean over seeds.",
+    )
+
+
+def time_split_figure(runs: pd.DataFrame):
+    """Where an epoch's time goes, per cell: waiting for data vs compute and communication.
+
+    One panel per framework / backend; bars grouped by GPU count, one bar per seed
+    (a numeric x axis: a panel per GPU count would be slow to draw and hard to read)."""
+    cells = runs[runs["source"] == OWN_SOURCE].dropna(subset=["data_wait_s", "train_time_s", "epochs"])
+    cells = cells[cells["epochs"] > 0]
+    title = "Where the time goes (mean epoch)"
+    if cells.empty:
+        return placeholder(title, "No cell has epoch records with data-wait times yet.")
+    cells = tidy(cells)
+    per_epoch_wait = cells["data_wait_s"] / cells["epochs"]
+    per_epoch = cells["train_time_s"] / cells["epochs"]
+    cells["cell"] = cells["framework"] + " / " + cells["backend"]
+    sizes = sorted(set(cells["gpus"]))
+    seeds = sorted(set(cells["seed"]))
+    slot = len(seeds) + 1
+    cells["x"] = [sizes.index(g) * slot + seeds.index(s) for g, s in zip(cells["gpus"], cells["seed"])]
+    long = pd.concat(
+        [
+            cells.assign(part="waiting for data", seconds=per_epoch_wait),
+            cells.assign(part="compute + communication", seconds=(per_epoch - per_epoch_wait).clip(lower=0)),
+        ]
+    )
+    long["part"] = pd.Categorical(long["part"], categories=["compute + communication", "waiting for data"])
+    panels = long["cell"].nunique()
+    centres = [i * slot + (len(seeds) - 1) / 2 for i in range(len(sizes))]
+    seed_note = f"seeds {', '.join(str(int(s)) for s in seeds)}" if len(seeds) > 1 else f"seed {int(seeds[0])}"
+    return (
+        ggplot(long, aes("x", "seconds", fill="part"))
+        + geom_col(width=0.85)
+        + facet_wrap("~cell", ncol=min(panels, 2), scales="free_y")
+        + scale_x_continuous(breaks=centres, labels=[str(g) for g in sizes], minor_breaks=[])
+        + scale_fill_manual(values={"compute + communication": "#7fa7c9", "waiting for data": "#e6550d"})
+        + labs(
+            x="GPUs (one bar per seed, in order)",
+            y="seconds per epoch",
+            fill="",
+            title=title,
+            caption=f"Bars within a GPU group: {seed_note}. Failed cells: the epochs they finished.",
+        )
+        + style((4.5 * min(panels, 2) + 1, 3.0 * -(-panels // 2) + 1.5))
+    )
+
+
+def completeness_figure(runs: pd.DataFrame):
+    """Status of every cell of the matrix: framework x backend by GPUs x seed."""
+    cells = runs[runs["source"] == OWN_SOURCE]
+    title = "Completeness of the study"
+    if cells.empty:
+        return placeholder(title, "The matrix has no cells.")
+    cells = tidy(cells)
+    cells["cell"] = cells["framework"] + " / " + cells["backend"]
+    cells["seed_label"] = "s" + cells["seed"].astype(int).astype(str)
+    cells["gpu_label"] = pd.Categorical(
+        cells["gpus"].astype(str) + " GPU", categories=[f"{g} GPU" for g in sorted(set(cells["gpus"]))]
+    )
+    cells["status"] = pd.Categorical(cells["status"], categories=STATUSES)
+    counts = cells["status"].value_counts()
+    summary = ", ".join(f"{status} {counts[status]}" for status in STATUSES if counts[status])
+    return (
+        ggplot(cells, aes("seed_label", "cell", fill="status"))
+        + geom_tile(colour="white", size=0.8)
+        + facet_grid(". ~ gpu_label")
+        + scale_fill_manual(values=STATUS_COLOURS, drop=False)
+        + labs(x="seed", y="", title=title, caption=f"{len(cells)} cells: {summary}.")
+        + style((max(6, 1.1 * cells["gpus"].nunique() + 3), 1.0 + 0.5 * cells["cell"].nunique() + 1.5))
+        + theme(axis_text_x=element_text(size=7), legend_position="right")
+    )

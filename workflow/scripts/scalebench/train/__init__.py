@@ -1,0 +1,6 @@
+"""One rank of a training cell: the entry point, the one training loop and what it measures.
+
+The loop (loop.py) drives both frameworks through the Framework and Backend
+interfaces (interfaces.py); train/torch/ and train/tf/ hold the same file names
+for the same roles. A rank of one framework never imports the other.
+"""

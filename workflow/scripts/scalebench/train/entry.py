@@ -1,0 +1,82 @@
+"""Entry point of one rank: read the settings, pick the framework and backend, train.
+
+    python workflow/scripts/train.py --settings JSON --data DIR --out DIR
+
+The launcher (torchrun, srun or horovodrun; see scalebench/launch) starts one
+of these per rank. Every rank runs the same code; rank 0 writes the records.
+The framework is imported here by name, so a rank of one framework never
+imports the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from scalebench.data.preprocess import read_manifest
+from scalebench.launch import rank_env
+from scalebench.train import provenance
+from scalebench.train.loop import TrainingLoop, check_launch
+from scalebench.train.settings import RunSettings
+
+FRAMEWORK_PACKAGES = {"torch": "scalebench.train.torch", "tensorflow": "scalebench.train.tf"}
+
+
+def _terminate(signum, frame):  # SLURM sends SIGTERM before killing at the time limit
+    raise SystemExit(128 + signum)
+
+
+def cell_hash(settings: dict, data_dir: str) -> str:
+    """A short stable hash of the settings and the exact arrays: a checkpoint is only valid for both."""
+    canonical = json.dumps({"settings": settings, "data": read_manifest(data_dir)["sha256"]}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def create_framework(run: RunSettings, place: rank_env.RankInfo):
+    """The framework of the cell with its backend (modules train/<framework>/framework.py, <backend>.py)."""
+    package = FRAMEWORK_PACKAGES[run.cell.framework]
+    backend_module = importlib.import_module(f"{package}.{run.cell.backend}")
+    framework_module = importlib.import_module(f"{package}.framework")
+    return framework_module.create(run, backend_module.create(run, place))
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settings", required=True, help="the cell's settings as JSON (scalebench.config)")
+    parser.add_argument("--data", required=True, help="folder with images.npy, masks.npy, manifest.json")
+    parser.add_argument("--out", required=True, help="the cell's results folder")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    settings = json.loads(args.settings)
+    run = RunSettings.from_json(settings, args.data, args.out)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    rank_env.adopt_srun_rank()  # a Horovod rank started by horovod_srun.py: Horovod's variables from srun's
+    place = rank_env.detect()
+    framework = None
+    try:
+        framework = create_framework(run, place)
+        check_launch(place.world_size, place.world_size_source, framework.backend, run.cell.gpus)
+        status = TrainingLoop(run, framework, cell_hash(settings, args.data), started).train()
+        return 0 if status in ("ok", "diverged", "oom") else 1
+    except BaseException as error:
+        rank = framework.backend.rank if framework is not None and hasattr(framework.backend, "rank") else place.rank
+        print(f"rank {rank}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        if not isinstance(error, SystemExit):
+            traceback.print_exc()
+        if rank == 0:
+            provenance.record_failure(Path(args.out) / "run.json", settings["cell"], error)
+        return error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else 1
+    finally:
+        if framework is not None:
+            try:
+                framework.backend.shutdown()
+            except Exception:  # a broken process group must not hide the real error
+                pass

@@ -1,0 +1,44 @@
+"""Test hooks, set through SCALEBENCH_FAULT; the loop calls check() before each epoch's first step.
+
+- ``oom:RANK:EPOCH``: rank RANK raises its framework's out-of-memory error in epoch EPOCH.
+- ``stall:EPOCH``: a run that did not resume blocks at the start of epoch EPOCH, so it
+  outlasts any time limit however fast the machine is (its retry resumes and goes on).
+- ``meet:FOLDER:COUNT``: rank 0 of each cell waits before its first epoch until COUNT
+  cells have arrived in FOLDER (cells that must run at the same time); fails after 300 s.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+MEET_TIMEOUT_S = 300
+
+
+def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], BaseException]) -> None:
+    """Apply the hook of SCALEBENCH_FAULT, if any, at the start of 0-based `epoch`."""
+    fault = os.environ.get("SCALEBENCH_FAULT", "")
+    kind, _, argument = fault.partition(":")
+    if kind == "oom":
+        fault_rank, fault_epoch = argument.split(":")
+        if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
+            raise out_of_memory(f"out of memory (injected by SCALEBENCH_FAULT={fault})")
+    elif kind == "stall" and not resumed and int(argument) == epoch + 1:
+        print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
+        while True:
+            time.sleep(1)
+    elif kind == "meet" and epoch == 0 and rank == 0:
+        folder, count = argument.rsplit(":", 1)
+        meet(Path(folder), int(count), fault)
+
+
+def meet(folder: Path, count: int, fault: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{os.getpid()}-{time.time_ns()}").touch()
+    deadline = time.monotonic() + MEET_TIMEOUT_S
+    while len(list(folder.iterdir())) < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"SCALEBENCH_FAULT={fault}: the other cells did not arrive within {MEET_TIMEOUT_S} s")
+        time.sleep(0.2)

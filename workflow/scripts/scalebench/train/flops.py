@@ -1,0 +1,63 @@
+"""Model FLOPs of the UNet, counted from its architecture (both frameworks build the same network).
+
+Only convolutions count (as in torch.utils.flop_counter): 2 FLOPs per multiply-add.
+The backward pass costs twice the forward (gradients of inputs and of weights),
+except the first convolution, whose input (the image) needs no gradient.
+"""
+
+from __future__ import annotations
+
+from scalebench.train.architecture import CHANNELS
+
+
+def forward_flops(height: int, width: int, channels: tuple[int, ...] = CHANNELS) -> tuple[int, int]:
+    """(forward FLOPs per image, FLOPs of the first convolution)."""
+    total, h, w, previous = 0, height, width, 1
+    first = 2 * 1 * channels[0] * 9 * height * width
+    for level, width_out in enumerate(channels):
+        if level:
+            h, w = h // 2, w // 2
+        total += 2 * 9 * h * w * (previous * width_out + width_out * width_out)
+        previous = width_out
+    for width_out in reversed(channels[:-1]):
+        total += 2 * 4 * h * w * previous * width_out  # 2x2 stride-2 transposed conv, per input pixel
+        h, w = h * 2, w * 2
+        total += 2 * 9 * h * w * (2 * width_out * width_out + width_out * width_out)
+        previous = width_out
+    total += 2 * h * w * previous  # 1x1 head
+    return total, first
+
+
+def train_flops_per_image(height: int, width: int) -> int:
+    """Forward + backward FLOPs for one training image."""
+    forward, first = forward_flops(height, width)
+    return 3 * forward - first
+
+
+def mfu(images_per_s: float, flops_per_image: int, peak_tflops: float | None) -> float | None:
+    """Model FLOPs utilisation: achieved model FLOP/s over the device's peak (None if unknown)."""
+    if not peak_tflops:
+        return None
+    return images_per_s * flops_per_image / (peak_tflops * 1e12)
+
+
+def peak_tflops(device_name: str, precision: str, table: dict) -> float | None:
+    """The device's peak TFLOP/s for this precision from config's cluster.peak_tflops table.
+
+    Keys of the table are matched as substrings of the device name (e.g. "H100"),
+    the longest match first; precision is fp32, bf16 or fp16.
+    """
+    for key in sorted(table, key=len, reverse=True):
+        if key.lower() in device_name.lower():
+            return table[key].get(precision)
+    return None
+
+
+def precision_key(autocast_dtype: str | None) -> str:
+    """Which peak applies: fp32, or the autocast type of amp runs (bfloat16 or float16)."""
+    return {None: "fp32", "bfloat16": "bf16", "float16": "fp16"}[autocast_dtype]
+
+
+def throughput_fields(images_per_s: float, flops_per_image: int, peak: float | None) -> dict:
+    """Achieved model TFLOP/s and MFU (None where the device's peak is unknown) for an epoch record."""
+    return {"model_tflops": images_per_s * flops_per_image / 1e12, "mfu": mfu(images_per_s, flops_per_image, peak)}

@@ -1,0 +1,151 @@
+"""The two interfaces the training loop drives: a framework and a distributed backend.
+
+loop.py is the one training loop. It never touches PyTorch or TensorFlow; it
+asks a Framework (train/torch/framework.py, train/tf/framework.py) to build
+the model and take steps, and the framework's Backend (one module per backend:
+train/<framework>/native.py, horovod.py) to start the ranks and reduce. The
+method names are the same in both frameworks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from scalebench.launch.rank_env import RankInfo
+from scalebench.train.settings import RunSettings
+
+
+class Backend:
+    """How gradients are reduced and ranks are started; one subclass per backend module.
+
+    rank/world_size count processes. replicas counts the model copies that train in sync:
+    one per process, except where one process drives several devices (TF MirroredStrategy);
+    replica_ids are the global ids of this process's replicas.
+    """
+
+    name: str
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    replicas: int
+    replica_ids: list[int]
+    checkpoint_on_all_ranks = False  # saving a checkpoint is a collective every rank joins
+
+    def __init__(self, place: RankInfo) -> None:
+        self.place = place
+        self.rank, self.local_rank = place.rank, place.local_rank
+        self.world_size, self.local_world_size = place.world_size, place.local_world_size
+        self.replicas, self.replica_ids = place.world_size, [place.rank]
+
+    def processes(self, gpus: int) -> int:
+        """How many processes the launcher must start for a cell of `gpus` devices."""
+        return gpus
+
+    def setup(self, run: RunSettings) -> None:
+        """Join the other ranks, with run.training.collective_timeout_s as the limit for a dead peer."""
+        raise NotImplementedError
+
+    def scope(self) -> AbstractContextManager:
+        """Where the model and optimizer are created (a tf.distribute strategy's scope)."""
+        return nullcontext()
+
+    def distribute(self, model: Any, optimizer: Any) -> tuple[Any, Any]:
+        """Wrap model and optimizer so gradients are averaged over replicas, and start
+        every replica from rank 0's state; returns the (possibly wrapped) pair."""
+        raise NotImplementedError
+
+    def reduce_gradients(self, gradients: list) -> list:
+        """Average gradients a framework computed itself (a TF tape) over the replicas.
+        PyTorch backends reduce inside backward() and return them unchanged."""
+        return gradients
+
+    def run_replicas(self, step: Callable, per_replica_args: list[tuple]) -> list:
+        """Run `step` once per local replica with its arguments; the results in replica order."""
+        return [step(*args) for args in per_replica_args]
+
+    def broadcast_from_root(self, tensors: list) -> None:
+        """Overwrite `tensors` (batch-norm statistics) in place with rank 0's values."""
+        raise NotImplementedError
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def allgather_text(self, text: str) -> list[str]:
+        """Every process's `text`, in rank order."""
+        raise NotImplementedError
+
+    def versions(self) -> dict[str, str]:
+        """The library and collective this backend uses, for run.json."""
+        raise NotImplementedError
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Framework(Protocol):
+    """PyTorch or TensorFlow: model, data, steps, device and checkpoint of one rank."""
+
+    name: str
+    backend: Backend
+    out_of_memory: tuple[type[BaseException], ...]  # errors that mean the device ran out of memory
+
+    def start(self, run: RunSettings) -> None:
+        """Threads, device, the backend's setup and seeding, before anything is built."""
+
+    def build(self) -> None:
+        """Model and optimizer (in the backend's scope), before a checkpoint is restored into them."""
+
+    def describe(self) -> dict[str, Any]:
+        """run.json fields of this rank: parameters, device type, precision, layout, versions."""
+
+    def device_name(self) -> str: ...
+
+    def restore(self, directory: Path, config_hash: str) -> dict | None:
+        """Load the cell's checkpoint into model and optimizer; its loop state, or None."""
+
+    def distribute(self) -> None:
+        """Hand model and optimizer to the backend (after a restore, so rank 0's state is shared)."""
+
+    def prepare_data(self, train_indices: list[int]) -> None:
+        """This rank's input pipeline over the (repeated) training indices."""
+
+    def epoch_batches(self, epoch: int, learning_rate: float) -> Iterable:
+        """Set the rate and return this rank's batches of the epoch in the sampler's order."""
+
+    def train_step(self, batch: Any) -> None:
+        """One optimizer step on `batch`, adding its loss to the epoch's sum."""
+
+    def epoch_loss(self) -> tuple[float, int]:
+        """(sum of step losses, replica steps) of this rank's epoch, waiting for the device."""
+
+    def synchronize(self) -> None:
+        """Wait for queued device work, so a clock read after it is honest."""
+
+    def reset_peak_memory(self) -> None: ...
+
+    def peak_memory_mb(self) -> float: ...
+
+    def sync_buffers(self) -> None:
+        """Give every replica rank 0's batch-norm statistics (before evaluating or saving)."""
+
+    def evaluate(self, indices: list[int]) -> np.ndarray:
+        """[loss sum, pixels, intersection, union] of the model on these test samples."""
+
+    def save_predictions(self, indices: list[int], folder: Path) -> None: ...
+
+    def save_checkpoint(self, directory: Path, config_hash: str, state: dict, epoch: int) -> None:
+        """Write a checkpoint with the loop's `state` (rank 0 writes; others take part where needed)."""
+
+    def remove_checkpoint(self, directory: Path) -> None: ...
+
+    def out_of_memory_error(self, message: str) -> BaseException:
+        """The framework's own out-of-memory error (for the fault-injection hook)."""

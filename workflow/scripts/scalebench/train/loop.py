@@ -1,0 +1,242 @@
+"""The one training loop, for every framework and backend.
+
+Everything measured happens here, the same way for all: the clock (device
+synchronised before it is read, the slowest rank's time), the time spent
+waiting for data, the records, divergence, the evaluation and checkpoint
+cadence, the final test. A Framework (train/torch, train/tf) builds the model
+and takes the steps; its Backend starts the ranks and reduces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scalebench.data.preprocess import read_manifest
+from scalebench.files import write_json_atomic
+from scalebench.train import faults, flops, metrics, provenance
+from scalebench.train.interfaces import Backend, Framework
+from scalebench.train.lr_schedule import learning_rate
+from scalebench.train.settings import RunSettings
+
+
+class Diverged(Exception):
+    """The loss stopped being finite or exceeded training.max_loss."""
+
+
+class LaunchMismatch(RuntimeError):
+    """The launcher started the ranks differently from what the cell asks for."""
+
+
+@dataclass
+class Progress:
+    """Where the loop stands; a checkpoint holds it, so a resumed run goes on from here."""
+
+    start_epoch: int = 0
+    records: list[dict] = field(default_factory=list)
+    train_time_s: float = 0.0
+
+    def state(self, epoch: int, records: list[dict]) -> dict:
+        return {"epoch": epoch, "records": records, "train_time_s": self.train_time_s}
+
+    @classmethod
+    def from_state(cls, state: dict | None) -> Progress:
+        if state is None:
+            return cls()
+        return cls(state["epoch"], state["records"], state["train_time_s"])
+
+
+def check_launch(place_world_size: int, source: str, backend: Backend, gpus: int) -> None:
+    """The launcher started as many processes as the cell needs (before any rank joins the others)."""
+    if place_world_size != backend.processes(gpus):
+        raise LaunchMismatch(f"{source} = {place_world_size} ranks, but the cell asks for {gpus} GPUs")
+
+
+def check_batch(batch: int, train_pairs: int, replicas: int) -> None:
+    shard = train_pairs // replicas
+    if batch > shard:
+        raise ValueError(
+            f"training.batch_per_gpu = {batch} is larger than the shard of the training set "
+            f"({train_pairs} pairs / {replicas} ranks = {shard})"
+        )
+
+
+class TrainingLoop:
+    """One cell on this rank: train() runs the named steps in order and returns the status."""
+
+    def __init__(self, run: RunSettings, framework: Framework, config_hash: str, started: float) -> None:
+        self.run, self.framework, self.backend = run, framework, framework.backend
+        self.training = run.training
+        self.config_hash = config_hash
+        self.started = started  # perf_counter() when the rank started: setup time counts from there
+        self.out = Path(run.out_dir)
+        self.manifest = read_manifest(run.data_dir)
+
+    @property
+    def is_root(self) -> bool:
+        return self.backend.rank == 0
+
+    def train(self) -> str:
+        self.start()
+        self.framework.build()
+        self.write_provenance()
+        progress = self.resume()
+        self.framework.distribute()
+        self.framework.prepare_data(self.manifest["train"] * self.training.dataset_repeat)
+        status = self.run_epochs(progress)
+        final = self.final_evaluation(status, progress)
+        self.finish(final, progress)
+        return status
+
+    def start(self) -> None:
+        run = self.run
+        self.framework.start(run)
+        if self.backend.replicas != run.cell.gpus:
+            raise LaunchMismatch(
+                f"{self.backend.name} has {self.backend.replicas} replicas, the cell asks for {run.cell.gpus}"
+            )
+        check_batch(self.training.batch_per_gpu, len(self.manifest["train"]), self.backend.replicas)
+
+    def write_provenance(self) -> None:
+        run = self.run
+        record = provenance.start_record(dataclasses.asdict(run.cell), self.config_hash)
+        record.update(self.framework.describe())
+        record.update(
+            world_size=self.backend.replicas,
+            processes=self.backend.world_size,
+            ranks_per_node=self.backend.local_world_size,
+            threads_per_rank=run.threads,
+            precision=self.training.precision_label,
+        )
+        record["versions"] = {**record.get("versions", {}), **self.backend.versions()}
+        hosts = self.backend.allgather_text(provenance.host_name())
+        devices = self.backend.allgather_text(self.framework.device_name())
+        precision = flops.precision_key(self.training.autocast_dtype)
+        record.update(provenance.placement(hosts, devices, run.image_size, precision, run.peak_tflops))
+        self.provenance = record
+        if self.is_root:
+            write_json_atomic(self.out / "run.json", record)
+
+    def resume(self) -> Progress:
+        state = self.framework.restore(self.out, self.config_hash) if self.training.checkpoint_every else None
+        progress = Progress.from_state(state)
+        if state is not None:
+            print(f"resuming from checkpoint after epoch {progress.start_epoch}", flush=True)
+        return progress
+
+    def run_epochs(self, progress: Progress) -> str:
+        self.metrics = metrics.MetricsWriter(
+            self.out / "metrics.jsonl", enabled=self.is_root, previous=progress.records
+        )
+        self.setup_s = time.perf_counter() - self.started
+        self.epoch_times = [record["epoch_time_s"] for record in progress.records]
+        try:
+            for epoch in range(progress.start_epoch, self.training.epochs):
+                record = self.train_epoch(epoch, progress)
+                if self.evaluates_after(epoch):
+                    record["test_loss"], record["test_iou"] = self.evaluate()
+                self.metrics.write(record)
+                self.report(record, epoch)
+                if self.checkpoints_after(epoch):
+                    self.framework.sync_buffers()  # the checkpoint holds rank 0's statistics
+                    self.framework.save_checkpoint(
+                        self.out, self.config_hash, progress.state(epoch + 1, self.metrics.records), epoch + 1
+                    )
+        except Diverged as error:
+            print(f"diverged: {error}", flush=True)
+            return "diverged"
+        except self.framework.out_of_memory as error:
+            print(f"out of memory: {error}", flush=True)
+            return "oom"
+        return "ok"
+
+    def train_epoch(self, epoch: int, progress: Progress) -> dict:
+        framework, backend = self.framework, self.backend
+        lr = learning_rate(epoch, self.training, backend.replicas)
+        batches = iter(framework.epoch_batches(epoch, lr))
+        faults.check(backend.rank, epoch, progress.start_epoch > 0, framework.out_of_memory_error)
+        framework.reset_peak_memory()
+        framework.synchronize()
+        started = time.perf_counter()
+        wait = 0.0
+        while True:
+            waited = time.perf_counter()
+            batch = next(batches, None)
+            wait += time.perf_counter() - waited
+            if batch is None:
+                break
+            framework.train_step(batch)
+        loss_sum, steps = framework.epoch_loss()
+        framework.synchronize()
+        elapsed = time.perf_counter() - started
+        loss_total, step_total = backend.allreduce_sum(np.array([loss_sum, steps], dtype=np.float64)).tolist()
+        slowest = backend.allreduce_max(np.array([elapsed, wait, framework.peak_memory_mb()], dtype=np.float64))
+        mean_loss = loss_total / max(step_total, 1)
+        progress.train_time_s += float(slowest[0])
+        self.epoch_times.append(float(slowest[0]))
+        record = metrics.epoch_record(
+            epoch + 1,
+            mean_loss,
+            lr,
+            slowest.tolist(),
+            step_total,
+            self.training.batch_per_gpu,
+            progress.train_time_s,
+            self.provenance,
+        )
+        if metrics.diverged(mean_loss, self.training.max_loss):
+            self.metrics.write(record)
+            raise Diverged(f"loss is {mean_loss} in epoch {epoch + 1} (max_loss {self.training.max_loss})")
+        return record
+
+    def evaluates_after(self, epoch: int) -> bool:
+        every = self.training.eval_every
+        return bool(every) and (epoch + 1) % every == 0
+
+    def checkpoints_after(self, epoch: int) -> bool:
+        every = self.training.checkpoint_every
+        return bool(every) and (epoch + 1) % every == 0 and epoch + 1 < self.training.epochs
+
+    def evaluate(self) -> tuple[float, float]:
+        """Test loss and IOU over the whole test set: process r takes every world_size-th sample
+        (none dropped or repeated), and the sums are reduced across processes."""
+        self.framework.sync_buffers()
+        shard = self.manifest["test"][self.backend.rank :: self.backend.world_size]
+        sums = self.backend.allreduce_sum(self.framework.evaluate(shard))
+        loss, pixels, intersection, union = sums.tolist()
+        return loss / max(pixels, 1), (intersection / union if union else 1.0)
+
+    def report(self, record: dict, epoch: int) -> None:
+        if not self.is_root:
+            return
+        times = self.epoch_times
+        steady = float(np.median(times[1:])) if len(times) > 1 else times[0]
+        print(
+            metrics.progress_line(record, self.training.epochs, steady * (self.training.epochs - epoch - 1)), flush=True
+        )
+
+    def final_evaluation(self, status: str, progress: Progress) -> dict:
+        final = metrics.final_record(status, self.setup_s, progress.train_time_s, len(self.epoch_times))
+        if status != "ok":
+            return final
+        self.framework.synchronize()
+        started = time.perf_counter()
+        final["test_loss"], final["iou"] = self.evaluate()
+        self.framework.synchronize()
+        elapsed = np.array([time.perf_counter() - started], dtype=np.float64)
+        final["test_time_s"] = float(self.backend.allreduce_max(elapsed)[0])
+        if self.is_root and self.training.predictions:
+            folder = self.out / "predictions"
+            folder.mkdir(exist_ok=True)
+            self.framework.save_predictions(self.manifest["test"][: self.training.predictions], folder)
+        return final
+
+    def finish(self, final: dict, progress: Progress) -> None:
+        self.metrics.write(final)
+        if self.is_root:
+            provenance.finish(self.out / "run.json", self.provenance, final, progress.start_epoch)
+            self.framework.remove_checkpoint(self.out)

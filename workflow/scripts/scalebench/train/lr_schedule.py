@@ -1,0 +1,25 @@
+"""The learning-rate rule, shared by every framework and backend."""
+
+from __future__ import annotations
+
+import math
+
+from scalebench.train.settings import TrainingSettings
+
+
+def scaled_lr(training: TrainingSettings, world_size: int) -> float:
+    """Base learning rate scaled for the world size (linear, sqrt or none)."""
+    factor = {"linear": world_size, "sqrt": math.sqrt(world_size), "none": 1}[training.lr_scaling]
+    return training.base_lr * factor
+
+
+def learning_rate(epoch: int, training: TrainingSettings, world_size: int) -> float:
+    """Rate for a 0-based epoch: linear warm-up from base_lr to the scaled rate, then step decay."""
+    target = scaled_lr(training, world_size)
+    warmup = training.warmup_epochs
+    if epoch < warmup:
+        base = training.base_lr
+        return base + (target - base) * (epoch + 1) / warmup
+    if training.decay_every:
+        target *= training.decay_factor ** ((epoch - warmup) // training.decay_every)
+    return target

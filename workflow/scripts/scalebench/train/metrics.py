@@ -1,0 +1,103 @@
+"""The per-cell output contract: metrics.jsonl and the outcome in run.json.
+
+metrics.jsonl holds one JSON object per line: an ``epoch`` record per epoch and
+one ``final`` record, written by rank 0 only, after values are reduced across
+ranks. Both frameworks write through this module (from loop.py).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from scalebench.files import json_safe
+from scalebench.train import flops
+
+
+def diverged(loss: float, max_loss: float) -> bool:
+    """The run diverged: the epoch's mean loss is not finite or above training.max_loss."""
+    return not math.isfinite(loss) or loss > max_loss
+
+
+class MetricsWriter:
+    """Appends records to metrics.jsonl (rank 0) and keeps them for checkpoints."""
+
+    def __init__(self, path: str | Path, enabled: bool, previous: list[dict] | None = None):
+        self.path = Path(path)
+        self.enabled = enabled
+        self.records: list[dict] = []
+        if enabled:
+            self.path.write_text("")
+        for record in previous or []:
+            self.write(record)
+
+    def write(self, record: dict) -> None:
+        self.records.append(record)
+        if self.enabled:
+            with open(self.path, "a") as handle:
+                handle.write(json.dumps(json_safe(record), sort_keys=True) + "\n")
+                handle.flush()
+
+
+def epoch_record(
+    epoch: int,
+    loss: float,
+    lr: float,
+    slowest: list[float],
+    steps: int,
+    batch: int,
+    train_time_s: float,
+    provenance: dict,
+) -> dict:
+    """The epoch record of the contract. `slowest` = [epoch time, data wait, peak memory], each the
+    maximum over ranks; `steps` = steps summed over replicas; throughput fields from the model FLOPs."""
+    epoch_time_s, data_wait_s, peak_mem_mb = slowest
+    images_per_s = steps * batch / epoch_time_s
+    return {
+        "type": "epoch",
+        "epoch": epoch,
+        "loss": float(loss),
+        "lr": lr,
+        "epoch_time_s": epoch_time_s,
+        "images_per_s": images_per_s,
+        "data_wait_s": data_wait_s,
+        "peak_mem_mb": peak_mem_mb,
+        "steps": int(steps),
+        "train_time_s": train_time_s,
+        "test_iou": None,
+        "test_loss": None,
+        **flops.throughput_fields(images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"]),
+    }
+
+
+def final_record(status: str, setup_s: float, train_time_s: float, epochs_completed: int) -> dict:
+    """The final record; evaluation fills test_loss, iou and test_time_s when the run is ok."""
+    return {
+        "type": "final",
+        "status": status,
+        "setup_s": setup_s,
+        "train_time_s": train_time_s,
+        "epochs_completed": epochs_completed,
+        "test_loss": None,
+        "iou": None,
+        "test_time_s": None,
+    }
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def progress_line(record: dict, epochs: int, remaining_s: float) -> str:
+    """The line train.log gets per epoch."""
+    wait_share = record["data_wait_s"] / record["epoch_time_s"] if record["epoch_time_s"] else 0.0
+    line = (
+        f"epoch {record['epoch']}/{epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
+        f"{record['epoch_time_s']:.2f} s  {record['images_per_s']:.1f} img/s  "
+        f"data-wait {100 * wait_share:.1f}%  left {format_duration(remaining_s)}"
+    )
+    if record.get("test_iou") is not None:
+        line += f"  test IOU {record['test_iou']:.3f}"
+    return line

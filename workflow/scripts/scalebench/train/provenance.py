@@ -1,0 +1,119 @@
+"""run.json: where and with what a cell ran (hosts, devices, versions, SLURM job, git commit)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import socket
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from scalebench.files import write_json_atomic
+from scalebench.train import flops
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def git_commit(start: str | Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=start, capture_output=True, text=True, timeout=10, check=True
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=start,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+SLURM_VARIABLES = {
+    "job_id": "SLURM_JOB_ID",
+    "job_name": "SLURM_JOB_NAME",
+    "nodelist": "SLURM_JOB_NODELIST",
+    "partition": "SLURM_JOB_PARTITION",
+    "account": "SLURM_JOB_ACCOUNT",
+    "restart_count": "SLURM_RESTART_COUNT",
+    # the step's placement: on a test cluster all nodes share one hostname, so these
+    # (SLURM's node names) show where the ranks ran
+    "node": "SLURMD_NODENAME",
+    "step_nodelist": "SLURM_STEP_NODELIST",
+    "step_tasks_per_node": "SLURM_STEP_TASKS_PER_NODE",
+}
+
+
+def slurm_info() -> dict:
+    return {name: os.environ[var] for name, var in SLURM_VARIABLES.items() if var in os.environ}
+
+
+def host_name() -> str:
+    """This rank's node: SLURM's node name under srun (nodes may share a hostname), else the hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def cpu_name() -> str:
+    return f"cpu ({platform.processor() or platform.machine()})"
+
+
+def peak_host_memory_mb() -> float:
+    """Peak resident memory of this process (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def start_record(cell: dict, config_hash: str) -> dict:
+    """The fields run.json has from the start (status running)."""
+    return {
+        **cell,
+        "config_hash": config_hash,
+        "git_commit": git_commit(Path(__file__).resolve().parent),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "launch_host": socket.gethostname(),
+        "slurm": slurm_info(),
+        "argv": sys.argv,
+        "start": now_iso(),
+        "status": "running",
+    }
+
+
+def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int], precision: str, peaks: dict) -> dict:
+    """run.json fields from every rank's host and device, and the model FLOPs for MFU."""
+    return {
+        "hosts": sorted(set(hosts)),
+        "nodes": len(set(hosts)),
+        "rank_hosts": hosts,
+        "devices": devices,
+        "model_flops_per_image": flops.train_flops_per_image(*image_size),
+        "peak_tflops": flops.peak_tflops(devices[0], precision, peaks),
+    }
+
+
+def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> None:
+    """Rank 0 at the end: one summary line and the cell's outcome in run.json."""
+    print(
+        f"final: status {final['status']}  test loss {final['test_loss']}  IOU {final['iou']}  "
+        f"train {final['train_time_s']:.1f} s",
+        flush=True,
+    )
+    provenance.update(
+        status=final["status"], end=now_iso(), setup_s=final["setup_s"], resumed_from_epoch=start_epoch or None
+    )
+    write_json_atomic(run_json, provenance)
+
+
+def record_failure(run_json: Path, cell: dict, error: BaseException) -> None:
+    """A rank 0 that failed marks the cell failed, keeping what run.json already held."""
+    import json
+
+    state = json.loads(run_json.read_text()) if run_json.exists() else dict(cell)
+    state.update(status="failed", error=f"{type(error).__name__}: {error}", end=now_iso())
+    write_json_atomic(run_json, state)

@@ -1,0 +1,123 @@
+"""What a rank is told: the cell and its training settings, as typed objects.
+
+rules/common.smk builds the settings from the validated config
+(scalebench.config.train_settings) and passes them to the launcher as JSON;
+each rank turns that JSON into a RunSettings once, in entry.py. The field
+names are the config keys of config/schema.yaml, which documents each one (a
+unit test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from scalebench.cell import Cell
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """training.loader: the PyTorch DataLoader."""
+
+    workers: int  # worker processes per rank
+    pin_memory: bool  # page-locked host buffers (used only on GPU)
+    prefetch_factor: int  # batches each worker loads ahead
+
+
+@dataclass(frozen=True)
+class HorovodSettings:
+    """training.horovod: options of the Horovod backends of both frameworks."""
+
+    fp16_compression: bool  # compress gradients to fp16 for the allreduce
+    backward_passes_per_step: int  # local gradient accumulation steps per allreduce
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """training: the schedule and the run's options, the same for every backend."""
+
+    epochs: int
+    batch_per_gpu: int  # per rank; the global batch is this times the world size
+    base_lr: float  # Adam's rate for one rank
+    lr_scaling: str  # linear, sqrt or none: how the rate grows with the world size
+    warmup_epochs: int  # linear warm-up from base_lr to the scaled rate (0 = none)
+    decay_every: int  # multiply the rate by decay_factor every this many epochs (0 = never)
+    decay_factor: float
+    dataset_repeat: int  # passes over the training set per epoch
+    eval_every: int  # test IOU every this many epochs (0 = only at the end)
+    checkpoint_every: int  # a resumable checkpoint every this many epochs (0 = never)
+    precision: str  # fp32 or amp
+    amp_dtype: str  # bfloat16 or float16, for amp
+    batch_norm: bool
+    device: str  # auto, cpu or cuda
+    threads_per_rank: int | None  # None: SLURM_CPUS_PER_TASK under SLURM, else 1
+    max_loss: float  # an epoch's mean loss above this (or not finite) ends the run as diverged
+    collective_timeout_s: float  # a rank waiting longer than this for the others fails the job
+    predictions: int  # test images whose predicted masks are saved for the report
+    target_iou: float  # used by the report only
+    tf_strategy: str  # TensorFlow native: mirrored, multiworker or auto
+    loader: LoaderSettings
+    horovod: HorovodSettings
+
+    @property
+    def autocast_dtype(self) -> str | None:
+        """The reduced-precision type of amp runs (bfloat16 or float16), None for fp32."""
+        return self.amp_dtype if self.precision == "amp" else None
+
+    @property
+    def precision_label(self) -> str:
+        """fp32, amp-bfloat16 or amp-float16, as run.json records it."""
+        return f"amp-{self.amp_dtype}" if self.precision == "amp" else self.precision
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """Everything one rank of a cell needs."""
+
+    cell: Cell
+    training: TrainingSettings
+    image_size: tuple[int, int]  # [height, width] of the prepared arrays
+    peak_tflops: dict[str, dict[str, float]]  # cluster.peak_tflops: device name -> precision -> TFLOP/s
+    data_dir: str  # the prepared arrays (images.npy, masks.npy, manifest.json)
+    out_dir: str  # the cell's results folder
+    threads: int  # compute threads of this rank (threads_per_rank resolved)
+
+    @classmethod
+    def from_json(cls, settings: dict, data_dir: str, out_dir: str, env: dict[str, str] | None = None) -> RunSettings:
+        """The typed settings of scalebench.config.train_settings' JSON."""
+        env = os.environ if env is None else env
+        training = build(TrainingSettings, settings["training"], "training")
+        threads = training.threads_per_rank or int(env.get("SLURM_CPUS_PER_TASK", 1))
+        return cls(
+            cell=build(Cell, settings["cell"], "cell"),
+            training=training,
+            image_size=tuple(settings["dataset"]["image_size"]),
+            peak_tflops=settings["peak_tflops"],
+            data_dir=str(data_dir),
+            out_dir=str(out_dir),
+            threads=threads,
+        )
+
+
+def build(kind: type, data: dict[str, Any], where: str) -> Any:
+    """A `kind` dataclass from a dict with exactly its fields (nested dataclasses too)."""
+    fields = {f.name: f for f in dataclasses.fields(kind)}
+    unknown, missing = sorted(set(data) - set(fields)), sorted(set(fields) - set(data))
+    if unknown or missing:
+        raise ValueError(f"settings '{where}': unknown keys {unknown}, missing keys {missing}")
+    hints = typing.get_type_hints(kind)
+    values = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            value = build(hint, value, f"{where}.{name}")
+        elif hint is float and isinstance(value, int):
+            value = float(value)
+        elif not isinstance(hint, types.UnionType) and hint in (int, bool, str) and not isinstance(value, hint):
+            raise ValueError(f"settings '{where}.{name}': {value!r} is not {hint.__name__}")
+        values[name] = value
+    return kind(**values)

@@ -1,0 +1,207 @@
+"""TensorFlow's side of the training contract (train/interfaces.py): model, data, steps, checkpoints.
+
+The same contract as the PyTorch side: same arrays, split and sample order
+(data.py reproduces DistributedSampler's), same UNet, loss (binary
+cross-entropy on logits, mean), Adam (eps 1e-8). The backend (native.py:
+tf.distribute, horovod.py) joins the workers, places variables and reduces;
+loop.py does the timing, records, evaluation cadence and checkpoint cadence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from scalebench.data.preprocess import load_arrays
+from scalebench.train import resume
+from scalebench.train.interfaces import Backend
+from scalebench.train.settings import RunSettings
+from scalebench.train.tf import checkpoint, data, runtime
+from scalebench.train.tf.checkpoint import Checkpoint
+from scalebench.train.tf.model import build_unet, parameter_count
+
+
+def bce_terms(logits: tf.Tensor, masks: tf.Tensor) -> tf.Tensor:
+    """Per-pixel binary cross-entropy on logits, in float32 whatever the compute precision."""
+    return tf.nn.sigmoid_cross_entropy_with_logits(labels=masks, logits=tf.cast(logits, tf.float32))
+
+
+class Steps:
+    """The tf.function steps: train (one per local replica), evaluate and predict."""
+
+    def __init__(self, model: keras.Model, optimizer, backend: Backend, loss_scaled: bool, image_size):
+        variables = model.trainable_variables
+
+        def replica_train(images, masks):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(bce_terms(model(images, training=True), masks))
+                scaled = optimizer.get_scaled_loss(loss) if loss_scaled else loss
+            gradients = backend.reduce_gradients(tape.gradient(scaled, variables))
+            if loss_scaled:
+                gradients = optimizer.get_unscaled_gradients(gradients)
+            # the backend has averaged the gradients over the replicas already
+            optimizer.apply_gradients(zip(gradients, variables), skip_gradients_aggregation=True)
+            return loss
+
+        def replica_eval(images, masks):
+            logits = tf.cast(model(images, training=False), tf.float32)
+            predicted, truth = logits > 0, masks > 0.5
+            count = lambda t: tf.reduce_sum(tf.cast(t, tf.float64))  # noqa: E731
+            return tf.stack(
+                [
+                    tf.reduce_sum(tf.cast(bce_terms(logits, masks), tf.float64)),
+                    tf.cast(tf.size(masks), tf.float64),
+                    count(predicted & truth),
+                    count(predicted | truth),
+                ]
+            )
+
+        def train(batches):
+            return backend.run_replicas(replica_train, batches)
+
+        def evaluate(images, masks):
+            return backend.run_replicas(replica_eval, [(images, masks)])[0]
+
+        def predict(images):
+            return backend.run_replicas(lambda x: tf.cast(model(x, training=False), tf.float32), [(images,)])[0]
+
+        spec = tf.TensorSpec([None, *image_size, 1], tf.float32)
+        self.train = tf.function(train)
+        self.eval = tf.function(evaluate, input_signature=[spec, spec])
+        self.predict = tf.function(predict, input_signature=[spec])
+
+
+class TensorFlowFramework:
+    name = "tensorflow"
+    out_of_memory = (tf.errors.ResourceExhaustedError,)
+
+    def __init__(self, run: RunSettings, backend: Backend) -> None:
+        self.run, self.backend = run, backend
+        self.training = run.training
+        self.saver: Checkpoint | None = None
+
+    # --- before the loop
+
+    def start(self, run: RunSettings) -> None:
+        self.backend.setup(run)  # threads and visible devices first, then the strategy
+        self.device_type = self.backend.device_type
+        self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
+        runtime.set_determinism(run.cell.seed)
+
+    def build(self) -> None:
+        if self.policy:
+            keras.mixed_precision.set_global_policy(self.policy)
+        with self.backend.scope():
+            self.model = build_unet(self.run.image_size, batch_norm=self.training.batch_norm)
+            # the loop sets the rate of each epoch before its first step
+            optimizer = keras.optimizers.Adam(learning_rate=self.training.base_lr, epsilon=1e-8)
+            self.loss_scaled = self.policy == "mixed_float16"
+            if self.loss_scaled:
+                optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+            optimizer.build(self.model.trainable_variables)  # slots exist before a restore or a broadcast
+        self.optimizer = optimizer
+
+    def describe(self) -> dict:
+        return {
+            "parameters": parameter_count(self.model),
+            "device": self.device_type,
+            "layout": "channels_last",
+            "versions": runtime.versions(),
+        }
+
+    def device_name(self) -> str:
+        return runtime.device_name(self.device_type)
+
+    def restore(self, directory: Path, config_hash: str) -> dict | None:
+        meta = self._checkpoint(directory, config_hash).load()
+        if meta is None:
+            return None
+        resume.set_host_rng_state(meta["host_rng"])
+        return meta["loop"]
+
+    def distribute(self) -> None:
+        self.model, self.optimizer = self.backend.distribute(self.model, self.optimizer)
+        self.steps = Steps(self.model, self.optimizer, self.backend, self.loss_scaled, self.run.image_size)
+
+    def prepare_data(self, train_indices: list[int]) -> None:
+        self.train_indices = train_indices
+
+    # --- an epoch
+
+    def epoch_batches(self, epoch: int, learning_rate: float):
+        self.optimizer.learning_rate = learning_rate
+        self.loss_sum = tf.zeros((), dtype=tf.float64)
+        self.replica_steps = 0
+        backend = self.backend
+        return data.train_dataset(
+            self.run.data_dir,
+            self.train_indices,
+            backend.replica_ids,
+            backend.replicas,
+            self.training.batch_per_gpu,
+            self.run.cell.seed,
+            epoch,
+            self.run.threads,
+        )
+
+    def train_step(self, batch) -> None:
+        losses = self.steps.train(batch)
+        self.loss_sum += tf.cast(tf.add_n(losses), tf.float64)
+        self.replica_steps += len(losses)
+
+    def epoch_loss(self) -> tuple[float, int]:
+        return float(self.loss_sum.numpy()), self.replica_steps  # numpy() waits for the last step
+
+    def synchronize(self) -> None:
+        runtime.synchronize()
+
+    def reset_peak_memory(self) -> None:
+        runtime.reset_peak_memory(self.device_type)
+
+    def peak_memory_mb(self) -> float:
+        return runtime.peak_memory_mb(self.device_type)
+
+    # --- evaluation and checkpoints
+
+    def sync_buffers(self) -> None:
+        self.backend.broadcast_from_root(self.model.non_trainable_variables)
+
+    def evaluate(self, indices: list[int]) -> np.ndarray:
+        sums = np.zeros(4, dtype=np.float64)  # loss, pixels, intersection, union
+        for images, masks in data.eval_dataset(
+            self.run.data_dir, indices, self.training.batch_per_gpu, self.run.threads
+        ):
+            sums += self.steps.eval(images, masks).numpy()
+        return sums
+
+    def save_predictions(self, indices: list[int], folder: Path) -> None:
+        from PIL import Image
+
+        images, _, _ = load_arrays(self.run.data_dir)
+        for index in indices:
+            image = np.asarray(images[index : index + 1], dtype=np.float32)[..., None] / np.float32(255.0)
+            logits = self.steps.predict(tf.constant(image)).numpy()
+            Image.fromarray((logits[0, :, :, 0] > 0).astype(np.uint8) * 255).save(folder / f"test_{index:05d}.png")
+
+    def _checkpoint(self, directory: Path, config_hash: str) -> Checkpoint:
+        if self.saver is None:  # one object for the run: it caches TensorFlow's manager
+            objects = {"model": self.model, "optimizer": self.optimizer, "rng": tf.random.get_global_generator()}
+            writes = self.backend.rank == 0
+            self.saver = Checkpoint(directory, config_hash, objects, writes, self.backend.checkpoint_on_all_ranks)
+        return self.saver
+
+    def save_checkpoint(self, directory: Path, config_hash: str, state: dict, epoch: int) -> None:
+        self._checkpoint(directory, config_hash).save({"loop": state, "host_rng": resume.host_rng_state()}, epoch)
+
+    def remove_checkpoint(self, directory: Path) -> None:
+        checkpoint.remove(directory)
+
+    def out_of_memory_error(self, message: str) -> BaseException:
+        return tf.errors.ResourceExhaustedError(None, None, f"OOM: {message}")
+
+
+def create(run: RunSettings, backend: Backend) -> TensorFlowFramework:
+    return TensorFlowFramework(run, backend)

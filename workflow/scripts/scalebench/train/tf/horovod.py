@@ -1,0 +1,60 @@
+"""Horovod for TensorFlow (Gloo controller here; NCCL allreduce when built with it).
+
+The learning rate is already scaled by the world size in lr_schedule.learning_rate,
+so nothing here scales it again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from scalebench.launch.rank_env import RankInfo
+from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend
+from scalebench.train.settings import HorovodSettings, RunSettings
+from scalebench.train.tf import runtime
+
+
+def _import_horovod():
+    try:
+        import horovod.tensorflow as hvd
+    except ImportError as error:  # also Horovod built without its TensorFlow extension
+        raise RuntimeError(
+            f"backend horovod: cannot import horovod.tensorflow ({error}); Horovod must be built with "
+            f"TensorFlow (HOROVOD_WITH_TENSORFLOW=1): {INSTALL_HINT}"
+        ) from error
+    return hvd
+
+
+class HorovodTFBackend(HorovodBackend):
+    def __init__(self, place: RankInfo, horovod: HorovodSettings) -> None:
+        super().__init__(place, _import_horovod())
+        self.compression = self.hvd.Compression.fp16 if horovod.fp16_compression else self.hvd.Compression.none
+
+    def setup(self, run: RunSettings) -> None:
+        self.device_type = runtime.configure(run.threads, run.training.device, self.local_rank)
+        self.join(run, self.device_type)
+
+    def distribute(self, model, optimizer) -> tuple:
+        # Every rank starts from rank 0's weights and optimizer state (its slots exist: built or restored).
+        self.hvd.broadcast_variables(model.variables, root_rank=0)
+        self.hvd.broadcast_variables(optimizer.variables, root_rank=0)
+        return model, optimizer
+
+    def reduce_gradients(self, gradients: list) -> list:
+        # what hvd.DistributedGradientTape does: an averaging allreduce per gradient
+        return [self.hvd.allreduce(g, op=self.hvd.Average, compression=self.compression) for g in gradients]
+
+    def broadcast_from_root(self, tensors: list) -> None:
+        if tensors:
+            self.hvd.broadcast_variables(tensors, root_rank=0)
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return self.hvd.allreduce(tf.constant(values, dtype=tf.float64), op=self.hvd.Sum).numpy()
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
+        return self.hvd.allreduce(tf.constant(values, dtype=tf.float64), op=self.hvd.Max).numpy()
+
+
+def create(run: RunSettings, place: RankInfo) -> HorovodTFBackend:
+    return HorovodTFBackend(place, run.training.horovod)

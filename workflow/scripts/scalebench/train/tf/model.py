@@ -1,0 +1,70 @@
+"""The UNet in Keras (tf_keras), the same network as torch/model.py (train/architecture.py).
+
+Encoder channels 8-16-32-64-128, each level two 3x3 convolutions (no bias,
+batch norm, ReLU), 2x2 max-pooling between levels; decoder of 2x2 stride-2
+transposed convolutions with bias, skip connections by concatenation, the same
+double convolution, and a 1x1 head with one output channel (logits).
+
+Differences from PyTorch that do not change the network: tensors are
+channels-last (N, H, W, 1) and Keras momentum 0.9 is PyTorch momentum 0.1.
+Weights are initialised like PyTorch's defaults (uniform within
+1/sqrt(fan_in)), so both frameworks start from the same distribution.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tf_keras as keras
+
+from scalebench.train.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
+
+
+def _torch_like(fan_in: int) -> dict:
+    """Kernel and bias initialisers of PyTorch's Conv2d/ConvTranspose2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in))."""
+    bound = 1 / math.sqrt(fan_in)
+    return {
+        "kernel_initializer": keras.initializers.VarianceScaling(1 / 3, "fan_in", "uniform"),
+        "bias_initializer": keras.initializers.RandomUniform(-bound, bound),
+    }
+
+
+def _double_conv(x, in_channels: int, width: int, batch_norm: bool, name: str):
+    for index, channels_in in enumerate((in_channels, width), start=1):
+        x = keras.layers.Conv2D(
+            width,
+            3,
+            padding="same",
+            use_bias=not batch_norm,
+            name=f"{name}_conv{index}",
+            **_torch_like(channels_in * 9),
+        )(x)
+        if batch_norm:
+            x = keras.layers.BatchNormalization(epsilon=BN_EPS, momentum=1 - BN_MOMENTUM, name=f"{name}_bn{index}")(x)
+        x = keras.layers.ReLU(name=f"{name}_relu{index}")(x)
+    return x
+
+
+def build_unet(image_size: tuple[int, int], batch_norm: bool = True, channels: tuple[int, ...] = CHANNELS):
+    """A Keras functional UNet for (height, width, 1) inputs; returns logits (height, width, 1)."""
+    height, width = image_size
+    inputs = keras.Input((height, width, 1), name="image")
+    x, previous, skips = inputs, 1, []
+    for level, width_out in enumerate(channels):
+        x = _double_conv(x, previous, width_out, batch_norm, f"down{level}")
+        previous = width_out
+        if level < len(channels) - 1:
+            skips.append(x)
+            x = keras.layers.MaxPool2D(2, name=f"pool{level}")(x)
+    for level, width_out in enumerate(reversed(channels[:-1])):
+        # PyTorch takes a transposed convolution's fan-in from its output channels.
+        up = keras.layers.Conv2DTranspose(width_out, 2, strides=2, name=f"up{level}", **_torch_like(width_out * 4))(x)
+        x = keras.layers.Concatenate(name=f"concat{level}")([up, skips.pop()])
+        x = _double_conv(x, 2 * width_out, width_out, batch_norm, f"merge{level}")
+        previous = width_out
+    logits = keras.layers.Conv2D(1, 1, name="head", **_torch_like(previous))(x)
+    return keras.Model(inputs, logits, name="unet")
+
+
+def parameter_count(model) -> int:
+    return int(sum(int(v.shape.num_elements()) for v in model.trainable_variables))

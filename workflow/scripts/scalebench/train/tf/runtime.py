@@ -1,0 +1,130 @@
+"""The TensorFlow process: threads, devices, determinism, mixed precision, clocks and memory.
+
+Threads, visible devices and memory growth must be set before TensorFlow runs
+its first operation, so backends call configure() before they build a strategy
+or a model. The environment TensorFlow reads at import is set by this package's
+__init__.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import tensorflow as tf
+
+from scalebench.train.provenance import cpu_name, peak_host_memory_mb
+
+
+def configure(threads: int, device_setting: str, local_rank: int | None = None, cpu_replicas: int = 1) -> str:
+    """Threads and devices for this process, before its first operation; returns 'gpu' or 'cpu'.
+
+    local_rank pins one GPU per process (MultiWorkerMirrored, Horovod); None keeps
+    every GPU (MirroredStrategy in one process). cpu_replicas > 1 splits the CPU
+    into logical devices, so a single-process MirroredStrategy can hold several
+    replicas on a machine without GPUs.
+    """
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    gpus = tf.config.list_physical_devices("GPU")
+    if device_setting == "cuda" and not gpus:
+        raise RuntimeError("training.device is cuda but TensorFlow sees no GPU")
+    if device_setting == "cpu" or not gpus:
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        if cpu_replicas > 1:
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(cpu_replicas)]
+            )
+        return "cpu"
+    chosen = [gpus[local_rank % len(gpus)]] if local_rank is not None else gpus
+    tf.config.set_visible_devices(chosen, "GPU")
+    for gpu in chosen:  # grow as needed: peak memory is then what training used, not a preallocation
+        tf.config.experimental.set_memory_growth(gpu, True)
+    return "gpu"
+
+
+def set_determinism(seed: int) -> None:
+    """Seed Python, NumPy and TensorFlow; deterministic kernels (torchtitan's set_determinism for TF)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    tf.keras.utils.set_random_seed(seed)
+    tf.config.experimental.enable_op_determinism()
+    # The global generator is part of the checkpointed RNG state; with determinism on it must be set explicitly.
+    tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
+
+
+def synchronize() -> None:
+    """Wait for queued device work, so a clock read after it is honest."""
+    sync = getattr(tf.test.experimental, "sync_devices", None)
+    if sync is not None and tf.config.list_logical_devices("GPU"):
+        sync()
+
+
+def gpu_names() -> list[str]:
+    return [device.name for device in tf.config.list_logical_devices("GPU")]
+
+
+def reset_peak_memory(device_type: str) -> None:
+    if device_type == "gpu":
+        for name in gpu_names():
+            tf.config.experimental.reset_memory_stats(name.replace("/device:", ""))
+
+
+def peak_memory_mb(device_type: str) -> float:
+    """Peak GPU memory TensorFlow allocated (largest over local GPUs), or this process's peak RSS on CPU."""
+    if device_type == "gpu":
+        peaks = [tf.config.experimental.get_memory_info(n.replace("/device:", ""))["peak"] for n in gpu_names()]
+        return max(peaks, default=0) / 2**20
+    return peak_host_memory_mb()
+
+
+def device_name(device_type: str) -> str:
+    if device_type == "gpu":
+        gpus = tf.config.list_physical_devices("GPU")
+        visible = tf.config.get_visible_devices("GPU")
+        names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in visible or gpus]
+        return ", ".join(names)
+    return cpu_name()
+
+
+def keras_policy(autocast_dtype: str | None, device_type: str) -> str | None:
+    """The Keras mixed-precision policy of amp runs (None for fp32); float16 needs a GPU."""
+    if autocast_dtype is None:
+        return None
+    if autocast_dtype == "float16" and device_type == "cpu":
+        raise ValueError("training.amp_dtype: float16 autocast needs a GPU; use bfloat16 on CPU")
+    return {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[autocast_dtype]
+
+
+def versions() -> dict:
+    import tf_keras
+
+    build = tf.sysconfig.get_build_info()
+    return {
+        "tensorflow": tf.__version__,
+        "keras": f"tf_keras {tf_keras.__version__}",
+        "cuda": build.get("cuda_version") if build.get("is_cuda_build") else None,
+        "cudnn": build.get("cudnn_version") if build.get("is_cuda_build") else None,
+        "onednn": "on" if onednn_enabled() else "off",
+    }
+
+
+def onednn_enabled() -> bool:
+    """Whether TensorFlow's oneDNN CPU kernels are on (see tf_environment)."""
+    from tensorflow.python.util import _pywrap_util_port  # no public API tells
+
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+def encode_text(text: str, width: int = 256) -> np.ndarray:
+    """Text as a fixed-width int32 row, so strings can travel through numeric collectives."""
+    data = text.encode()[:width]
+    row = np.zeros(width, dtype=np.int32)
+    row[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return row
+
+
+def decode_text(row: np.ndarray) -> str:
+    return bytes(int(b) for b in row if b).decode(errors="replace")

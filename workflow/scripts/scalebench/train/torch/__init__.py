@@ -1,0 +1,1 @@
+"""PyTorch: the framework's side of the training contract and its backends (DDP, Horovod)."""

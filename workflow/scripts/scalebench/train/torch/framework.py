@@ -1,0 +1,184 @@
+"""PyTorch's side of the training contract (train/interfaces.py): model, data, steps, checkpoints.
+
+The backend (native.py: DDP, horovod.py) joins the ranks, wraps model and
+optimizer and provides the collectives; loop.py does the timing, records,
+evaluation cadence and checkpoint cadence.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from scalebench.train import resume
+from scalebench.train.interfaces import Backend
+from scalebench.train.settings import RunSettings
+from scalebench.train.torch import checkpoint, data, runtime
+from scalebench.train.torch.checkpoint import Checkpoint
+from scalebench.train.torch.model import UNet, parameter_count
+
+
+class TorchFramework:
+    name = "torch"
+    out_of_memory = (torch.OutOfMemoryError,)
+
+    def __init__(self, run: RunSettings, backend: Backend) -> None:
+        self.run, self.backend = run, backend
+        self.training = run.training
+
+    # --- before the loop
+
+    def start(self, run: RunSettings) -> None:
+        torch.set_num_threads(run.threads)
+        self.device = runtime.choose_device(self.training.device, self.backend.local_rank)  # before NCCL starts
+        self.backend.setup(run)
+        self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
+        runtime.set_determinism(run.cell.seed)
+
+    def build(self) -> None:
+        training = self.training
+        with self.backend.scope():
+            self.model = UNet(batch_norm=training.batch_norm).to(self.device, memory_format=runtime.LAYOUT)
+            # the loop sets the rate of each epoch before its first step
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=training.base_lr, eps=1e-8)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
+        self.raw_model = self.model
+
+    def describe(self) -> dict:
+        return {
+            "parameters": parameter_count(self.raw_model),
+            "device": self.device.type,
+            "layout": runtime.LAYOUT_NAME,
+            "versions": runtime.versions(),
+        }
+
+    def device_name(self) -> str:
+        return runtime.device_name(self.device)
+
+    def restore(self, directory: Path, config_hash: str) -> dict | None:
+        state = Checkpoint(directory, config_hash).load()
+        if state is None:
+            return None
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["torch_rng"])
+        resume.set_host_rng_state(state["host_rng"])
+        return state["loop"]
+
+    def distribute(self) -> None:
+        self.model, self.optimizer = self.backend.distribute(self.model, self.optimizer)
+
+    def prepare_data(self, train_indices: list[int]) -> None:
+        run, backend = self.run, self.backend
+        self.loader, self.sampler = data.train_loader(
+            run.data_dir,
+            train_indices,
+            backend.replicas,
+            backend.rank,
+            run.cell.seed,
+            self.training.batch_per_gpu,
+            self.training.loader,
+            pin_memory=self.training.loader.pin_memory and self.device.type == "cuda",
+        )
+
+    # --- an epoch
+
+    def epoch_batches(self, epoch: int, learning_rate: float):
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate
+        self.sampler.set_epoch(epoch)
+        self.model.train()
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.steps = 0
+        return self.loader
+
+    def train_step(self, batch) -> None:
+        images, masks = (runtime.to_device(t, self.device) for t in batch)
+        with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+            logits = self.model(images)
+        loss = F.binary_cross_entropy_with_logits(logits.float(), masks)
+        self.optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.loss_sum += loss.detach().double()
+        self.steps += 1
+
+    def epoch_loss(self) -> tuple[float, int]:
+        return self.loss_sum.item(), self.steps
+
+    def synchronize(self) -> None:
+        runtime.synchronize(self.device)
+
+    def reset_peak_memory(self) -> None:
+        runtime.reset_peak_memory(self.device)
+
+    def peak_memory_mb(self) -> float:
+        return runtime.peak_memory_mb(self.device)
+
+    # --- evaluation and checkpoints
+
+    def sync_buffers(self) -> None:
+        self.backend.broadcast_from_root([buffer.data for buffer in self.raw_model.buffers()])
+
+    def evaluate(self, indices: list[int]) -> np.ndarray:
+        sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, pixels, intersection, union
+        model = self.raw_model
+        model.eval()
+        with torch.no_grad():
+            for images, masks in data.eval_loader(self.run.data_dir, indices, self.training.batch_per_gpu):
+                images, masks = runtime.to_device(images, self.device), runtime.to_device(masks, self.device)
+                with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
+                    logits = model(images)
+                logits = logits.float()
+                predicted, truth = logits > 0, masks > 0.5
+                sums += torch.stack(
+                    [
+                        F.binary_cross_entropy_with_logits(logits, masks, reduction="sum").double(),
+                        torch.tensor(float(masks.numel()), dtype=torch.float64, device=self.device),
+                        (predicted & truth).sum().double(),
+                        (predicted | truth).sum().double(),
+                    ]
+                )
+        model.train()
+        return sums.cpu().numpy()
+
+    def save_predictions(self, indices: list[int], folder: Path) -> None:
+        from PIL import Image
+
+        dataset = data.SegmentationArrays(self.run.data_dir, indices)
+        self.raw_model.eval()
+        with torch.no_grad():
+            for item, index in enumerate(indices):
+                image, _ = dataset[item]
+                logits = self.raw_model(runtime.to_device(image.unsqueeze(0), self.device))
+                mask = (logits[0, 0] > 0).to(torch.uint8).mul(255).cpu().numpy()
+                Image.fromarray(mask).save(folder / f"test_{index:05d}.png")
+
+    def save_checkpoint(self, directory: Path, config_hash: str, state: dict, epoch: int) -> None:
+        if self.backend.rank != 0:
+            return
+        Checkpoint(directory, config_hash).save(
+            {
+                "model": self.raw_model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "host_rng": resume.host_rng_state(),
+                "loop": state,
+            }
+        )
+
+    def remove_checkpoint(self, directory: Path) -> None:
+        checkpoint.remove(directory)
+
+    def out_of_memory_error(self, message: str) -> BaseException:
+        return torch.OutOfMemoryError(f"CUDA {message}")
+
+
+def create(run: RunSettings, backend: Backend) -> TorchFramework:
+    return TorchFramework(run, backend)

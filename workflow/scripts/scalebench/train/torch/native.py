@@ -1,0 +1,76 @@
+"""PyTorch DistributedDataParallel: Gloo on CPU, NCCL on GPU."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from scalebench.launch.rank_env import RankInfo
+from scalebench.train.interfaces import Backend
+from scalebench.train.settings import RunSettings
+
+
+class DDPBackend(Backend):
+    name = "native"
+
+    def setup(self, run: RunSettings) -> None:
+        place = self.place
+        self.collective = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(
+            self.collective,
+            init_method=f"tcp://{place.master_addr}:{place.master_port}",
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=run.training.collective_timeout_s),
+        )
+        # NCCL reduces tensors on the GPU; Gloo on the CPU
+        self.device = torch.device("cuda", torch.cuda.current_device()) if self.collective == "nccl" else None
+        print(
+            f"rank {self.rank}/{self.world_size}: process group {self.collective} via {place.launcher} "
+            f"at {place.master_addr}:{place.master_port}",
+            flush=True,
+        )
+
+    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+        # DDP broadcasts rank 0's parameters and buffers when it wraps the model, and
+        # averages gradients in backward(); the optimizer stays as it is.
+        device = next(model.parameters()).device
+        device_ids = [device.index] if device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids), optimizer
+
+    def broadcast_from_root(self, tensors: list) -> None:
+        for tensor in tensors:
+            dist.broadcast(tensor, src=0)
+
+    def _reduce(self, values: np.ndarray, op) -> np.ndarray:
+        tensor = torch.as_tensor(np.asarray(values, dtype=np.float64))
+        if self.device is not None:
+            tensor = tensor.to(self.device)
+        dist.all_reduce(tensor, op=op)
+        return tensor.cpu().numpy()
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return self._reduce(values, dist.ReduceOp.SUM)
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
+        return self._reduce(values, dist.ReduceOp.MAX)
+
+    def allgather_text(self, text: str) -> list[str]:
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, text)
+        return gathered
+
+    def versions(self) -> dict:
+        return {"distributed": f"torch.distributed {dist.get_backend()}"}
+
+    def shutdown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def create(run: RunSettings, place: RankInfo) -> DDPBackend:
+    return DDPBackend(place)
