@@ -37,10 +37,9 @@ def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
 
 def test_two_cells_on_one_node_at_once_use_different_ports(single_node, tmp_path):
     config = cluster_config(gpus=(2,), seeds=(1, 2), **{"time": {"base_min": 5, "per_epoch_min": 0, "floor_min": 5}})
-    # Long enough that the two cells overlap: since issue 7 sped training up, 6 epochs took 1-2 s
-    # and the second cell could start after the first had ended.
-    config["training"]["epochs"] = 40
-    result = run_slurm_snakemake(single_node, tmp_path, config)
+    # Each cell's rank 0 waits before its first epoch until both cells are running (a test hook),
+    # so they overlap however fast training is.
+    result = run_slurm_snakemake(single_node, tmp_path, config, env={"SCALEBENCH_FAULT": f"meet:{tmp_path / 'met'}:2"})
     assert result.returncode == 0, describe(result, tmp_path)
     runs = [read_run(tmp_path, f"torch/native/g2/s{seed}") for seed in (1, 2)]
     assert {run["slurm"]["node"] for run in runs} == {"sbnode1"}

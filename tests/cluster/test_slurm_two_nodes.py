@@ -32,15 +32,18 @@ def test_two_rank_cell_of_each_backend_puts_one_rank_on_each_node(two_nodes, tmp
 
 
 def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_path):
-    # ~2 minutes of training (idle machine) against a 1-minute limit; each retry doubles the limit and
-    # resumes from the last checkpoint, so the cell finishes however loaded the machine is
+    # The first attempt stalls at epoch 3 (a test hook; only a run that did not resume stalls), so it
+    # is killed at its 1-minute limit however fast the machine is; each retry doubles the limit and
+    # resumes from the checkpoint of epoch 2, so the cell finishes however loaded the machine is.
     config = cluster_config(gpus=(1,), time={"base_min": 0, "per_epoch_min": 0, "floor_min": 1, "retry_factor": 2})
-    config["training"].update(epochs=80, dataset_repeat=4, checkpoint_every=1)
-    result = run_slurm_snakemake(two_nodes, tmp_path, config, "--retries", "3", timeout=1200)
+    config["training"].update(epochs=6, checkpoint_every=1)
+    result = run_slurm_snakemake(
+        two_nodes, tmp_path, config, "--retries", "3", timeout=1200, env={"SCALEBENCH_FAULT": "stall:3"}
+    )
     assert result.returncode == 0, describe(result, tmp_path)
     run = read_run(tmp_path, "torch/native/g1/s1")
     assert run["status"] == "ok"
-    assert run["resumed_from_epoch"], run
+    assert run["resumed_from_epoch"] == 2, run
     jobs = next(iter(slurm_jobs(tmp_path).values()))
     assert len(jobs) >= 2, jobs
     first_log = next((tmp_path / ".snakemake" / "slurm_logs" / "rule_train").glob(f"*/{jobs[0]}.log")).read_text()
