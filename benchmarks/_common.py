@@ -26,7 +26,7 @@ SCRIPTS = REPO / "workflow" / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
-# Launcher variables that would make distenv.detect() see a multi-rank job.
+# Launcher variables that would make rank_env.detect() see a multi-rank job.
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG")
 
 

@@ -209,9 +209,9 @@ def run_ddp_probe(options: argparse.Namespace, data: Path) -> list[dict]:
 
 
 def _free_port() -> int:
-    from scalebench.launch import rank_env as distenv
+    from scalebench.launch import rank_env
 
-    return distenv.free_port()
+    return rank_env.free_port()
 
 
 def main() -> None:

@@ -3,7 +3,7 @@
 The project's loop (PyTorch DDP or TensorFlow native, rank 0 of 1, in one process) trains at
 768x1024, batch 2, on the CPU; the share of each steady-state epoch spent waiting for the next
 batch is read from the data_wait_s and epoch_time_s its metrics.jsonl records. Then the loaders
-alone (the DataLoader over DistributedSampler exactly as torch_training builds it, and
+alone (the DataLoader over DistributedSampler exactly as train/torch/data.py builds it, and
 tf_data.train_dataset) are iterated without a model, and their images/s are set against the
 images/s the model consumes.
 
@@ -28,33 +28,18 @@ TARGET_SHARE = 0.05
 
 
 def torch_loader(args: dict) -> dict:
-    """Images/s of the training DataLoader alone, built as torch_training.run builds it."""
+    """Images/s of the training DataLoader alone, built as train/torch/data.py builds it."""
     import torch
-    from scalebench.data.preprocess import load_arrays
-    from scalebench.train.torch.data import SegmentationArrays
-    from torch.utils.data import DataLoader, DistributedSampler
+    from scalebench.data.preprocess import read_manifest
+    from scalebench.train.settings import RunSettings
+    from scalebench.train.torch.data import train_loader
 
-    settings = args["settings"]
-    training = settings["training"]
-    torch.set_num_threads(training["threads_per_rank"])
-    _, _, manifest = load_arrays(args["data"])
-    sampler = DistributedSampler(
-        SegmentationArrays(args["data"], manifest["train"] * training["dataset_repeat"]),
-        num_replicas=1,
-        rank=0,
-        shuffle=True,
-        seed=1,
-        drop_last=False,
-    )
-    workers = training["loader"]["workers"]
-    loader = DataLoader(
-        sampler.dataset,
-        batch_size=training["batch_per_gpu"],
-        sampler=sampler,
-        drop_last=True,
-        num_workers=workers,
-        prefetch_factor=training["loader"]["prefetch_factor"] if workers else None,
-        persistent_workers=workers > 0,
+    run = RunSettings.from_json(args["settings"], args["data"], "unused")
+    torch.set_num_threads(run.threads)
+    training = run.training
+    indices = read_manifest(args["data"])["train"] * training.dataset_repeat
+    loader, sampler = train_loader(
+        args["data"], indices, 1, 0, 1, training.batch_per_gpu, training.loader, pin_memory=False
     )
     times, images = [], 0
     for epoch in range(args["epochs"]):
@@ -66,7 +51,7 @@ def torch_loader(args: dict) -> dict:
 
 
 def tf_loader(args: dict) -> dict:
-    """Images/s of tf_data.train_dataset alone (one replica), as tf_training.run builds it per epoch."""
+    """Images/s of tf_data.train_dataset alone (one replica), as train/tf/framework.py builds it per epoch."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from scalebench.data.preprocess import load_arrays
     from scalebench.train.tf import data as tf_data

@@ -3,8 +3,8 @@
 Both models train in the bare loops of harness_overhead.py (same arrays, batch, loss and Adam;
 1 rank, CPU, the same compute threads), each run in a fresh process, the configurations in
 turn within each round. "torch" and "tensorflow" are the settings the pipeline trains with
-(PyTorch channels-last, TensorFlow with oneDNN's kernels on: see scalebench/torch_training.py
-and scalebench/tf_environment.py); the variants are the frameworks' own defaults on this kind
+(PyTorch channels-last, TensorFlow with oneDNN's kernels on: see scalebench/train/torch/runtime.py
+and scalebench/train/tf/__init__.py); the variants are the frameworks' own defaults on this kind
 of CPU (PyTorch NCHW, TensorFlow without oneDNN), which explain the gap the pipeline had before.
 
     .venv/bin/python benchmarks/framework_parity.py [--rounds 3] [--epochs 3] [--threads 1]

@@ -3,7 +3,7 @@
 scalebench.flops counts forward + backward FLOPs from the architecture (the figure the
 training loops turn into model_tflops and mfu); this prints it at the benchmark sizes and,
 with --check, compares it with torch.utils.flop_counter.FlopCounterMode on one real
-forward + backward pass of scalebench.torch_model.UNet.
+forward + backward pass of scalebench.train.torch.model.UNet.
 
     .venv/bin/python benchmarks/model_flops.py [--sizes 256x256 768x1024] [--check]
 """

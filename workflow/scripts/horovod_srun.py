@@ -1,4 +1,4 @@
-"""Start Horovod ranks with srun, no ssh needed (see scalebench/horovod_srun.py)."""
+"""Start Horovod ranks with srun, no ssh needed (see scalebench/launch/horovod_rendezvous.py)."""
 
 import os
 import sys

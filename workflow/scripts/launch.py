@@ -1,4 +1,4 @@
-"""Start the ranks of one training cell (see scalebench/launch.py)."""
+"""Start the ranks of one training cell (see scalebench/launch/launcher.py)."""
 
 import os
 import sys

@@ -1,4 +1,4 @@
-"""Run one rank of a training cell (started by the launcher; see scalebench/train.py)."""
+"""Run one rank of a training cell (started by the launcher; see scalebench/train/entry.py)."""
 
 import os
 import sys

@@ -1,5 +1,5 @@
 """Figures of the training runs themselves (plotnine): loss curves, test IOU against
-wall-clock time, and time to reach the target IOU. Same conventions as plots.py."""
+wall-clock time, and time to reach the target IOU. Same conventions as scaling_figures.py."""
 
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ def versions() -> dict:
 
 
 def onednn_enabled() -> bool:
-    """Whether TensorFlow's oneDNN CPU kernels are on (see tf_environment)."""
+    """Whether TensorFlow's oneDNN CPU kernels are on (see this package's __init__.py)."""
     from tensorflow.python.util import _pywrap_util_port  # no public API tells
 
     return bool(_pywrap_util_port.IsMklEnabled())
