@@ -86,8 +86,11 @@ class TensorFlowFramework:
     # --- before the loop
 
     def start(self, run: RunSettings) -> None:
-        self.backend.setup(run)  # threads and visible devices first, then the strategy
-        self.device_type = self.backend.device_type
+        backend = self.backend
+        # threads and visible devices before TensorFlow's first operation, then the backend
+        replicas = run.cell.gpus // backend.processes(run.cell.gpus)
+        self.device_type = runtime.configure(run.threads, self.training.device, backend.local_rank, replicas)
+        backend.setup(run)
         self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
         runtime.set_determinism(run.cell.seed)
 

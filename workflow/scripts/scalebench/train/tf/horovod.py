@@ -32,8 +32,7 @@ class HorovodTFBackend(HorovodBackend):
         self.compression = self.hvd.Compression.fp16 if horovod.fp16_compression else self.hvd.Compression.none
 
     def setup(self, run: RunSettings) -> None:
-        self.device_type = runtime.configure(run.threads, run.training.device, self.local_rank)
-        self.join(run, self.device_type)
+        self.join(run, "gpu" if runtime.uses_gpu() else "cpu")
 
     def distribute(self, model, optimizer) -> tuple:
         # Every rank starts from rank 0's weights and optimizer state (its slots exist: built or restored).

@@ -58,13 +58,12 @@ class StrategyBackend(Backend):
         self._collectives()
         print(
             f"rank {self.rank}/{self.world_size}: {type(self.strategy).__name__} with {self.replicas} replicas "
-            f"({self.device_type}, {self.implementation}) via {self.place.launcher}",
+            f"({self.implementation}) via {self.place.launcher}",
             flush=True,
         )
 
     def _mirrored(self, run: RunSettings, gpus: int):
-        self.device_type = runtime.configure(run.threads, run.training.device, None, cpu_replicas=gpus)
-        kind = "GPU" if self.device_type == "gpu" else "CPU"
+        kind = "GPU" if runtime.uses_gpu() else "CPU"
         devices = [d.name for d in tf.config.list_logical_devices(kind)]
         if len(devices) < gpus:
             raise LayoutMismatch(f"the cell asks for {gpus} GPUs, this process sees {len(devices)}")
@@ -78,9 +77,8 @@ class StrategyBackend(Backend):
             os.environ.pop("TF_CONFIG", None)
         else:
             os.environ["TF_CONFIG"] = json.dumps(config)
-        self.device_type = runtime.configure(run.threads, run.training.device, self.local_rank)
         implementation = tf.distribute.experimental.CommunicationImplementation
-        chosen = implementation.NCCL if self.device_type == "gpu" else implementation.RING
+        chosen = implementation.NCCL if runtime.uses_gpu() else implementation.RING
         self.implementation = chosen.name
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=chosen, timeout_seconds=run.training.collective_timeout_s

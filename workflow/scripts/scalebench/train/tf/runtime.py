@@ -1,8 +1,8 @@
 """The TensorFlow process: threads, devices, determinism, mixed precision, clocks and memory.
 
 Threads, visible devices and memory growth must be set before TensorFlow runs
-its first operation, so backends call configure() before they build a strategy
-or a model. The environment TensorFlow reads at import is set by this package's
+its first operation, so framework.start() calls configure() before the backend
+builds a strategy or a model. The environment TensorFlow reads at import is set by this package's
 __init__.py.
 """
 
@@ -16,13 +16,12 @@ import tensorflow as tf
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 
 
-def configure(threads: int, device_setting: str, local_rank: int | None = None, cpu_replicas: int = 1) -> str:
+def configure(threads: int, device_setting: str, local_rank: int, replicas: int = 1) -> str:
     """Threads and devices for this process, before its first operation; returns 'gpu' or 'cpu'.
 
-    local_rank pins one GPU per process (MultiWorkerMirrored, Horovod); None keeps
-    every GPU (MirroredStrategy in one process). cpu_replicas > 1 splits the CPU
-    into logical devices, so a single-process MirroredStrategy can hold several
-    replicas on a machine without GPUs.
+    A process with one replica (MultiWorkerMirrored, Horovod) sees its local rank's
+    GPU; one holding several (MirroredStrategy) keeps every GPU. On a machine without
+    GPUs, several replicas split the CPU into logical devices.
     """
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -32,13 +31,13 @@ def configure(threads: int, device_setting: str, local_rank: int | None = None, 
     if device_setting == "cpu" or not gpus:
         if gpus:
             tf.config.set_visible_devices([], "GPU")
-        if cpu_replicas > 1:
+        if replicas > 1:
             cpu = tf.config.list_physical_devices("CPU")[0]
             tf.config.set_logical_device_configuration(
-                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(cpu_replicas)]
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
             )
         return "cpu"
-    chosen = [gpus[local_rank % len(gpus)]] if local_rank is not None else gpus
+    chosen = [gpus[local_rank % len(gpus)]] if replicas == 1 else gpus
     tf.config.set_visible_devices(chosen, "GPU")
     for gpu in chosen:  # grow as needed: peak memory is then what training used, not a preallocation
         tf.config.experimental.set_memory_growth(gpu, True)
@@ -60,6 +59,12 @@ def synchronize() -> None:
     sync = getattr(tf.test.experimental, "sync_devices", None)
     if sync is not None and tf.config.list_logical_devices("GPU"):
         sync()
+
+
+def uses_gpu() -> bool:
+    """Whether configure() left GPUs visible (without starting TensorFlow's runtime, which
+    MultiWorkerMirroredStrategy must find unstarted)."""
+    return bool(tf.config.get_visible_devices("GPU"))
 
 
 def gpu_names() -> list[str]:
