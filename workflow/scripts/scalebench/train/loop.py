@@ -52,8 +52,16 @@ class Progress:
 
 def check_launch(place_world_size: int, source: str, backend: Backend, gpus: int) -> None:
     """The launcher started as many processes as the cell needs (before any rank joins the others)."""
-    if place_world_size != backend.processes(gpus):
-        raise LaunchMismatch(f"{source} = {place_world_size} ranks, but the cell asks for {gpus} GPUs")
+    expected = backend.processes(gpus)
+    if place_world_size == expected:
+        return
+    message = f"{source} = {place_world_size} ranks, but the cell asks for {gpus} GPUs"
+    if expected != gpus:  # a backend that drives several devices from one process
+        message += (
+            f", which {backend.name} drives from {expected} process(es): the cell's launcher template must "
+            "start that many (e.g. '{python} {program}')"
+        )
+    raise LaunchMismatch(message)
 
 
 def check_batch(batch: int, train_pairs: int, replicas: int) -> None:
