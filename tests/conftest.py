@@ -111,16 +111,7 @@ def launcher_command(settings: dict, data: Path, out: Path) -> list[str]:
 
 def rank_command(settings: dict, data: Path, out: Path) -> list[str]:
     """One rank started directly (workflow/scripts/train.py), without a launcher."""
-    return [
-        PYTHON,
-        str(SCRIPTS / "train.py"),
-        "--settings",
-        json.dumps(settings),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
-    ]
+    return sb_launch.rank_command(settings, data, out)
 
 
 def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
@@ -175,7 +166,6 @@ def wait_for(predicate, timeout: float) -> bool:
 
 def read_records(out: Path) -> tuple[list[dict], dict, dict]:
     """(epoch records, final record, run.json) of a cell folder."""
-    import json
 
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     epochs = [r for r in lines if r["type"] == "epoch"]

@@ -122,17 +122,23 @@ def run(command: str, env: dict[str, str]) -> int:
     return code
 
 
+def cell_arguments(settings: str | dict, data: str | Path, out: str | Path) -> list[str]:
+    """The arguments that name a cell, the same for launch.py and for each rank's train.py."""
+    text = settings if isinstance(settings, str) else json.dumps(settings)
+    return ["--settings", text, "--data", str(data), "--out", str(out)]
+
+
+def rank_command(settings: dict, data: str | Path, out: str | Path) -> list[str]:
+    """One rank started directly, without a launcher (rank 0 of 1, or under a launcher of one's own)."""
+    return [sys.executable, str(TRAIN_SCRIPT), *cell_arguments(settings, data, out)]
+
+
 def command_line(settings: dict, data: str | Path, out: str | Path, launchers: dict) -> list[str]:
     """The command that starts one cell's ranks through main(), as the train rule runs it."""
     return [
         sys.executable,
         str(LAUNCH_SCRIPT),
-        "--settings",
-        json.dumps(settings),
-        "--data",
-        str(data),
-        "--out",
-        str(out),
+        *cell_arguments(settings, data, out),
         "--launchers",
         json.dumps(launchers),
     ]
@@ -151,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     where = executor(env)
     template = json.loads(args.launchers)[where][f"{cell['framework']}_{cell['backend']}"]
-    train_args = ["--settings", args.settings, "--data", args.data, "--out", args.out]
+    train_args = cell_arguments(args.settings, args.data, args.out)
     try:
         allocation = slurm_allocation(env["SLURM_JOB_ID"]) if where == "slurm" else local_allocation()
         command = build_command(template, cell["gpus"], allocation, train_args)
