@@ -165,11 +165,12 @@ class TrainingLoop:
     def train_epoch(self, epoch: int, progress: Progress) -> dict:
         framework, backend = self.framework, self.backend
         lr = learning_rate(epoch, self.training, backend.replicas)
-        batches = iter(framework.epoch_batches(epoch, lr))
+        epoch_data = framework.epoch_batches(epoch, lr)
         faults.check(backend.rank, epoch, progress.start_epoch > 0, framework.out_of_memory_error)
         framework.reset_peak_memory()
         framework.synchronize()
         started = time.perf_counter()
+        batches = iter(epoch_data)  # on the clock: an iterator starts its loader's prefetching
         wait = 0.0
         while True:
             waited = time.perf_counter()
