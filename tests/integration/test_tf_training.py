@@ -178,3 +178,12 @@ def test_world_size_mismatch_stops_before_the_model(prepared_data, tmp_path):
     assert "WORLD_SIZE = 3 ranks, but the cell asks for 2 GPUs" in result.stderr
     assert not (tmp_path / "metrics.jsonl").exists()
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
+
+
+def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("tensorflow", "horovod", 2, device="cuda"), prepared_data, tmp_path)
+    assert result.returncode != 0
+    assert "this cell is meant for GPUs (training.device is cuda) but TensorFlow" in result.stdout + result.stderr
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["status"] == "failed" and "DeviceError" in run["error"]
+    assert not (tmp_path / "metrics.jsonl").exists()

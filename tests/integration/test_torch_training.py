@@ -228,3 +228,12 @@ def test_missing_horovod_names_the_fix(monkeypatch):
     run = RunSettings.from_json(cell_settings("torch", "horovod", 1), "data", "out")
     with pytest.raises(RuntimeError, match=r"cannot import horovod.torch .*run ./install.sh"):
         torch_horovod.create(run, rank_env.detect({}))
+
+
+def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp_path):
+    result = launch_cell(cell_settings("torch", "native", 2, device="cuda"), prepared_data, tmp_path)
+    assert result.returncode != 0
+    assert "this cell is meant for GPUs (training.device is cuda) but torch" in result.stderr
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["status"] == "failed" and "DeviceError" in run["error"]
+    assert not (tmp_path / "metrics.jsonl").exists()

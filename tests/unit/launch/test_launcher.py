@@ -7,7 +7,7 @@ import shlex
 import pytest
 from conftest import tiny_config
 from scalebench import config as sb_config
-from scalebench.launch.launcher import LaunchError, build_command, placeholders
+from scalebench.launch.launcher import LaunchError, build_command, local_allocation, placeholders, rank_environment
 from scalebench.launch.slurm import Allocation, port_for_job
 
 SRUN = "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} --cpus-per-task={cpus_per_rank} {python} {program}"
@@ -75,3 +75,9 @@ def test_uneven_placement_is_rejected_unless_allowed(schema):
     message = _problems(schema, cluster={"gpus_per_node": 4}, **sections)
     assert "10 GPUs cannot be spread evenly over 3 nodes" in message and "allow_uneven" in message
     sb_config.validate(tiny_config(cluster={"gpus_per_node": 4, "allow_uneven": True}, **sections), schema)
+
+
+def test_ranks_learn_whether_their_cell_runs_on_slurm():
+    slurm = Allocation("slurm", ["n1", "n2"], "10.0.0.1", 12345, 4)
+    assert rank_environment(4, slurm)["SCALEBENCH_EXECUTOR"] == "slurm"
+    assert rank_environment(1, local_allocation())["SCALEBENCH_EXECUTOR"] == "local"

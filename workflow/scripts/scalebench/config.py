@@ -201,6 +201,7 @@ def train_settings(config: dict, cell: Cell) -> dict:
         "cell": {"framework": cell.framework, "backend": cell.backend, "gpus": cell.gpus, "seed": cell.seed},
         "training": config["training"],
         "peak_tflops": config["cluster"]["peak_tflops"],
+        "gpus_per_node": config["cluster"]["gpus_per_node"],
         "dataset": {
             "source": config["dataset"]["source"],
             "image_size": config["dataset"]["image_size"],

@@ -91,6 +91,7 @@ def rank_environment(threads: int, allocation: Allocation) -> dict[str, str]:
         TF_USE_LEGACY_KERAS="1",  # Horovod's TensorFlow API needs Keras 2 variables
         TF_CPP_MIN_LOG_LEVEL=env.get("TF_CPP_MIN_LOG_LEVEL", "1"),
         PYTHONUNBUFFERED="1",
+        SCALEBENCH_EXECUTOR=allocation.executor,  # the ranks know a SLURM cell from a local one
     )
     # torchrun and horovodrun live beside this Python (.venv/bin), which need not be on PATH.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])

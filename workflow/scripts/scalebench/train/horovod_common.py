@@ -20,6 +20,18 @@ def check_build(hvd) -> None:
         raise RuntimeError(f"backend horovod: Horovod was built without Gloo or MPI; {INSTALL_HINT}")
 
 
+def check_gpu_reductions(hvd, device_type: str, allowed: bool) -> None:
+    """A GPU cell needs a Horovod built with NCCL: without it every gradient is copied to the host
+    and reduced over TCP (TensorFlow's Horovod ops even run on the CPU), a different benchmark."""
+    if device_type == "gpu" and not hvd.nccl_built() and not allowed:
+        raise RuntimeError(
+            "backend horovod: this GPU cell needs Horovod built with NCCL, but this build has none "
+            "(its reductions would go through the host over TCP): rebuild it with "
+            "HOROVOD_GPU_OPERATIONS=NCCL ./install.sh (README, GPU install), or set "
+            "training.horovod.allow_cpu_reductions: true to measure that path on purpose"
+        )
+
+
 class HorovodBackend(Backend):
     name = "horovod"
 
@@ -28,9 +40,10 @@ class HorovodBackend(Backend):
         check_build(hvd)
         self.hvd = hvd
 
-    def join(self, run: RunSettings, device_type: str) -> None:
+    def join(self, run: RunSettings) -> None:
         """hvd.init() with the collective timeout; this rank's place as Horovod sees it."""
         hvd = self.hvd
+        check_gpu_reductions(hvd, self.device_type, run.training.horovod.allow_cpu_reductions)
         # A rank that waits longer than this for a dead or hung peer fails instead of hanging.
         os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(run.training.collective_timeout_s)))
         hvd.init()
@@ -39,7 +52,7 @@ class HorovodBackend(Backend):
         self.replicas, self.replica_ids = self.world_size, [self.rank]
         print(
             f"rank {self.rank}/{self.world_size}: horovod (gloo={hvd.gloo_enabled()}, "
-            f"mpi={hvd.mpi_enabled()}, nccl={hvd.nccl_built()}) on {device_type}",
+            f"mpi={hvd.mpi_enabled()}, nccl={hvd.nccl_built()}) on {self.device_type}",
             flush=True,
         )
 
@@ -49,7 +62,10 @@ class HorovodBackend(Backend):
     def versions(self) -> dict:
         import horovod
 
-        return {"horovod": horovod.__version__, "distributed": "horovod"}
+        distributed = "horovod"
+        if self.device_type == "gpu" and not self.hvd.nccl_built():
+            distributed += " (CPU-staged reductions: training.horovod.allow_cpu_reductions)"
+        return {"horovod": horovod.__version__, "horovod_nccl": bool(self.hvd.nccl_built()), "distributed": distributed}
 
     def shutdown(self) -> None:
         self.hvd.shutdown()

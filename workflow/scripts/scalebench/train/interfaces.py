@@ -36,6 +36,7 @@ class Backend:
     replicas: int
     replica_ids: list[int]
     checkpoint_on_all_ranks = False  # saving a checkpoint is a collective every rank joins
+    device_type = "cpu"  # "gpu" or "cpu": set by framework.start before setup()
 
     def __init__(self, place: RankInfo) -> None:
         self.place = place

@@ -118,6 +118,7 @@ class TrainingLoop:
             processes=self.backend.world_size,
             ranks_per_node=self.backend.local_world_size,
             threads_per_rank=run.threads,
+            gpu_required=run.gpu_required,
             precision=self.training.precision_label,
         )
         record["versions"] = {**record.get("versions", {}), **self.backend.versions()}

@@ -34,6 +34,7 @@ class HorovodSettings:
 
     fp16_compression: bool  # compress gradients to fp16 for the allreduce
     backward_passes_per_step: int  # local gradient accumulation steps per allreduce
+    allow_cpu_reductions: bool  # a GPU cell may run with a Horovod built without NCCL
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class RunSettings:
     data_dir: str  # the prepared arrays (images.npy, masks.npy, manifest.json)
     out_dir: str  # the cell's results folder
     threads: int  # compute threads of this rank (threads_per_rank resolved)
+    gpu_required: bool  # device cuda, or auto in a SLURM cell of a cluster with GPUs: no GPU is an error
 
     @classmethod
     def from_json(cls, settings: dict, data_dir: str, out_dir: str, env: dict[str, str] | None = None) -> RunSettings:
@@ -92,6 +94,8 @@ class RunSettings:
         env = os.environ if env is None else env
         training = build(TrainingSettings, settings["training"], "training")
         threads = training.threads_per_rank or int(env.get("SLURM_CPUS_PER_TASK", 1))
+        # launch.py tells the ranks where the cell runs (a test run inside an allocation is local)
+        on_gpu_cluster = settings["gpus_per_node"] > 0 and env.get("SCALEBENCH_EXECUTOR") == "slurm"
         return cls(
             cell=build(Cell, settings["cell"], "cell"),
             training=training,
@@ -100,6 +104,7 @@ class RunSettings:
             data_dir=str(data_dir),
             out_dir=str(out_dir),
             threads=threads,
+            gpu_required=training.device == "cuda" or (training.device == "auto" and on_gpu_cluster),
         )
 
 

@@ -89,7 +89,8 @@ class TensorFlowFramework:
         backend = self.backend
         # threads and visible devices before TensorFlow's first operation, then the backend
         replicas = run.cell.gpus // backend.processes(run.cell.gpus)
-        self.device_type = runtime.configure(run.threads, self.training.device, backend.local_rank, replicas)
+        self.device_type = runtime.configure(run, backend.local_rank, backend.local_world_size, replicas)
+        backend.device_type = self.device_type
         backend.setup(run)
         self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
         runtime.set_determinism(run.cell.seed)

@@ -12,7 +12,6 @@ import tensorflow as tf
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend
 from scalebench.train.settings import HorovodSettings, RunSettings
-from scalebench.train.tf import runtime
 
 
 def _import_horovod():
@@ -32,7 +31,7 @@ class HorovodTFBackend(HorovodBackend):
         self.compression = self.hvd.Compression.fp16 if horovod.fp16_compression else self.hvd.Compression.none
 
     def setup(self, run: RunSettings) -> None:
-        self.join(run, "gpu" if runtime.uses_gpu() else "cpu")
+        self.join(run)
 
     def distribute(self, model, optimizer) -> tuple:
         # Every rank starts from rank 0's weights and optimizer state (its slots exist: built or restored).

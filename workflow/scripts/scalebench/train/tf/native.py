@@ -63,7 +63,7 @@ class StrategyBackend(Backend):
         )
 
     def _mirrored(self, run: RunSettings, gpus: int):
-        kind = "GPU" if runtime.uses_gpu() else "CPU"
+        kind = "GPU" if self.device_type == "gpu" else "CPU"
         devices = [d.name for d in tf.config.list_logical_devices(kind)]
         if len(devices) < gpus:
             raise LayoutMismatch(f"the cell asks for {gpus} GPUs, this process sees {len(devices)}")
@@ -78,7 +78,7 @@ class StrategyBackend(Backend):
         else:
             os.environ["TF_CONFIG"] = json.dumps(config)
         implementation = tf.distribute.experimental.CommunicationImplementation
-        chosen = implementation.NCCL if runtime.uses_gpu() else implementation.RING
+        chosen = implementation.NCCL if self.device_type == "gpu" else implementation.RING
         self.implementation = chosen.name
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=chosen, timeout_seconds=run.training.collective_timeout_s

@@ -13,22 +13,24 @@ import random
 import numpy as np
 import tensorflow as tf
 
+from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
+from scalebench.train.settings import RunSettings
 
 
-def configure(threads: int, device_setting: str, local_rank: int, replicas: int = 1) -> str:
+def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: int = 1) -> str:
     """Threads and devices for this process, before its first operation; returns 'gpu' or 'cpu'.
 
     A process with one replica (MultiWorkerMirrored, Horovod) sees its local rank's
-    GPU; one holding several (MirroredStrategy) keeps every GPU. On a machine without
-    GPUs, several replicas split the CPU into logical devices.
+    GPU; one holding several (MirroredStrategy) its first `replicas` GPUs. On the CPU,
+    several replicas split it into logical devices. devices.use_gpus decides, or refuses.
     """
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_intra_op_parallelism_threads(run.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     gpus = tf.config.list_physical_devices("GPU")
-    if device_setting == "cuda" and not gpus:
-        raise RuntimeError("training.device is cuda but TensorFlow sees no GPU")
-    if device_setting == "cpu" or not gpus:
+    build = tf.sysconfig.get_build_info()
+    library = f"TensorFlow {tf.__version__} (CUDA build: {build.get('cuda_version') if build.get('is_cuda_build') else 'none'})"
+    if not devices.use_gpus(run.gpu_required, run.training.device, len(gpus), ranks_on_node, replicas, library):
         if gpus:
             tf.config.set_visible_devices([], "GPU")
         if replicas > 1:
@@ -37,7 +39,7 @@ def configure(threads: int, device_setting: str, local_rank: int, replicas: int 
                 cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
             )
         return "cpu"
-    chosen = [gpus[local_rank % len(gpus)]] if replicas == 1 else gpus
+    chosen = [gpus[local_rank]] if replicas == 1 else gpus[:replicas]
     tf.config.set_visible_devices(chosen, "GPU")
     for gpu in chosen:  # grow as needed: peak memory is then what training used, not a preallocation
         tf.config.experimental.set_memory_growth(gpu, True)
@@ -59,12 +61,6 @@ def synchronize() -> None:
     sync = getattr(tf.test.experimental, "sync_devices", None)
     if sync is not None and tf.config.list_logical_devices("GPU"):
         sync()
-
-
-def uses_gpu() -> bool:
-    """Whether configure() left GPUs visible (without starting TensorFlow's runtime, which
-    MultiWorkerMirroredStrategy must find unstarted)."""
-    return bool(tf.config.get_visible_devices("GPU"))
 
 
 def gpu_names() -> list[str]:

@@ -33,8 +33,10 @@ class TorchFramework:
 
     def start(self, run: RunSettings) -> None:
         torch.set_num_threads(run.threads)
-        self.device = runtime.choose_device(self.training.device, self.backend.local_rank)  # before NCCL starts
-        self.backend.setup(run)
+        backend = self.backend
+        self.device = runtime.choose_device(run, backend.local_rank, backend.local_world_size)  # before NCCL starts
+        backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
+        backend.setup(run)
         self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
         runtime.set_determinism(run.cell.seed)
 

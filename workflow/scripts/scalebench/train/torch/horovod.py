@@ -60,7 +60,7 @@ class HorovodTorchBackend(HorovodBackend):
         self.backward_passes_per_step = horovod.backward_passes_per_step
 
     def setup(self, run: RunSettings) -> None:
-        self.join(run, "cuda" if torch.cuda.is_available() else "cpu")
+        self.join(run)
 
     def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
         optimizer = self.hvd.DistributedOptimizer(

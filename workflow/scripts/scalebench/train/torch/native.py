@@ -19,7 +19,7 @@ class DDPBackend(Backend):
 
     def setup(self, run: RunSettings) -> None:
         place = self.place
-        self.collective = "nccl" if torch.cuda.is_available() else "gloo"
+        self.collective = "nccl" if self.device_type == "gpu" else "gloo"  # device cpu: Gloo, even beside a GPU
         dist.init_process_group(
             self.collective,
             init_method=f"tcp://{place.master_addr}:{place.master_port}",

@@ -8,7 +8,9 @@ import random
 import numpy as np
 import torch
 
+from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
+from scalebench.train.settings import RunSettings
 
 # Channels-last (NHWC) activations and weights: 1.7x faster training steps on the CPU than NCHW
 # (oneDNN), the layout tensor cores prefer, and the layout the TensorFlow UNet uses.
@@ -29,15 +31,15 @@ def set_determinism(seed: int) -> None:
     torch.backends.cudnn.benchmark = False
 
 
-def choose_device(setting: str, local_rank: int) -> torch.device:
-    """This rank's device: its local rank's GPU, or the CPU."""
-    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise RuntimeError("training.device is cuda but torch sees no GPU")
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        return device
-    return torch.device("cpu")
+def choose_device(run: RunSettings, local_rank: int, ranks_on_node: int) -> torch.device:
+    """This rank's device: its local rank's GPU, or the CPU (devices.use_gpus decides, or refuses)."""
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    library = f"torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'})"
+    if not devices.use_gpus(run.gpu_required, run.training.device, visible, ranks_on_node, 1, library):
+        return torch.device("cpu")
+    device = torch.device("cuda", local_rank)
+    torch.cuda.set_device(device)  # NCCL and every allocation use the current device
+    return device
 
 
 def autocast_dtype(name: str | None, device: torch.device) -> torch.dtype | None:

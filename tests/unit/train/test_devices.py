@@ -1,0 +1,133 @@
+"""GPU cells run on their GPUs or fail saying why: checked with faked CUDA device queries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import SCRIPTS, cell_settings, tool_env
+from scalebench.launch import rank_env
+from scalebench.train import devices
+from scalebench.train.devices import DeviceError
+from scalebench.train.horovod_common import check_gpu_reductions
+from scalebench.train.settings import RunSettings
+from scalebench.train.torch import native, runtime
+
+SLURM_JOB = {"SCALEBENCH_EXECUTOR": "slurm"}  # launch.py sets it for the ranks of a SLURM cell
+
+
+def run_settings(env: dict | None = None, **training) -> RunSettings:
+    settings = cell_settings("torch", "native", 2, **training)
+    settings["gpus_per_node"] = 4
+    return RunSettings.from_json(settings, "data", "out", env=env or {})
+
+
+def test_a_gpu_cell_is_one_with_device_cuda_or_a_slurm_job_on_a_gpu_cluster():
+    assert run_settings(device="cuda").gpu_required
+    assert run_settings(SLURM_JOB).gpu_required  # device auto
+    assert not run_settings().gpu_required  # the local demo: auto means a GPU if there is one
+    assert not run_settings(SLURM_JOB, device="cpu").gpu_required
+
+
+def test_use_gpus_decides_or_refuses():
+    assert devices.use_gpus(False, "auto", 0, 2, 1, "lib") is False
+    assert devices.use_gpus(True, "auto", 4, 4, 1, "lib") is True
+    assert devices.use_gpus(True, "cpu", 4, 4, 1, "lib") is False
+    with pytest.raises(DeviceError, match=r"meant for GPUs \(training.device is cuda\) but lib sees none"):
+        devices.use_gpus(True, "cuda", 0, 1, 1, "lib")
+    with pytest.raises(DeviceError, match=r"runs on SLURM and cluster.gpus_per_node > 0"):
+        devices.use_gpus(True, "auto", 0, 1, 1, "lib")
+    with pytest.raises(DeviceError, match=r"4 rank\(s\) on this node need 4 GPUs but lib sees 2"):
+        devices.use_gpus(False, "auto", 2, 4, 1, "lib")
+    with pytest.raises(DeviceError, match=r"1 rank\(s\) on this node need 4 GPUs but lib sees 2"):
+        devices.use_gpus(False, "auto", 2, 1, 4, "lib")  # one process driving 4 GPUs
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch believes it has `count` GPUs; set_device calls are recorded."""
+    state = {"count": 2, "current": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: state["count"] > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: state["count"])
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: state["current"].append(device))
+    return state
+
+
+@pytest.mark.parametrize("local_rank", [0, 1])
+def test_each_rank_takes_its_local_gpu_and_makes_it_current(fake_cuda, local_rank):
+    device = runtime.choose_device(run_settings(SLURM_JOB), local_rank, 2)
+    assert device == torch.device("cuda", local_rank)
+    assert fake_cuda["current"] == [device]
+
+
+def test_no_gpu_on_a_gpu_cell_fails_before_anything_starts(fake_cuda):
+    fake_cuda["count"] = 0
+    with pytest.raises(DeviceError, match=r"torch 2\.\d+.* sees none"):
+        runtime.choose_device(run_settings(SLURM_JOB), 0, 2)
+    assert runtime.choose_device(run_settings(), 0, 2) == torch.device("cpu")  # the local demo
+
+
+def test_more_ranks_than_gpus_on_a_node_is_refused(fake_cuda):
+    with pytest.raises(DeviceError, match=r"3 rank\(s\) on this node need 3 GPUs"):
+        runtime.choose_device(run_settings(SLURM_JOB), 2, 3)
+
+
+def test_device_cpu_stays_on_the_cpu_beside_a_gpu(fake_cuda):
+    assert runtime.choose_device(run_settings(SLURM_JOB, device="cpu"), 1, 2) == torch.device("cpu")
+    assert fake_cuda["current"] == []
+
+
+@pytest.mark.parametrize(("device_type", "collective"), [("gpu", "nccl"), ("cpu", "gloo")])
+def test_ddp_uses_nccl_on_gpus_and_gloo_on_the_cpu(monkeypatch, device_type, collective):
+    chosen = []
+    monkeypatch.setattr(native.dist, "init_process_group", lambda backend, **_: chosen.append(backend))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    backend = native.DDPBackend(rank_env.detect({}))
+    backend.device_type = device_type
+    backend.setup(run_settings())
+    assert chosen == [collective]
+
+
+def test_horovod_without_nccl_refuses_a_gpu_cell_unless_allowed():
+    import horovod.torch as hvd  # this machine's build: Gloo, no NCCL
+
+    assert not hvd.nccl_built()
+    with pytest.raises(RuntimeError, match=r"needs Horovod built with NCCL.*HOROVOD_GPU_OPERATIONS=NCCL"):
+        check_gpu_reductions(hvd, "gpu", allowed=False)
+    check_gpu_reductions(hvd, "gpu", allowed=True)
+    check_gpu_reductions(hvd, "cpu", allowed=False)
+
+
+TF_PROBE = """
+import json, sys
+from scalebench.train.devices import DeviceError
+from scalebench.train.settings import RunSettings
+from scalebench.train.tf import runtime
+tf = runtime.tf
+count, ranks, env = json.loads(sys.argv[1])
+tf.config.list_physical_devices = lambda kind=None: [f"/physical_device:GPU:{i}" for i in range(count)] if kind == "GPU" else []
+settings = json.loads(sys.argv[2])
+try:
+    runtime.configure(RunSettings.from_json(settings, "d", "o", env=env), 0, ranks)
+except DeviceError as error:
+    print("refused:", error)
+"""
+
+
+@pytest.mark.parametrize(
+    ("gpus", "ranks", "env", "expected"),
+    [
+        (0, 1, SLURM_JOB, "refused: this cell is meant for GPUs"),
+        (2, 4, {}, "refused: 4 rank(s) on this node need 4 GPUs"),
+    ],
+)
+def test_tensorflow_refuses_like_torch(gpus, ranks, env, expected):
+    # a fresh process: TensorFlow's devices can be set only before its runtime starts
+    settings = cell_settings("tensorflow", "native", 2)
+    settings["gpus_per_node"] = 4
+    command = [sys.executable, "-c", TF_PROBE, json.dumps([gpus, ranks, env]), json.dumps(settings)]
+    result = subprocess.run(command, capture_output=True, text=True, env=tool_env(PYTHONPATH=str(SCRIPTS)), timeout=300)
+    assert expected in result.stdout, result.stdout + result.stderr[-2000:]

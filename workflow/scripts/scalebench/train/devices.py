@@ -1,0 +1,42 @@
+"""Whether a rank trains on GPUs, decided the same way for both frameworks, or why it cannot.
+
+A cell meant for GPUs (training.device cuda, or auto in a SLURM job of a cluster
+with cluster.gpus_per_node > 0) never falls back to the CPU: a rank that sees no
+GPU, or a node with more ranks than visible GPUs, fails before the first step
+with a message that says what is missing. device cpu means the CPU everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class DeviceError(RuntimeError):
+    """A cell meant for GPUs cannot have them; the message says why and what to do."""
+
+
+def use_gpus(required: bool, setting: str, visible: int, ranks_on_node: int, per_process: int, library: str) -> bool:
+    """True to train on GPUs, False for the CPU; raises DeviceError where neither is right.
+
+    visible: GPUs the framework sees in this process; ranks_on_node: processes of the cell on
+    this node; per_process: GPUs each process drives (1, or all of a node's for one-process
+    backends); library: the framework and its build, for the message.
+    """
+    if setting == "cpu":
+        return False
+    if visible == 0:
+        if required:
+            why = "training.device is cuda" if setting == "cuda" else "it runs on SLURM and cluster.gpus_per_node > 0"
+            raise DeviceError(
+                f"this cell is meant for GPUs ({why}) but {library} sees none on this node "
+                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): load the cluster's "
+                "CUDA module, install the framework's CUDA build (README, GPU install), or set training.device: cpu"
+            )
+        return False
+    needed = ranks_on_node * per_process
+    if needed > visible:
+        raise DeviceError(
+            f"{ranks_on_node} rank(s) on this node need {needed} GPUs but {library} sees {visible}: ranks would "
+            "share a GPU; give each node as many GPUs as ranks (cluster.gpus_per_node, the gres template)"
+        )
+    return True
