@@ -24,5 +24,10 @@ def test_mfu_uses_the_longest_matching_device_name():
     assert peak_tflops("NVIDIA H100 PCIe", "fp32", table) == 51
     assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16", table) == 989
     assert peak_tflops("cpu (x86_64)", "fp32", table) is None
-    assert mfu(1000, 10**9, 10) == pytest.approx(0.1)
-    assert mfu(1000, 10**9, None) is None
+    assert mfu(1000, 10**9, None, 1) is None
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 8])
+def test_mfu_is_per_gpu_whatever_the_cell_size(gpus):
+    # every GPU of the cell runs 1000 images/s at 1 GFLOP each on a 10 TFLOP/s device: 10%
+    assert mfu(1000 * gpus, 10**9, 10, gpus) == pytest.approx(0.1)

@@ -34,11 +34,12 @@ def train_flops_per_image(height: int, width: int) -> int:
     return 3 * forward - first
 
 
-def mfu(images_per_s: float, flops_per_image: int, peak_tflops: float | None) -> float | None:
-    """Model FLOPs utilisation: achieved model FLOP/s over the device's peak (None if unknown)."""
+def mfu(images_per_s: float, flops_per_image: int, peak_tflops: float | None, devices: int) -> float | None:
+    """Model FLOPs utilisation per device: the cell's model FLOP/s shared by its `devices`,
+    over one device's peak (None if the peak is unknown)."""
     if not peak_tflops:
         return None
-    return images_per_s * flops_per_image / (peak_tflops * 1e12)
+    return images_per_s / devices * flops_per_image / (peak_tflops * 1e12)
 
 
 def peak_tflops(device_name: str, precision: str, table: dict) -> float | None:
@@ -58,6 +59,9 @@ def precision_key(autocast_dtype: str | None) -> str:
     return {None: "fp32", "bfloat16": "bf16", "float16": "fp16"}[autocast_dtype]
 
 
-def throughput_fields(images_per_s: float, flops_per_image: int, peak: float | None) -> dict:
-    """Achieved model TFLOP/s and MFU (None where the device's peak is unknown) for an epoch record."""
-    return {"model_tflops": images_per_s * flops_per_image / 1e12, "mfu": mfu(images_per_s, flops_per_image, peak)}
+def throughput_fields(images_per_s: float, flops_per_image: int, peak: float | None, devices: int) -> dict:
+    """The cell's achieved model TFLOP/s and the MFU per device (None where the peak is unknown)."""
+    return {
+        "model_tflops": images_per_s * flops_per_image / 1e12,
+        "mfu": mfu(images_per_s, flops_per_image, peak, devices),
+    }

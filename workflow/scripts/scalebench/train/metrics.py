@@ -67,7 +67,9 @@ def epoch_record(
         "train_time_s": train_time_s,
         "test_iou": None,
         "test_loss": None,
-        **flops.throughput_fields(images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"]),
+        **flops.throughput_fields(
+            images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"], provenance["world_size"]
+        ),
     }
 
 
