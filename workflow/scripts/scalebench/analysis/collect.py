@@ -52,6 +52,7 @@ RUN_COLUMNS = [
     "test_loss",
     "time_to_target_s",
     "peak_mem_mb",
+    "mfu",
     "parameters",
     *PROVENANCE_COLUMNS,
 ]
@@ -68,6 +69,7 @@ EPOCH_COLUMNS = [
     "train_time_s",
     "test_iou",
     "test_loss",
+    "mfu",
 ]
 
 
@@ -192,6 +194,7 @@ def read_cell(run_dir: str | Path, keys: dict, target_iou: float | None = None) 
         "test_loss": _number(final.get("test_loss")),
         "time_to_target_s": time_to_target(epochs, final, target_iou),
         "peak_mem_mb": max(memory) if memory else math.nan,
+        "mfu": steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
         "parameters": run.get("parameters"),
         "nodes": run.get("nodes"),
         "hosts": ",".join(run.get("hosts") or []),

@@ -42,21 +42,37 @@ def mfu(images_per_s: float, flops_per_image: int, peak_tflops: float | None, de
     return images_per_s / devices * flops_per_image / (peak_tflops * 1e12)
 
 
-def peak_tflops(device_name: str, precision: str, table: dict) -> float | None:
-    """The device's peak TFLOP/s for this precision from config's cluster.peak_tflops table.
-
-    Keys of the table are matched as substrings of the device name (e.g. "H100"),
-    the longest match first; precision is fp32, bf16 or fp16.
-    """
+def matching_device(device_name: str, table: dict) -> str | None:
+    """The key of config's cluster.peak_tflops table that names this device: keys match as
+    substrings of the device name (e.g. "H100"), the longest first ("H100 PCIe" before "H100")."""
     for key in sorted(table, key=len, reverse=True):
         if key.lower() in device_name.lower():
-            return table[key].get(precision)
+            return key
     return None
 
 
-def precision_key(autocast_dtype: str | None) -> str:
-    """Which peak applies: fp32, or the autocast type of amp runs (bfloat16 or float16)."""
-    return {None: "fp32", "bfloat16": "bf16", "float16": "fp16"}[autocast_dtype]
+def peak_tflops(device_name: str, precision: str, table: dict) -> float | None:
+    """The device's peak TFLOP/s for this precision (fp32, tf32, bf16 or fp16), or None."""
+    key = matching_device(device_name, table)
+    return table[key].get(precision) if key else None
+
+
+def precision_key(autocast_dtype: str | None, tf32: bool) -> str:
+    """Which peak applies: the autocast type of amp runs, else tf32 where the framework computes
+    fp32 convolutions in TF32 (both do by default on A100 and later), else fp32."""
+    if autocast_dtype is not None:
+        return {"bfloat16": "bf16", "float16": "fp16"}[autocast_dtype]
+    return "tf32" if tf32 else "fp32"
+
+
+def peak_fields(device_name: str, on_gpu: bool, precision: str, table: dict) -> dict:
+    """run.json's record of the peak MFU is measured against; warns (never guesses) when unknown."""
+    key = matching_device(device_name, table)
+    peak = table[key].get(precision) if key else None
+    if on_gpu and peak is None:
+        missing = f"no {precision} peak for {key}" if key else f"no entry matches '{device_name}'"
+        print(f"warning: MFU stays empty: cluster.peak_tflops has {missing}", flush=True)
+    return {"peak_device": key, "peak_precision": precision, "peak_tflops": peak}
 
 
 def throughput_fields(images_per_s: float, flops_per_image: int, peak: float | None, devices: int) -> dict:

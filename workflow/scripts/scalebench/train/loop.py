@@ -124,8 +124,9 @@ class TrainingLoop:
         record["versions"] = {**record.get("versions", {}), **self.backend.versions()}
         hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
-        precision = flops.precision_key(self.training.autocast_dtype)
-        record.update(provenance.placement(hosts, devices, run.image_size, precision, run.peak_tflops))
+        record.update(provenance.placement(hosts, devices, run.image_size))
+        precision = flops.precision_key(self.training.autocast_dtype, bool(record["tf32"]))
+        record.update(flops.peak_fields(devices[0], self.backend.device_type == "gpu", precision, run.peak_tflops))
         self.provenance = record
         if self.is_root:
             write_json_atomic(self.out / "run.json", record)

@@ -85,7 +85,7 @@ def start_record(cell: dict, config_hash: str) -> dict:
     }
 
 
-def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int], precision: str, peaks: dict) -> dict:
+def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int]) -> dict:
     """run.json fields from every rank's host and device, and the model FLOPs for MFU."""
     return {
         "hosts": sorted(set(hosts)),
@@ -93,7 +93,6 @@ def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int],
         "rank_hosts": hosts,
         "devices": devices,
         "model_flops_per_image": flops.train_flops_per_image(*image_size),
-        "peak_tflops": flops.peak_tflops(devices[0], precision, peaks),
     }
 
 

@@ -113,6 +113,7 @@ class TensorFlowFramework:
             "parameters": parameter_count(self.model),
             "device": self.device_type,
             "layout": "channels_last",
+            "tf32": runtime.tf32_enabled(self.device_type),
             "versions": runtime.versions(),
         }
 

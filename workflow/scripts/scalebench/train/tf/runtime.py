@@ -46,6 +46,15 @@ def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: i
     return "gpu"
 
 
+def tf32_enabled(device_type: str) -> bool | None:
+    """Whether fp32 convolutions and matmuls run in TF32 (TensorFlow's default on GPUs that have it); None on the CPU."""
+    if device_type != "gpu":
+        return None
+    capability = tf.config.experimental.get_device_details(tf.config.get_visible_devices("GPU")[0])
+    major = (capability.get("compute_capability") or (0, 0))[0]
+    return bool(tf.config.experimental.is_tensor_float_32_execution_enabled()) and major >= 8
+
+
 def set_determinism(seed: int) -> None:
     """Seed Python, NumPy and TensorFlow; deterministic kernels (torchtitan's set_determinism for TF)."""
     random.seed(seed)

@@ -54,6 +54,7 @@ class TorchFramework:
             "parameters": parameter_count(self.raw_model),
             "device": self.device.type,
             "layout": runtime.LAYOUT_NAME,
+            "tf32": runtime.tf32_enabled(self.device),
             "versions": runtime.versions(),
         }
 

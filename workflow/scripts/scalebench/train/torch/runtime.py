@@ -51,6 +51,13 @@ def autocast_dtype(name: str | None, device: torch.device) -> torch.dtype | None
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
+def tf32_enabled(device: torch.device) -> bool | None:
+    """Whether fp32 convolutions run in TF32 (cuDNN's default; the UNet is convolutions); None on the CPU."""
+    if device.type != "cuda":
+        return None
+    return bool(torch.backends.cudnn.allow_tf32) and torch.cuda.get_device_capability(device)[0] >= 8
+
+
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A batch on the device in the training layout."""
     return tensor.to(device, non_blocking=True, memory_format=LAYOUT)
