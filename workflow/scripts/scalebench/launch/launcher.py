@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from scalebench.launch.slurm import Allocation, SlurmError, block_distribution, free_port, slurm_allocation
+from scalebench.train import outcome
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
 LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
@@ -170,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     if where == "slurm":
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
     started = time.time()
+    outcome.clear(args.out)  # marks of an earlier attempt
     code = run(command, rank_environment(threads, allocation))
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
+    out_of_memory = outcome.finish(args.out)
+    if out_of_memory:
+        print(f"launch: the cell ran out of memory ({out_of_memory}): recorded as status oom", flush=True)
+        return 0
     return code

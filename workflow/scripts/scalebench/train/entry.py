@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import importlib
 import json
+import os
 import signal
 import sys
 import time
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from scalebench.data.preprocess import read_manifest
 from scalebench.launch import rank_env
-from scalebench.train import provenance
+from scalebench.train import outcome, provenance
 from scalebench.train.loop import TrainingLoop, check_launch
 from scalebench.train.settings import RunSettings
 
@@ -65,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
         framework = create_framework(run, place)
         check_launch(place.world_size, place.world_size_source, framework.backend, run.cell.gpus)
         status = TrainingLoop(run, framework, cell_hash(settings, args.data), started).train()
-        return 0 if status in ("ok", "diverged", "oom") else 1
+        return 0 if status in ("ok", "diverged") else 1
+    except outcome.CellOutOfMemory as error:
+        # At once, without shutting the backend down (that would wait for the other ranks):
+        # the launcher stops them and launch.py records the cell as oom (train/outcome.py).
+        print(f"rank {place.rank}: out of memory: {error}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(outcome.OOM_EXIT_CODE)
     except BaseException as error:
         rank = framework.backend.rank if framework is not None and hasattr(framework.backend, "rank") else place.rank
         print(f"rank {rank}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)

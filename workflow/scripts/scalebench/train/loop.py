@@ -18,7 +18,7 @@ import numpy as np
 
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
-from scalebench.train import faults, flops, metrics, provenance
+from scalebench.train import faults, flops, metrics, outcome, provenance
 from scalebench.train.interfaces import Backend, Framework
 from scalebench.train.lr_schedule import learning_rate
 from scalebench.train.settings import RunSettings
@@ -160,8 +160,8 @@ class TrainingLoop:
             print(f"diverged: {error}", flush=True)
             return "diverged"
         except self.framework.out_of_memory as error:
-            print(f"out of memory: {error}", flush=True)
-            return "oom"
+            outcome.mark(self.out, self.backend.rank, f"{type(error).__name__}: {error}")
+            raise outcome.CellOutOfMemory(str(error)) from error
         return "ok"
 
     def train_epoch(self, epoch: int, progress: Progress) -> dict:
