@@ -44,7 +44,7 @@ def torch_bare(args: dict) -> dict:
     torch.set_num_threads(args["threads"])
     torch.manual_seed(1)
     if args.get("determinism"):  # what the harness adds
-        set_determinism(1)
+        set_determinism(1, deterministic=True)
     images, masks, manifest = load_arrays(args["data"])
     train, batch = manifest["train"] * args["repeat"], args["batch"]
     # The harness's layout (channels-last) unless a parity variant asks for PyTorch's default NCHW.

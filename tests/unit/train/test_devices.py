@@ -131,3 +131,22 @@ def test_tensorflow_refuses_like_torch(gpus, ranks, env, expected):
     command = [sys.executable, "-c", TF_PROBE, json.dumps([gpus, ranks, env]), json.dumps(settings)]
     result = subprocess.run(command, capture_output=True, text=True, env=tool_env(PYTHONPATH=str(SCRIPTS)), timeout=300)
     assert expected in result.stdout, result.stdout + result.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("setting", "on_gpu", "expected"),
+    [(None, False, True), (None, True, False), (True, True, True), (False, False, False)],
+)
+def test_determinism_is_on_for_cpu_ranks_and_off_on_gpus_unless_set(setting, on_gpu, expected):
+    assert devices.deterministic(setting, on_gpu) is expected
+
+
+def test_gpu_ranks_autotune_when_not_deterministic(monkeypatch):
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    runtime.set_determinism(1, deterministic=False)
+    assert torch.backends.cudnn.benchmark is True
+    try:
+        runtime.set_determinism(1, deterministic=True)
+        assert torch.backends.cudnn.benchmark is False and torch.are_deterministic_algorithms_enabled()
+    finally:  # process-wide switches: leave them as the other tests expect
+        torch.use_deterministic_algorithms(False)

@@ -40,3 +40,8 @@ def use_gpus(required: bool, setting: str, visible: int, ranks_on_node: int, per
             "share a GPU; give each node as many GPUs as ranks (cluster.gpus_per_node, the gres template)"
         )
     return True
+
+
+def deterministic(setting: bool | None, on_gpu: bool) -> bool:
+    """training.deterministic resolved: null means on for CPU ranks and off on GPUs."""
+    return (not on_gpu) if setting is None else setting

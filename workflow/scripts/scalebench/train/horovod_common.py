@@ -45,7 +45,8 @@ class HorovodBackend(Backend):
         hvd = self.hvd
         check_gpu_reductions(hvd, self.device_type, run.training.horovod.allow_cpu_reductions)
         # A rank that waits longer than this for a dead or hung peer fails instead of hanging.
-        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(run.training.collective_timeout_s)))
+        if run.training.collective_timeout_s is not None:
+            os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(run.training.collective_timeout_s)))
         hvd.init()
         self.rank, self.local_rank = hvd.rank(), hvd.local_rank()
         self.world_size, self.local_world_size = hvd.size(), hvd.local_size()

@@ -57,7 +57,8 @@ class TrainingSettings:
     device: str  # auto, cpu or cuda
     threads_per_rank: int | None  # None: SLURM_CPUS_PER_TASK under SLURM, else 1
     max_loss: float  # an epoch's mean loss above this (or not finite) ends the run as diverged
-    collective_timeout_s: float  # a rank waiting longer than this for the others fails the job
+    collective_timeout_s: float | None  # a rank waiting longer than this for the others fails the job
+    deterministic: bool | None  # deterministic kernels; None: on the CPU yes, on GPUs no
     predictions: int  # test images whose predicted masks are saved for the report
     target_iou: float  # used by the report only
     tf_strategy: str  # TensorFlow native: mirrored, multiworker or auto
@@ -120,7 +121,7 @@ def build(kind: type, data: dict[str, Any], where: str) -> Any:
         hint = hints[name]
         if dataclasses.is_dataclass(hint):
             value = build(hint, value, f"{where}.{name}")
-        elif hint is float and isinstance(value, int):
+        elif hint in (float, float | None) and isinstance(value, int):
             value = float(value)
         elif not isinstance(hint, types.UnionType) and hint in (int, bool, str) and not isinstance(value, hint):
             raise ValueError(f"settings '{where}.{name}': {value!r} is not {hint.__name__}")

@@ -16,7 +16,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
-from scalebench.train import resume
+from scalebench.train import devices, resume
 from scalebench.train.interfaces import Backend
 from scalebench.train.settings import RunSettings
 from scalebench.train.tf import checkpoint, data, runtime
@@ -93,7 +93,8 @@ class TensorFlowFramework:
         backend.device_type = self.device_type
         backend.setup(run)
         self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
-        runtime.set_determinism(run.cell.seed)
+        self.deterministic = devices.deterministic(self.training.deterministic, self.device_type == "gpu")
+        runtime.set_determinism(run.cell.seed, self.deterministic)
 
     def build(self) -> None:
         if self.policy:
@@ -114,6 +115,7 @@ class TensorFlowFramework:
             "device": self.device_type,
             "layout": "channels_last",
             "tf32": runtime.tf32_enabled(self.device_type),
+            "deterministic": self.deterministic,
             "versions": runtime.versions(),
         }
 

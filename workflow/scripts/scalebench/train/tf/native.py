@@ -81,7 +81,8 @@ class StrategyBackend(Backend):
         chosen = implementation.NCCL if self.device_type == "gpu" else implementation.RING
         self.implementation = chosen.name
         options = tf.distribute.experimental.CommunicationOptions(
-            implementation=chosen, timeout_seconds=run.training.collective_timeout_s
+            implementation=chosen,
+            timeout_seconds=run.training.collective_timeout_s,  # None: no timeout
         )
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 

@@ -55,12 +55,13 @@ def tf32_enabled(device_type: str) -> bool | None:
     return bool(tf.config.experimental.is_tensor_float_32_execution_enabled()) and major >= 8
 
 
-def set_determinism(seed: int) -> None:
-    """Seed Python, NumPy and TensorFlow; deterministic kernels (torchtitan's set_determinism for TF)."""
+def set_determinism(seed: int, deterministic: bool) -> None:
+    """Seed Python, NumPy and TensorFlow; deterministic kernels where asked."""
     random.seed(seed)
     np.random.seed(seed)
     tf.keras.utils.set_random_seed(seed)
-    tf.config.experimental.enable_op_determinism()
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
     # The global generator is part of the checkpointed RNG state; with determinism on it must be set explicitly.
     tf.random.set_global_generator(tf.random.Generator.from_seed(seed))
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scalebench.train import resume
+from scalebench.train import devices, resume
 from scalebench.train.interfaces import Backend
 from scalebench.train.settings import RunSettings
 from scalebench.train.torch import checkpoint, data, runtime
@@ -38,7 +38,8 @@ class TorchFramework:
         backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
         backend.setup(run)
         self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
-        runtime.set_determinism(run.cell.seed)
+        self.deterministic = devices.deterministic(self.training.deterministic, self.device.type == "cuda")
+        runtime.set_determinism(run.cell.seed, self.deterministic)
 
     def build(self) -> None:
         training = self.training
@@ -55,6 +56,7 @@ class TorchFramework:
             "device": self.device.type,
             "layout": runtime.LAYOUT_NAME,
             "tf32": runtime.tf32_enabled(self.device),
+            "deterministic": self.deterministic,
             "versions": runtime.versions(),
         }
 

@@ -25,7 +25,7 @@ class DDPBackend(Backend):
             init_method=f"tcp://{place.master_addr}:{place.master_port}",
             rank=self.rank,
             world_size=self.world_size,
-            timeout=timedelta(seconds=run.training.collective_timeout_s),
+            timeout=timedelta(seconds=run.training.collective_timeout_s) if run.training.collective_timeout_s else None,
         )
         # NCCL reduces tensors on the GPU; Gloo on the CPU
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.collective == "nccl" else None

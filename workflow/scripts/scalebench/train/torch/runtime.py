@@ -18,17 +18,19 @@ LAYOUT = torch.channels_last
 LAYOUT_NAME = "channels_last"
 
 
-def set_determinism(seed: int) -> None:
-    """Seed every generator a cell uses; deterministic kernels where they exist."""
+def set_determinism(seed: int, deterministic: bool) -> None:
+    """Seed every generator a cell uses; deterministic kernels where asked (else cuDNN autotunes)."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+    torch.backends.cudnn.benchmark = not deterministic
+    if not deterministic:
+        return
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     # Deterministic mode also fills every new tensor with NaN, a check for kernels that read
     # memory they never wrote; it costs 7% of a CPU training step and changes no result.
     torch.utils.deterministic.fill_uninitialized_memory = False
-    torch.backends.cudnn.benchmark = False
 
 
 def choose_device(run: RunSettings, local_rank: int, ranks_on_node: int) -> torch.device:
