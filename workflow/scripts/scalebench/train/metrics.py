@@ -35,9 +35,14 @@ class MetricsWriter:
     def write(self, record: dict) -> None:
         self.records.append(record)
         if self.enabled:
-            with open(self.path, "a") as handle:
-                handle.write(json.dumps(json_safe(record), sort_keys=True) + "\n")
-                handle.flush()
+            append_record(self.path, record)
+
+
+def append_record(path: str | Path, record: dict) -> None:
+    """One line of metrics.jsonl."""
+    with open(path, "a") as handle:
+        handle.write(json.dumps(json_safe(record), sort_keys=True) + "\n")
+        handle.flush()
 
 
 def epoch_record(

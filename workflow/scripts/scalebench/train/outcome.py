@@ -14,7 +14,7 @@ import json
 import shutil
 from pathlib import Path
 
-from scalebench.files import json_safe, write_json_atomic, write_text_atomic
+from scalebench.files import write_json_atomic, write_text_atomic
 from scalebench.train import metrics, provenance
 
 OOM_EXIT_CODE = 75
@@ -45,11 +45,9 @@ def finish(out: str | Path) -> str | None:
     out = Path(out)
     records_path = out / "metrics.jsonl"
     lines = records_path.read_text().splitlines() if records_path.exists() else []
-    epochs = [json.loads(line) for line in lines if line.strip() and json.loads(line).get("type") == "epoch"]
+    epochs = [r for r in (json.loads(line) for line in lines if line.strip()) if r.get("type") == "epoch"]
     train_time = epochs[-1]["train_time_s"] if epochs else 0.0
-    final = metrics.final_record("oom", None, train_time, len(epochs))
-    with open(records_path, "a") as handle:
-        handle.write(json.dumps(json_safe(final), sort_keys=True) + "\n")
+    metrics.append_record(records_path, metrics.final_record("oom", None, train_time, len(epochs)))
     run_json = out / "run.json"
     run = json.loads(run_json.read_text()) if run_json.exists() else {}
     run.update(status="oom", error=f"out of memory: {message}", end=provenance.now_iso())
