@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from conftest import REPO, cell_settings, sb_config
+from scalebench.train.entry import cell_hash
 from scalebench.train.settings import HorovodSettings, LoaderSettings, RunSettings, TrainingSettings
 
 
@@ -49,3 +51,15 @@ def test_unknown_or_missing_keys_are_refused_by_name():
     del settings["training"]["epochs"]
     with pytest.raises(ValueError, match=r"training': unknown keys \['epochz'\], missing keys \['epochs'\]"):
         RunSettings.from_json(settings, "d", "o")
+
+
+def test_a_cells_hash_changes_with_its_schedule_and_its_arrays(prepared_data, tmp_path):
+    settings = cell_settings("torch", "native", 1)
+    first = cell_hash(settings, prepared_data)
+    assert cell_hash(cell_settings("torch", "native", 1), prepared_data) == first
+    assert cell_hash(cell_settings("torch", "native", 1, epochs=4), prepared_data) != first
+    other = tmp_path / "other"
+    other.mkdir()
+    manifest = json.loads((prepared_data / "manifest.json").read_text())
+    (other / "manifest.json").write_text(json.dumps({**manifest, "sha256": {"images.npy": "0" * 64}}))
+    assert cell_hash(settings, other) != first

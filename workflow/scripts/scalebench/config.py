@@ -8,9 +8,7 @@ names the config key, and all of it runs before Snakemake builds a job.
 from __future__ import annotations
 
 import copy
-import hashlib
 import itertools
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,12 +185,6 @@ def cells(config: dict) -> list[Cell]:
             matrix["frameworks"], matrix["backends"], sorted(matrix["gpus"]), sorted(matrix["seeds"])
         )
     ]
-
-
-def config_hash(settings: dict) -> str:
-    """A short stable hash of what determines a cell's result."""
-    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def train_settings(config: dict, cell: Cell) -> dict:

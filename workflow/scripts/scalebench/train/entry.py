@@ -24,6 +24,7 @@ from pathlib import Path
 from scalebench.data.preprocess import read_manifest
 from scalebench.launch import rank_env
 from scalebench.train import outcome, provenance
+from scalebench.train.interfaces import Framework
 from scalebench.train.loop import TrainingLoop, check_launch
 from scalebench.train.settings import RunSettings
 
@@ -40,7 +41,7 @@ def cell_hash(settings: dict, data_dir: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def create_framework(run: RunSettings, place: rank_env.RankInfo):
+def create_framework(run: RunSettings, place: rank_env.RankInfo) -> Framework:
     """The framework of the cell with its backend (modules train/<framework>/framework.py, <backend>.py)."""
     package = FRAMEWORK_PACKAGES[run.cell.framework]
     backend_module = importlib.import_module(f"{package}.{run.cell.backend}")
