@@ -38,21 +38,33 @@ mv "$requirements.new" "$requirements"
 
 check=$VENV/horovod-check.txt
 hvd_dir=$("$PY" -c 'import importlib.util as u; s = u.find_spec("horovod"); print(s.submodule_search_locations[0] if s else "")')
+build() {
+    "$ROOT/tools/build_horovod.sh" "$PY"
+    "$VENV/bin/horovodrun" --check-build > "$check" 2>&1 || true
+}
 # --check-build imports both frameworks (slow): redo it only when Horovod changed since the last check.
 if [[ -z "$hvd_dir" || ! -f "$check" || "$hvd_dir" -nt "$check" ]]; then
     if [[ -z "$hvd_dir" ]] || ! "$VENV/bin/horovodrun" --check-build > "$check" 2>&1; then
-        "$ROOT/tools/build_horovod.sh" "$PY"
-        "$VENV/bin/horovodrun" --check-build > "$check" 2>&1 || true
+        build
     fi
 fi
-# --check-build prints "[X] PyTorch" for each framework it was built with.
-for framework in TensorFlow PyTorch Gloo; do
-    if ! grep -q "\[X\] $framework" "$check"; then
+# --check-build prints "[X] NCCL" for each operation (and framework) it was built with.
+wanted=none
+[[ ${HOROVOD_GPU_OPERATIONS:-} == NCCL ]] && wanted=NCCL
+installed=none
+grep -q "\[X\] NCCL" "$check" && installed=NCCL
+if [[ $installed != "$wanted" ]]; then
+    echo "install.sh: the installed Horovod has GPU operations '$installed', HOROVOD_GPU_OPERATIONS asks for '$wanted': replacing it"
+    build
+fi
+for feature in TensorFlow PyTorch Gloo $([[ $wanted == NCCL ]] && echo NCCL); do
+    if ! grep -q "\[X\] $feature" "$check"; then
         cat "$check" >&2
         rm -f "$check"
-        echo "install.sh: Horovod was built without $framework; remove the cached wheel" \
+        echo "install.sh: Horovod was built without $feature; remove the cached wheel" \
              "(\$HOME/.cache/scalebench/wheels) and run ./install.sh again" >&2
         exit 1
     fi
 done
-echo "install.sh: ready ($VENV; Horovod supports TensorFlow, PyTorch and Gloo)"
+operations=$(sed -n '/Available Tensor Operations/,$p' "$check" | grep -o '\[X\] [A-Za-z]*' | cut -c5- | paste -sd, -)
+echo "install.sh: ready ($VENV; Horovod supports TensorFlow and PyTorch; tensor operations: $operations)"

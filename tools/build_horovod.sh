@@ -22,10 +22,27 @@ CACHE=${SCALEBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scalebench}/wheels/hor
 mkdir -p "$CACHE"
 
 wheel=$(ls "$CACHE"/horovod-*.whl 2>/dev/null | head -1 || true)
+gpu_toolchain_problem() {  # why Horovod's NCCL operations cannot be built here, or nothing
+    local cuda=${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}
+    "$PY" -c 'import sys, torch; sys.exit(torch.version.cuda is None)' \
+        || { echo "torch in $PY is the CPU build: install its CUDA build first (pip install torch==<pin> on a machine with CUDA takes it from PyPI)"; return; }
+    command -v nvcc >/dev/null || [[ -x "$cuda/bin/nvcc" ]] \
+        || { echo "the CUDA toolkit (nvcc) is not on PATH nor in $cuda: 'module load cuda' or set CUDA_HOME"; return; }
+    local nccl=${HOROVOD_NCCL_HOME:-}
+    for include in ${HOROVOD_NCCL_INCLUDE:-} ${nccl:+$nccl/include} /usr/include "$cuda/include"; do
+        [[ -f "$include/nccl.h" ]] && return
+    done
+    echo "NCCL's headers (nccl.h) are not in HOROVOD_NCCL_INCLUDE, HOROVOD_NCCL_HOME/include, /usr/include or $cuda/include: 'module load nccl' and set HOROVOD_NCCL_HOME"
+}
+
 if [[ -z "$wheel" ]]; then
     for tool in cmake g++ make; do
         command -v "$tool" >/dev/null || { echo "build_horovod: '$tool' is missing (Debian: apt-get install cmake g++ make)" >&2; exit 1; }
     done
+    if [[ $GPU_OPS == NCCL ]]; then
+        problem=$(gpu_toolchain_problem)
+        [[ -z "$problem" ]] || { echo "build_horovod: HOROVOD_GPU_OPERATIONS=NCCL, but $problem" >&2; exit 1; }
+    fi
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     echo "build_horovod: building Horovod $HVD_VERSION ($versions, GPU ops: $GPU_OPS); about 8 minutes on 2 cores"
