@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import training_settings
 from scalebench.train.torch import horovod as torch_horovod
 from scalebench.train.torch import runtime as torch_runtime
 from scalebench.train.torch.model import UNet
@@ -49,3 +50,28 @@ def test_compression_round_trip_restores_shape_and_layout(inner):
 def test_a_tensor_of_another_layout_is_refused():
     with pytest.raises(ValueError, match="cannot hand Horovod a tensor"):
         torch_horovod.dense_view(torch.rand(4, 3).t())
+
+
+def test_horovod_steps_after_its_allreduces_finished_and_without_a_second_synchronisation():
+    # Horovod's documented pattern for a GradScaler: synchronize(), then step inside
+    # skip_synchronize(), so the scaler never unscales gradients whose allreduce is in flight.
+    from contextlib import contextmanager
+
+    from scalebench.launch import rank_env
+
+    calls = []
+
+    class Recorder:  # the two methods of hvd.DistributedOptimizer the pattern uses
+        def synchronize(self):
+            calls.append("synchronize")
+
+        @contextmanager
+        def skip_synchronize(self):
+            calls.append("skip on")
+            yield
+            calls.append("skip off")
+
+    backend = torch_horovod.HorovodTorchBackend(rank_env.detect({}), training_settings().horovod)
+    with backend.gradients_reduced(Recorder()):
+        calls.append("scaler.step")
+    assert calls == ["synchronize", "skip on", "scaler.step", "skip off"]

@@ -9,8 +9,8 @@ method names are the same in both frameworks.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -65,6 +65,12 @@ class Backend:
         """Average gradients a framework computed itself (a TF tape) over the replicas.
         PyTorch backends reduce inside backward() and return them unchanged."""
         return gradients
+
+    @contextmanager
+    def gradients_reduced(self, optimizer: Any) -> Iterator[None]:
+        """Inside, the gradients that backward() left are the replicas' average, so the optimizer
+        (and a loss scaler unscaling them) may step. DDP: so once backward() returns."""
+        yield
 
     def run_replicas(self, step: Callable, per_replica_args: list[tuple]) -> list:
         """Run `step` once per local replica with its arguments; the results in replica order."""

@@ -108,7 +108,8 @@ class TorchFramework:
         loss = F.binary_cross_entropy_with_logits(logits.float(), masks)
         self.optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
         self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
+        with self.backend.gradients_reduced(self.optimizer):  # a float16 scaler unscales them in step()
+            self.scaler.step(self.optimizer)
         self.scaler.update()
         self.loss_sum += loss.detach().double()
         self.steps += 1

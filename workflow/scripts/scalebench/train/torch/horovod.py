@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 from torch import nn
@@ -81,6 +84,14 @@ class HorovodTorchBackend(HorovodBackend):
             ]
         self.hvd.broadcast_parameters([(name, dense_view(tensor)) for name, tensor in tensors], root_rank=0)
         return model, optimizer
+
+    @contextmanager
+    def gradients_reduced(self, optimizer) -> Iterator[None]:
+        # Horovod's pattern for a loss scaler: wait for the allreduces backward() started, then
+        # step without synchronising again (the scaler must not unscale gradients in flight).
+        optimizer.synchronize()
+        with optimizer.skip_synchronize():
+            yield
 
     def broadcast_from_root(self, tensors: list) -> None:
         for index, tensor in enumerate(tensors):
