@@ -91,6 +91,48 @@ def test_ddp_uses_nccl_on_gpus_and_gloo_on_the_cpu(monkeypatch, device_type, col
     assert chosen == [collective]
 
 
+def test_ranks_share_a_gpu_only_when_asked_and_then_reduce_through_gloo(fake_cuda, monkeypatch, capsys):
+    fake_cuda["count"] = 1
+    with pytest.raises(DeviceError, match=r"2 rank\(s\) on this node need 2 GPUs"):
+        runtime.choose_device(run_settings(SLURM_JOB), 1, 2)
+    shared = run_settings({**SLURM_JOB, "SCALEBENCH_SHARE_GPU": "1"})
+    assert shared.share_gpu and not run_settings(SLURM_JOB).share_gpu
+    assert runtime.choose_device(shared, 1, 2) == torch.device("cuda", 0)
+    assert "2 ranks share 1 GPU(s) (SCALEBENCH_SHARE_GPU=1)" in capsys.readouterr().out
+    with pytest.raises(DeviceError, match=r"need 4 GPUs"):  # one process driving several GPUs never shares
+        devices.use_gpus(True, "auto", 2, 2, 2, "lib", share=True)
+    chosen = []  # NCCL refuses two ranks on one device: the shared check reduces through Gloo
+    monkeypatch.setattr(native.dist, "init_process_group", lambda backend, **_: chosen.append(backend))
+    backend = native.DDPBackend(rank_env.detect({}))
+    backend.device_type = "gpu"
+    backend.setup(shared)
+    assert chosen == ["gloo"] and backend.device is None
+
+
+def test_tensorflow_prefetches_to_the_gpu_of_a_one_replica_process(monkeypatch):
+    from scalebench.train.tf import framework as tf_framework
+    from scalebench.train.tf import runtime as tf_runtime
+
+    assert tf_runtime.input_device("gpu", 1) == "/gpu:0"  # configure() left only this rank's GPU visible
+    assert tf_runtime.input_device("gpu", 2) is None  # MirroredStrategy copies host batches to each replica
+    assert tf_runtime.input_device("cpu", 1) is None
+    monkeypatch.setattr(tf_runtime, "configure", lambda *args: "gpu")  # a faked GPU
+    monkeypatch.setattr(tf_runtime, "set_determinism", lambda *args: None)
+    backend = native.DDPBackend(rank_env.detect({}))  # only its place and counts are used here
+    monkeypatch.setattr(backend, "setup", lambda run: None)
+    settings = cell_settings("tensorflow", "native", 1)
+    framework = tf_framework.TensorFlowFramework(RunSettings.from_json(settings, "d", "o", env={}), backend)
+    framework.start(framework.run)
+    asked = []
+    monkeypatch.setattr(tf_framework.data, "train_dataset", lambda *args: asked.append(args[-1]))
+    monkeypatch.setattr(tf_framework.data, "eval_dataset", lambda *args: asked.append(args[-1]) or [])
+    framework.optimizer = type("Optimizer", (), {})()
+    framework.train_indices = [0, 1]
+    framework.epoch_batches(0, 1e-3)
+    framework.evaluate([0])
+    assert asked == ["/gpu:0", "/gpu:0"]
+
+
 def test_horovod_without_nccl_refuses_a_gpu_cell_unless_allowed():
     import horovod.torch as hvd  # this machine's build: Gloo, no NCCL
 

@@ -81,6 +81,18 @@ def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_da
         assert set(np.unique(mask.numpy())) <= {0.0, 1.0}
 
 
+def test_batches_prefetched_to_a_device_are_the_same_batches_on_that_device(prepared_data):
+    train = tf_data.load_arrays(prepared_data)[2]["train"]
+    arguments = (str(prepared_data), train, [0], 1)
+    on_host = list(tf_data.train_dataset(*arguments, batch=4, seed=3, epoch=0, threads=1))
+    on_device = list(tf_data.train_dataset(*arguments, batch=4, seed=3, epoch=0, threads=1, device="/cpu:0"))
+    assert len(on_device) == len(on_host) > 0
+    for ((image, mask),), ((host_image, host_mask),) in zip(on_device, on_host, strict=True):
+        assert image.device.endswith("device:CPU:0")  # on a GPU: the rank's GPU, copied ahead of the step
+        np.testing.assert_array_equal(image.numpy(), host_image.numpy())
+        np.testing.assert_array_equal(mask.numpy(), host_mask.numpy())
+
+
 def test_evaluation_shards_cover_the_test_set_once(prepared_data):
     _, _, manifest = tf_data.load_arrays(prepared_data)
     test = manifest["test"] + [manifest["train"][0]]  # an odd count: uneven shards

@@ -15,12 +15,21 @@ class DeviceError(RuntimeError):
     """A cell meant for GPUs cannot have them; the message says why and what to do."""
 
 
-def use_gpus(required: bool, setting: str, visible: int, ranks_on_node: int, per_process: int, library: str) -> bool:
+def use_gpus(
+    required: bool,
+    setting: str,
+    visible: int,
+    ranks_on_node: int,
+    per_process: int,
+    library: str,
+    share: bool = False,
+) -> bool:
     """True to train on GPUs, False for the CPU; raises DeviceError where neither is right.
 
     visible: GPUs the framework sees in this process; ranks_on_node: processes of the cell on
     this node; per_process: GPUs each process drives (1, or all of a node's for one-process
-    backends); library: the framework and its build, for the message.
+    backends); library: the framework and its build, for the message; share: ranks may share
+    a GPU (SCALEBENCH_SHARE_GPU=1, for a functional check of the multi-rank path on one GPU).
     """
     if setting == "cpu":
         return False
@@ -34,12 +43,24 @@ def use_gpus(required: bool, setting: str, visible: int, ranks_on_node: int, per
             )
         return False
     needed = ranks_on_node * per_process
+    if needed > visible and share and per_process == 1:
+        print(
+            f"warning: {ranks_on_node} ranks share {visible} GPU(s) (SCALEBENCH_SHARE_GPU=1): a functional check, "
+            "not a scaling measurement",
+            flush=True,
+        )
+        return True
     if needed > visible:
         raise DeviceError(
             f"{ranks_on_node} rank(s) on this node need {needed} GPUs but {library} sees {visible}: ranks would "
             "share a GPU; give each node as many GPUs as ranks (cluster.gpus_per_node, the gres template)"
         )
     return True
+
+
+def gpu_index(local_rank: int, visible: int) -> int:
+    """The GPU of a one-GPU rank: its local rank (ranks beyond the visible GPUs only when sharing)."""
+    return local_rank % visible
 
 
 def deterministic(setting: bool | None, on_gpu: bool) -> bool:

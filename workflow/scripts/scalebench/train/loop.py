@@ -119,6 +119,7 @@ class TrainingLoop:
             ranks_per_node=self.backend.local_world_size,
             threads_per_rank=run.threads,
             gpu_required=run.gpu_required,
+            shared_gpu=run.share_gpu,
             collective_timeout_s=self.training.collective_timeout_s,
             precision=self.training.precision_label,
         )

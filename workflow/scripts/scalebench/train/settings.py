@@ -88,6 +88,7 @@ class RunSettings:
     out_dir: str  # the cell's results folder
     threads: int  # compute threads of this rank (threads_per_rank resolved)
     gpu_required: bool  # device cuda, or auto in a SLURM cell of a cluster with GPUs: no GPU is an error
+    share_gpu: bool = False  # SCALEBENCH_SHARE_GPU=1: ranks may share a GPU (functional checks on one GPU only)
 
     @classmethod
     def from_json(cls, settings: dict, data_dir: str, out_dir: str, env: dict[str, str] | None = None) -> RunSettings:
@@ -106,6 +107,7 @@ class RunSettings:
             out_dir=str(out_dir),
             threads=threads,
             gpu_required=training.device == "cuda" or (training.device == "auto" and on_gpu_cluster),
+            share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
         )
 
 

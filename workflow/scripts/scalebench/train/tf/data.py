@@ -3,7 +3,8 @@
 Training: every replica takes its shard of the (repeated) training indices in
 exactly the order torch's DistributedSampler gives rank r in an epoch
 (shuffled by seed + epoch, padded to a multiple of the world size), batches it
-dropping the remainder, and prefetches. The arrays are already decoded uint8,
+dropping the remainder, and prefetches: on a GPU into the device's memory, so the
+host-to-device copy of the next batch overlaps the current step. The arrays are already decoded uint8,
 so an epoch only gathers rows and scales them. Evaluation: replica r takes
 test[r::world], nothing dropped or repeated.
 """
@@ -75,6 +76,13 @@ def _batches(data_dir: str, indices: list[int], batch: int, drop_remainder: bool
     return dataset.with_options(options)
 
 
+def prefetched(dataset: tf.data.Dataset, device: str | None) -> tf.data.Dataset:
+    """Batches prepared ahead: in host memory, or copied ahead into `device`'s (the last transformation)."""
+    if device is None:
+        return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.apply(tf.data.experimental.prefetch_to_device(device, buffer_size=2))
+
+
 def train_dataset(
     data_dir: str,
     train_indices: list[int],
@@ -84,16 +92,19 @@ def train_dataset(
     seed: int,
     epoch: int,
     threads: int,
+    device: str | None = None,
 ) -> tf.data.Dataset:
-    """One epoch: per step a tuple with one (images, masks) batch per local replica."""
+    """One epoch: per step a tuple with one (images, masks) batch per local replica, prefetched to `device`."""
     per_replica = []
     for replica in replica_ids:
         positions = distributed_order(len(train_indices), replicas, replica, seed, epoch)
         shard = [train_indices[p] for p in positions]
         per_replica.append(_batches(data_dir, shard, batch, drop_remainder=True, threads=threads))
-    return tf.data.Dataset.zip(tuple(per_replica)).prefetch(tf.data.AUTOTUNE)
+    return prefetched(tf.data.Dataset.zip(tuple(per_replica)), device)
 
 
-def eval_dataset(data_dir: str, shard: list[int], batch: int, threads: int) -> tf.data.Dataset:
-    """The shard in order, every sample once (the last batch may be smaller)."""
-    return _batches(data_dir, shard, batch, drop_remainder=False, threads=threads).prefetch(tf.data.AUTOTUNE)
+def eval_dataset(
+    data_dir: str, shard: list[int], batch: int, threads: int, device: str | None = None
+) -> tf.data.Dataset:
+    """The shard in order, every sample once (the last batch may be smaller), prefetched to `device`."""
+    return prefetched(_batches(data_dir, shard, batch, drop_remainder=False, threads=threads), device)

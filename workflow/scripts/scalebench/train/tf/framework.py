@@ -91,6 +91,7 @@ class TensorFlowFramework:
         replicas = run.cell.gpus // backend.processes(run.cell.gpus)
         self.device_type = runtime.configure(run, backend.local_rank, backend.local_world_size, replicas)
         backend.device_type = self.device_type
+        self.input_device = runtime.input_device(self.device_type, replicas)
         backend.setup(run)
         self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
         self.deterministic = devices.deterministic(self.training.deterministic, self.device_type == "gpu")
@@ -152,6 +153,7 @@ class TensorFlowFramework:
             self.run.cell.seed,
             epoch,
             self.run.threads,
+            self.input_device,
         )
 
     def train_step(self, batch) -> None:
@@ -179,7 +181,7 @@ class TensorFlowFramework:
     def evaluate(self, indices: list[int]) -> np.ndarray:
         sums = np.zeros(4, dtype=np.float64)  # loss, pixels, intersection, union
         for images, masks in data.eval_dataset(
-            self.run.data_dir, indices, self.training.batch_per_gpu, self.run.threads
+            self.run.data_dir, indices, self.training.batch_per_gpu, self.run.threads, self.input_device
         ):
             sums += self.steps.eval(images, masks).numpy()
         return sums

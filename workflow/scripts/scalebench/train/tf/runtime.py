@@ -30,7 +30,8 @@ def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: i
     gpus = tf.config.list_physical_devices("GPU")
     build = tf.sysconfig.get_build_info()
     library = f"TensorFlow {tf.__version__} (CUDA build: {build.get('cuda_version') if build.get('is_cuda_build') else 'none'})"
-    if not devices.use_gpus(run.gpu_required, run.training.device, len(gpus), ranks_on_node, replicas, library):
+    share = run.share_gpu
+    if not devices.use_gpus(run.gpu_required, run.training.device, len(gpus), ranks_on_node, replicas, library, share):
         if gpus:
             tf.config.set_visible_devices([], "GPU")
         if replicas > 1:
@@ -39,11 +40,20 @@ def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: i
                 cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
             )
         return "cpu"
-    chosen = [gpus[local_rank]] if replicas == 1 else gpus[:replicas]
+    chosen = [gpus[devices.gpu_index(local_rank, len(gpus))]] if replicas == 1 else gpus[:replicas]
     tf.config.set_visible_devices(chosen, "GPU")
     for gpu in chosen:  # grow as needed: peak memory is then what training used, not a preallocation
         tf.config.experimental.set_memory_growth(gpu, True)
     return "gpu"
+
+
+def input_device(device_type: str, local_replicas: int) -> str | None:
+    """Where a process's batches are prefetched to: its GPU when it drives one replica.
+
+    configure() left exactly that GPU visible, so it is /gpu:0. A process driving several
+    replicas (MirroredStrategy) gets host batches, which the strategy copies to each replica.
+    """
+    return "/gpu:0" if device_type == "gpu" and local_replicas == 1 else None
 
 
 def tf32_enabled(device_type: str) -> bool | None:

@@ -19,7 +19,9 @@ class DDPBackend(Backend):
 
     def setup(self, run: RunSettings) -> None:
         place = self.place
-        self.collective = "nccl" if self.device_type == "gpu" else "gloo"  # device cpu: Gloo, even beside a GPU
+        # device cpu: Gloo, even beside a GPU. Ranks sharing a GPU (SCALEBENCH_SHARE_GPU, a functional
+        # check) reduce through Gloo too: NCCL refuses two ranks on one device ("Duplicate GPU detected").
+        self.collective = "nccl" if self.device_type == "gpu" and not run.share_gpu else "gloo"
         dist.init_process_group(
             self.collective,
             init_method=f"tcp://{place.master_addr}:{place.master_port}",

@@ -37,9 +37,9 @@ def choose_device(run: RunSettings, local_rank: int, ranks_on_node: int) -> torc
     """This rank's device: its local rank's GPU, or the CPU (devices.use_gpus decides, or refuses)."""
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     library = f"torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'})"
-    if not devices.use_gpus(run.gpu_required, run.training.device, visible, ranks_on_node, 1, library):
+    if not devices.use_gpus(run.gpu_required, run.training.device, visible, ranks_on_node, 1, library, run.share_gpu):
         return torch.device("cpu")
-    device = torch.device("cuda", local_rank)
+    device = torch.device("cuda", devices.gpu_index(local_rank, visible))
     torch.cuda.set_device(device)  # NCCL and every allocation use the current device
     return device
 
