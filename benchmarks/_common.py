@@ -41,10 +41,19 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+def gpu_names() -> str:
+    """The machine's NVIDIA GPUs as nvidia-smi lists them, or 'no GPU'."""
+    if shutil.which("nvidia-smi") is None:
+        return "no GPU"
+    listed = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True)
+    names = [line.strip() for line in listed.stdout.splitlines() if line.strip()]
+    return ", ".join(names) if listed.returncode == 0 and names else "no GPU"
+
+
 def machine_line() -> str:
     """The facts docs/benchmarks.md records with every figure."""
     return (
-        f"{datetime.date.today().isoformat()}  nproc {os.cpu_count()}  {cpu_model()}  no GPU  "
+        f"{datetime.date.today().isoformat()}  nproc {os.cpu_count()}  {cpu_model()}  {gpu_names()}  "
         f"Python {platform.python_version()}  load average (1 min) {load_average():.2f}"
     )
 

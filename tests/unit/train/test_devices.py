@@ -91,6 +91,17 @@ def test_ddp_uses_nccl_on_gpus_and_gloo_on_the_cpu(monkeypatch, device_type, col
     assert chosen == [collective]
 
 
+@pytest.mark.parametrize(("capability", "override", "expected"), [(8, None, True), (8, "0", False), (7, None, False)])
+def test_tf32_is_recorded_as_the_gpu_and_nvidia_tf32_override_make_it(monkeypatch, capability, override, expected):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (capability, 0))
+    if override is None:
+        monkeypatch.delenv("NVIDIA_TF32_OVERRIDE", raising=False)
+    else:
+        monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", override)  # cuDNN and cuBLAS then never use TF32
+    assert runtime.tf32_enabled(torch.device("cuda", 0)) is expected
+    assert runtime.tf32_enabled(torch.device("cpu")) is None
+
+
 def test_ranks_share_a_gpu_only_when_asked_and_then_reduce_through_gloo(fake_cuda, monkeypatch, capsys):
     fake_cuda["count"] = 1
     with pytest.raises(DeviceError, match=r"2 rank\(s\) on this node need 2 GPUs"):

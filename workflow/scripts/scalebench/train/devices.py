@@ -63,6 +63,11 @@ def gpu_index(local_rank: int, visible: int) -> int:
     return local_rank % visible
 
 
+def tf32_allowed_by_environment() -> bool:
+    """False when NVIDIA_TF32_OVERRIDE=0: cuDNN and cuBLAS then never use TF32, whatever the framework asks."""
+    return os.environ.get("NVIDIA_TF32_OVERRIDE") != "0"
+
+
 def deterministic(setting: bool | None, on_gpu: bool) -> bool:
     """training.deterministic resolved: null means on for CPU ranks and off on GPUs."""
     return (not on_gpu) if setting is None else setting

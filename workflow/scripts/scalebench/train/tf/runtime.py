@@ -62,7 +62,8 @@ def tf32_enabled(device_type: str) -> bool | None:
         return None
     capability = tf.config.experimental.get_device_details(tf.config.get_visible_devices("GPU")[0])
     major = (capability.get("compute_capability") or (0, 0))[0]
-    return bool(tf.config.experimental.is_tensor_float_32_execution_enabled()) and major >= 8
+    allowed = tf.config.experimental.is_tensor_float_32_execution_enabled() and devices.tf32_allowed_by_environment()
+    return bool(allowed) and major >= 8
 
 
 def set_determinism(seed: int, deterministic: bool) -> None:

@@ -57,7 +57,8 @@ def tf32_enabled(device: torch.device) -> bool | None:
     """Whether fp32 convolutions run in TF32 (cuDNN's default; the UNet is convolutions); None on the CPU."""
     if device.type != "cuda":
         return None
-    return bool(torch.backends.cudnn.allow_tf32) and torch.cuda.get_device_capability(device)[0] >= 8
+    allowed = torch.backends.cudnn.allow_tf32 and devices.tf32_allowed_by_environment()
+    return bool(allowed) and torch.cuda.get_device_capability(device)[0] >= 8
 
 
 def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -1,0 +1,206 @@
+"""GPU check (issue 13): PyTorch cells on one real GPU, started through launch.py as the pipeline does.
+
+Every cell is a real PyTorch DDP cell of the pipeline: synthetic data prepared as the
+workflow prepares it, settings from config/schema.yaml's defaults, ranks started by
+workflow/scripts/launch.py with the default local launcher (torchrun), records read from
+the cell's run.json and metrics.jsonl. Pairs run side by side in one invocation, so their
+ratios compare like with like:
+
+  precision   fp32 vs amp bfloat16 vs amp float16 at 768x1024 (images/s, MFU, peak memory)
+  tf32        fp32 with TF32 (cuDNN's default) vs NVIDIA_TF32_OVERRIDE=0
+  determinism training.deterministic true vs the GPU default (off, cuDNN autotuning)
+  loader      DataLoader workers 0 vs 4 (data-wait share of the epoch)
+  shared      two ranks sharing the one GPU (SCALEBENCH_SHARE_GPU=1, Gloo): functional only
+  mfu         the cell's MFU against one computed from FLOPs counted by torch's
+              FlopCounterMode and the cell's measured images/s
+
+It needs a CUDA build of torch, NumPy, PyYAML, Pillow and jsonschema (no TensorFlow, Horovod
+or Snakemake). It exits non-zero if a cell fails or did not run on the GPU.
+
+    python benchmarks/gpu_check.py [--checks precision tf32 ...] [--epochs 4] [--images 96]
+                                   [--size 768x1024] [--json results.json] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common  # noqa: E402
+
+CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu")
+
+
+class CheckFailed(RuntimeError):
+    """A cell failed or did not run where it had to."""
+
+
+def gpu_line() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_check: torch sees no CUDA device (torch.cuda.is_available() is False)")
+    props = torch.cuda.get_device_properties(0)
+    nccl = ".".join(map(str, torch.cuda.nccl.version()))
+    return (
+        f"GPU {props.name} ({props.total_memory / 2**30:.0f} GiB, capability {props.major}.{props.minor}), "
+        f"{torch.cuda.device_count()} visible; torch {torch.__version__}, CUDA {torch.version.cuda}, "
+        f"cuDNN {torch.backends.cudnn.version()}, NCCL {nccl}"
+    )
+
+
+def run_cell(root: Path, name: str, data: Path, options, gpus: int = 1, env: dict | None = None, **training) -> dict:
+    """One cell through launch.py; its run.json, epochs and final record, or CheckFailed."""
+    training = {"epochs": options.epochs, "eval_every": 0, "checkpoint_every": 0, "predictions": 0, **training}
+    settings = _common.cell_settings("torch", "native", gpus, options.size, options.images, **training)
+    out = root / name
+    result = _common.launch_cell(settings, data, out, timeout=options.timeout, **(env or {}))
+    log = (result.stdout + result.stderr)[-3000:]
+    if result.returncode:
+        raise CheckFailed(f"{name}: launch.py exited {result.returncode}:\n{log}")
+    run = json.loads((out / "run.json").read_text())
+    epochs, final = _common.read_metrics(out)
+    if run.get("device") != "cuda" or final["status"] != "ok":
+        raise CheckFailed(f"{name}: device {run.get('device')}, status {final['status']}:\n{log}")
+    steady = epochs[1:] or epochs
+    summary = {
+        "name": name,
+        "epoch_s": _common.median([e["epoch_time_s"] for e in steady]),
+        "images_per_s": _common.median([e["images_per_s"] for e in steady]),
+        "mfu": _common.median([e["mfu"] for e in steady]) if steady[0]["mfu"] is not None else None,
+        "data_wait_share": _common.median([e["data_wait_s"] / e["epoch_time_s"] for e in steady]),
+        "peak_mem_mb": max(e["peak_mem_mb"] for e in steady),
+        "loss": epochs[-1]["loss"],
+        "iou": final["iou"],
+        "run": {
+            key: run.get(key)
+            for key in (
+                "devices",
+                "peak_device",
+                "peak_precision",
+                "peak_tflops",
+                "tf32",
+                "deterministic",
+                "precision",
+                "world_size",
+                "shared_gpu",
+                "model_flops_per_image",
+                "versions",
+            )
+        },
+    }
+    mfu = "-" if summary["mfu"] is None else f"{100 * summary['mfu']:.1f}%"
+    print(
+        f"  {name:<22} {summary['epoch_s']:7.3f} s/epoch  {summary['images_per_s']:8.1f} img/s  MFU {mfu:>6}  "
+        f"data-wait {100 * summary['data_wait_share']:5.1f}%  peak {summary['peak_mem_mb']:7.0f} MB  "
+        f"loss {summary['loss']:.4f}  [{run.get('peak_precision')}, tf32 {run.get('tf32')}, "
+        f"deterministic {run.get('deterministic')}]",
+        flush=True,
+    )
+    return summary
+
+
+def ratio(a: dict, b: dict, key: str = "images_per_s") -> float:
+    return a[key] / b[key]
+
+
+def check_precision(root, data, options, results) -> None:
+    fp32 = run_cell(root, "fp32", data, options)
+    bf16 = run_cell(root, "bf16", data, options, precision="amp", amp_dtype="bfloat16")
+    fp16 = run_cell(root, "fp16", data, options, precision="amp", amp_dtype="float16")
+    print(f"  bf16/fp32 images/s {ratio(bf16, fp32):.2f}, fp16/fp32 {ratio(fp16, fp32):.2f}", flush=True)
+    results["precision"] = [fp32, bf16, fp16]
+
+
+def check_tf32(root, data, options, results) -> None:
+    on = run_cell(root, "fp32_tf32_on", data, options)
+    off = run_cell(root, "fp32_tf32_off", data, options, env={"NVIDIA_TF32_OVERRIDE": "0"})
+    if on["run"]["tf32"] is not True or off["run"]["tf32"] is not False:
+        raise CheckFailed(f"run.json tf32: on {on['run']['tf32']}, off {off['run']['tf32']}")
+    print(
+        f"  TF32 on/off images/s {ratio(on, off):.2f} (peaks {on['run']['peak_tflops']} vs {off['run']['peak_tflops']})"
+    )
+    results["tf32"] = [on, off]
+
+
+def check_determinism(root, data, options, results) -> None:
+    default = run_cell(root, "deterministic_off", data, options)
+    forced = run_cell(root, "deterministic_on", data, options, deterministic=True)
+    print(f"  determinism off/on images/s {ratio(default, forced):.2f}", flush=True)
+    results["determinism"] = [default, forced]
+
+
+def check_loader(root, data, options, results) -> None:
+    none = run_cell(root, "loader_workers_0", data, options, loader={"workers": 0})
+    four = run_cell(root, "loader_workers_4", data, options, loader={"workers": 4})
+    print(
+        f"  data-wait share: workers 0 {100 * none['data_wait_share']:.1f}%, workers 4 "
+        f"{100 * four['data_wait_share']:.1f}%; images/s 4/0 {ratio(four, none):.2f}",
+        flush=True,
+    )
+    results["loader"] = [none, four]
+
+
+def check_shared(root, data, options, results) -> None:
+    shared = run_cell(root, "two_ranks_one_gpu", data, options, gpus=2, env={"SCALEBENCH_SHARE_GPU": "1"})
+    run = shared["run"]
+    if run["world_size"] != 2 or not run["shared_gpu"] or len(run["devices"] or []) != 2:
+        raise CheckFailed(f"two ranks sharing the GPU: run.json says {run}")
+    print("  two ranks on one GPU trained to the end through torchrun and Gloo (functional only)", flush=True)
+    results["shared"] = [shared]
+
+
+def check_mfu(root, data, options, results) -> None:
+    from model_flops import counted_by_torch
+
+    cell = (results.get("precision") or [run_cell(root, "fp32", data, options)])[0]
+    peak, reported = cell["run"]["peak_tflops"], cell["mfu"]
+    if peak is None or reported is None:
+        raise CheckFailed(f"no peak for {cell['run']['devices']}: add it to cluster.peak_tflops")
+    counted = counted_by_torch(*options.size)
+    independent = cell["images_per_s"] * counted / 1e12 / peak
+    print(
+        f"  MFU {100 * reported:.2f}% (model FLOPs {cell['run']['model_flops_per_image'] / 1e9:.2f} GFLOP/image); "
+        f"from FlopCounterMode ({counted / 1e9:.2f} GFLOP/image) and the measured images/s {100 * independent:.2f}%; "
+        f"ratio {reported / independent:.4f}",
+        flush=True,
+    )
+    results["mfu"] = {"reported": reported, "counted": independent, "counted_flops_per_image": counted}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checks", nargs="+", choices=CHECKS, default=list(CHECKS))
+    parser.add_argument("--epochs", type=int, default=4, help="epochs per cell; the first is warm-up (default 4)")
+    parser.add_argument("--images", type=int, default=96, help="synthetic image pairs (default 96)")
+    parser.add_argument("--size", default="768x1024", help="HxW of the prepared images (default 768x1024)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds one cell may take (default 600)")
+    parser.add_argument("--json", help="also write every figure to this file")
+    parser.add_argument("--workdir", help="keep data and cells here (default: a temporary folder)")
+    options = parser.parse_args()
+    options.size = tuple(int(part) for part in options.size.split("x"))
+    results: dict = {"gpu": gpu_line(), "options": {k: v for k, v in vars(options).items() if k != "json"}}
+    print(results["gpu"], flush=True)
+    failed = []
+    with _common.workspace(options.workdir, "gpu_check_") as root:
+        data = _common.prepare_dataset(root, options.images, *options.size)
+        for name in options.checks:
+            print(f"== {name}", flush=True)
+            try:
+                globals()[f"check_{name}"](root, data, options, results)
+            except CheckFailed as error:
+                print(f"  FAILED: {error}", flush=True)
+                failed.append(name)
+    results["failed"] = failed
+    if options.json:
+        Path(options.json).write_text(json.dumps(results, indent=2, default=str))
+    if failed:
+        raise SystemExit(f"gpu_check: failed: {', '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()

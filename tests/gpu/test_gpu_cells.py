@@ -1,0 +1,95 @@
+"""Cells on a real GPU, started through launch.py exactly as the train rule does.
+
+Skipped where torch sees no CUDA device (CI, laptops). On a GPU machine:
+    python -m pytest -m gpu tests/gpu
+benchmarks/gpu_check.py measures the same paths at the benchmark size.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import cell_settings, launch_cell
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
+]
+
+
+def train(prepared_data, out, gpus: int = 1, env: dict | None = None, **training) -> tuple[dict, list[dict], str]:
+    settings = cell_settings("torch", "native", gpus, device="cuda", **training)
+    result = launch_cell(settings, prepared_data, out, timeout=600, **(env or {}))
+    log = result.stdout + result.stderr
+    if result.returncode:
+        return {}, [], log
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return json.loads((out / "run.json").read_text()), records, log
+
+
+def test_a_cuda_cell_trains_on_its_gpu_with_nccl_and_reports_mfu(prepared_data, tmp_path):
+    run, records, log = train(prepared_data, tmp_path / "cell")
+    assert run, log[-3000:]
+    assert run["device"] == "cuda" and run["status"] == "ok"
+    assert run["devices"] == [torch.cuda.get_device_name(0)]
+    assert run["versions"]["distributed"] == "torch.distributed nccl"
+    assert run["tf32"] is (torch.cuda.get_device_capability(0)[0] >= 8)
+    epochs = [r for r in records if r["type"] == "epoch"]
+    assert all(math.isfinite(r["loss"]) for r in epochs)
+    if run["peak_tflops"] is not None:  # a GPU of the peaks table: MFU per GPU, a fraction
+        assert all(0 < r["mfu"] < 1 for r in epochs)
+
+
+@pytest.mark.parametrize(("amp_dtype", "peak_precision"), [("bfloat16", "bf16"), ("float16", "fp16")])
+def test_mixed_precision_trains_on_the_gpu(prepared_data, tmp_path, amp_dtype, peak_precision):
+    run, records, log = train(prepared_data, tmp_path / amp_dtype, precision="amp", amp_dtype=amp_dtype)
+    assert run, log[-3000:]
+    assert run["status"] == "ok" and run["peak_precision"] == peak_precision
+    assert all(math.isfinite(r["loss"]) for r in records if r["type"] == "epoch")
+
+
+def test_two_ranks_share_the_gpu_only_when_allowed(prepared_data, tmp_path):
+    needed = torch.cuda.device_count() + 1  # one rank more than this machine has GPUs
+    run, _, log = train(prepared_data, tmp_path / "refused", gpus=needed)
+    assert not run and f"need {needed} GPUs but torch" in log
+    assert not (tmp_path / "refused" / "metrics.jsonl").exists()  # refused before the first step
+    run, records, log = train(prepared_data, tmp_path / "shared", gpus=needed, env={"SCALEBENCH_SHARE_GPU": "1"})
+    assert run, log[-3000:]
+    assert run["status"] == "ok" and run["world_size"] == needed and run["shared_gpu"] is True
+    assert run["versions"]["distributed"] == "torch.distributed gloo"  # NCCL refuses two ranks on one GPU
+
+
+def test_mfu_is_the_measured_flops_over_the_gpus_peak(prepared_data, tmp_path):
+    from scalebench.data.preprocess import read_manifest
+    from torch.utils.flop_counter import FlopCounterMode
+
+    run, records, log = train(prepared_data, tmp_path / "cell")
+    assert run, log[-3000:]
+    if run["peak_tflops"] is None:
+        pytest.skip(f"{run['devices'][0]} is not in cluster.peak_tflops")
+    from scalebench.train.torch.model import UNet
+
+    height, width = read_manifest(prepared_data)["image_size"]
+    model = UNet().cuda()
+    counter = FlopCounterMode(display=False)
+    with counter:
+        image = torch.rand(1, 1, height, width, device="cuda")
+        mask = (torch.rand(1, 1, height, width, device="cuda") > 0.5).float()
+        torch.nn.functional.binary_cross_entropy_with_logits(model(image), mask).backward()
+    for record in (r for r in records if r["type"] == "epoch"):
+        counted = record["images_per_s"] * counter.get_total_flops() / 1e12 / run["peak_tflops"]
+        assert record["mfu"] == pytest.approx(counted, rel=0.05)
+
+
+def test_tensorflow_trains_on_the_gpu_with_batches_prefetched_to_it(prepared_data, tmp_path):
+    tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed here")
+    if not tf.config.list_physical_devices("GPU"):
+        pytest.skip("TensorFlow sees no GPU (its CUDA build or libraries are missing)")
+    settings = cell_settings("tensorflow", "native", 1, device="cuda")
+    result = launch_cell(settings, prepared_data, tmp_path / "tf", timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    run = json.loads((tmp_path / "tf" / "run.json").read_text())
+    assert run["device"] == "gpu" and run["status"] == "ok"
