@@ -108,7 +108,7 @@ def write_records(workdir: Path) -> int:
 
 def report_build(root: Path) -> dict[str, float]:
     workdir = new_workdir(root, "report_160", study_config(160))
-    timings = {"data": snakemake(workdir, "-c2", "results/data/prepared/manifest.json")}
+    timings = {"data": snakemake(workdir, "-c2", "prepared_data")}
     write_records(workdir)
     timings["analysis"] = snakemake(workdir, "-c2", "--config", "partial=true")
     timings["report"] = snakemake(workdir, "--report", str(workdir / "report.html"), "--config", "partial=true")

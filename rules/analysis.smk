@@ -33,7 +33,8 @@ rule collect_runs:
         cells=cells_json(),
         target_iou=config["training"]["target_iou"],
         legacy=legacy_json(),
-        profile=rerun_profile,
+        invocation=rerun_invocation,
+        data_key=sb_keys.prepared_key(config["dataset"]),
     script:
         "../workflow/scripts/collect_runs.py"
 

@@ -13,6 +13,8 @@ sys.path.insert(0, str(SCRIPTS))
 
 from scalebench import cell as sb_cell
 from scalebench import config as sb_config
+from scalebench import rerun as sb_rerun
+from scalebench.data import keys as sb_keys
 from scalebench.launch import resources as sb_resources
 
 # `--config partial=true` arrives as a string: Snakemake only reads True/False as booleans.
@@ -30,7 +32,11 @@ config.update(_resolved)
 
 CELLS = sb_config.cells(config)
 RUNS = sb_cell.RUNS_PATTERN
-PREPARED = "results/data/prepared"
+# Keyed by the settings that make them: another study's dataset settings prepare
+# beside these arrays, never over them (scalebench/data/keys.py).
+PREPARED = f"results/data/prepared/{sb_keys.prepared_key(config['dataset'])}"
+SYNTHETIC_RAW = f"results/data/raw/{sb_keys.synthetic_key(config['dataset']['synthetic'])}"
+ZENODO_RAW = f"results/data/raw/{sb_keys.zenodo_key(config['dataset']['zenodo']['record'])}"
 
 
 wildcard_constraints:
@@ -126,11 +132,11 @@ def legacy_json():
     return json.dumps(config["legacy"], sort_keys=True)
 
 
-def rerun_profile(wildcards):
-    """The profile the report's rerun commands name: the SLURM one when this run uses SLURM.
-    A params function, because Snakemake picks the executor after it has read the rules."""
-    plugin = getattr(workflow, "executor_plugin", None)
-    return "profiles/slurm" if "slurm" in str(getattr(plugin, "name", "")) else "profiles/local"
+def rerun_invocation(wildcards):
+    """This run's own command line (config files, overrides, executor or profile), from which
+    the report prints the commands that rerun cells as the study made them. A params
+    function: it is read in the process the user started, never in a job's."""
+    return json.dumps(dataclasses.asdict(sb_rerun.current(workflow)), sort_keys=True)
 
 
 def zenodo_receipt():
@@ -159,22 +165,13 @@ def raw_dataset(wildcards):
             raise WorkflowError(f"config key 'dataset.folder': {folder} is not a folder")
         return {"raw": str(folder)}
     if source == "zenodo":
-        return {"raw": "results/data/raw/zenodo", "receipt": zenodo_receipt()}
-    return {"raw": "results/data/raw/synthetic"}
+        return {"raw": ZENODO_RAW, "receipt": zenodo_receipt()}
+    return {"raw": SYNTHETIC_RAW}
 
 
 def dataset_provenance(wildcards):
     """What the manifest records about the source, as JSON (the script adds the archives' md5)."""
-    dataset = config["dataset"]
-    provenance = {"source": dataset["source"]}
-    if dataset["source"] == "folder":
-        provenance["folder"] = str(Path(dataset["folder"]).expanduser().resolve())
-    elif dataset["source"] == "zenodo":
-        provenance["record"] = int(dataset["zenodo"]["record"])
-        provenance["files_glob"] = dataset["zenodo"]["files"]
-    else:
-        provenance["synthetic"] = dataset["synthetic"]
-    return json.dumps(provenance, sort_keys=True)
+    return json.dumps(sb_keys.source_description(config["dataset"]), sort_keys=True)
 
 
 def train_settings(wildcards):

@@ -30,7 +30,7 @@ rule extract_dataset:
     input:
         receipt=zenodo_receipt(),
     output:
-        raw=directory("results/data/raw/zenodo"),
+        raw=directory(ZENODO_RAW),
     log:
         "results/logs/extract_dataset.log",
     benchmark:
@@ -43,7 +43,7 @@ rule extract_dataset:
 
 rule synthetic_dataset:
     output:
-        raw=directory("results/data/raw/synthetic"),
+        raw=directory(SYNTHETIC_RAW),
     log:
         "results/logs/synthetic_dataset.log",
     benchmark:
@@ -56,6 +56,12 @@ rule synthetic_dataset:
         seed=config["dataset"]["synthetic"]["seed"],
     script:
         "../workflow/scripts/make_synthetic.py"
+
+
+rule prepared_data:
+    # `snakemake prepared_data`: this study's arrays only (their folder is keyed by the settings).
+    input:
+        f"{PREPARED}/manifest.json",
 
 
 rule preprocess_dataset:

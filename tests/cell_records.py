@@ -39,6 +39,7 @@ def write_cell(
     run_json=True,
     truncate=False,
     epochs_extra=None,
+    data_key=None,
 ) -> Path:
     folder = root / Cell(framework, backend, gpus, seed).path
     folder.mkdir(parents=True)
@@ -80,6 +81,8 @@ def write_cell(
             "git_commit": "abc",
             "config_hash": "h1",
         }
+        if data_key:
+            run["data_key"] = data_key
         (folder / "run.json").write_text(json.dumps(run))
     return folder
 

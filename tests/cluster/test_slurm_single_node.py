@@ -77,4 +77,4 @@ def test_partition_slurm_rejects_fails_every_cell_with_sbatch_message(single_nod
     output = result.stdout + result.stderr
     # each cell was tried (keep-going), each failed with sbatch's own words
     assert output.count("invalid partition specified") >= 2, output[-4000:]
-    assert (tmp_path / "results" / "data" / "prepared" / "manifest.json").exists()
+    assert len(list((tmp_path / "results" / "data" / "prepared").glob("*/manifest.json"))) == 1

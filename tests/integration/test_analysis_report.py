@@ -56,7 +56,7 @@ def finished_cell(folder, gpus: int) -> None:
 
 def test_partial_report_from_the_finished_cells(tmp_path):
     config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1, 2, 4], "seeds": [1]})
-    prepared = run_snakemake(tmp_path, config, "--cores", "1", "results/data/prepared/manifest.json")
+    prepared = run_snakemake(tmp_path, config, "--cores", "1", "prepared_data")
     assert prepared.returncode == 0, prepared.stderr[-3000:]
     runs = tmp_path / "results" / "runs" / "torch" / "native"
     finished_cell(runs / "g1" / "s1", 1)

@@ -21,7 +21,13 @@ pytestmark = [
 ]
 
 RECORD = 7639190
-MANIFEST = "results/data/prepared/manifest.json"
+MANIFEST = "prepared_data"  # the rule whose input is this study's manifest
+
+
+def prepared_manifest(work) -> dict:
+    """The one manifest of the study in `work` (its folder is named by the dataset settings)."""
+    (path,) = (work / "results" / "data" / "prepared").glob("*/manifest.json")
+    return json.loads(path.read_text())
 
 
 def png(array: np.ndarray) -> bytes:
@@ -70,7 +76,7 @@ def test_zenodo_source_downloads_extracts_and_preprocesses(zenodo, tmp_path):
     work = tmp_path / "work"
     result = run_snakemake(work, zenodo_config(), "--cores", "1", MANIFEST)
     assert result.returncode == 0, result.stderr[-3000:]
-    manifest = json.loads((work / MANIFEST).read_text())
+    manifest = prepared_manifest(work)
     assert manifest["source"] == "zenodo" and manifest["record"] == RECORD
     assert manifest["pairing"] == "stem" and manifest["counts"] == {"pairs": 10, "train": 8, "test": 2}
     assert manifest["files"][0] == {"image": "SEM_images/Indents/indent_000.png", "mask": "masks/masks/indent_000.png"}
@@ -130,7 +136,7 @@ def test_folder_source_goes_through_the_same_discovery(tmp_path):
     config = tiny_config(dataset={"source": "folder", "folder": str(folder)})
     result = run_snakemake(work, config, "--cores", "1", MANIFEST)
     assert result.returncode == 0, result.stderr[-3000:]
-    manifest = json.loads((work / MANIFEST).read_text())
+    manifest = prepared_manifest(work)
     assert manifest["source"] == "folder" and manifest["folder"] == str(folder)
     assert manifest["files"][0] == {"image": "micrographs/sem_0000.png", "mask": "labels/sem_0000.png"}
 

@@ -6,10 +6,17 @@ import sys
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from scalebench.analysis.study import collect_study
+from scalebench.rerun import Invocation
 
 params = snakemake.params
+invocation = json.loads(params.invocation)
 summary = collect_study(
-    params.runs_root, json.loads(params.cells), params.target_iou, json.loads(params.legacy), params.profile
+    params.runs_root,
+    json.loads(params.cells),
+    params.target_iou,
+    json.loads(params.legacy),
+    Invocation(tuple(invocation["program"]), invocation["directory"], tuple(invocation["options"])),
+    params.data_key,
 )
 summary.runs.to_csv(snakemake.output.runs, index=False)
 summary.epochs.to_csv(snakemake.output.epochs, index=False)

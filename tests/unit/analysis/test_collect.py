@@ -9,6 +9,7 @@ from cell_records import cell, write_cell
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import completeness
 from scalebench.analysis import study as summary
+from scalebench.rerun import Invocation
 
 
 def test_steady_state_epoch_time_is_the_median_after_the_first():
@@ -79,16 +80,36 @@ def test_time_to_target_is_the_training_time_of_the_first_epoch_at_the_target(tm
     assert math.isnan(runs.iloc[0]["time_to_target_s"])  # never reached
 
 
+STUDY = Invocation(("snakemake",), "/work/study", ("--profile", "/repo/profiles/slurm", "--configfile", "/s.yaml"))
+
+
 def test_rerun_commands_name_the_cell_and_force_only_where_outputs_exist(tmp_path):
     write_cell(tmp_path, seed=1, status="diverged")
     write_cell(tmp_path, seed=2, run_json=False)
-    collected = summary.collect_study(str(tmp_path), [cell(seed=s) for s in (1, 2, 3)], 0.8, [], "profiles/slurm")
+    collected = summary.collect_study(str(tmp_path), [cell(seed=s) for s in (1, 2, 3)], 0.8, [], STUDY)
     commands = dict(zip(collected.incomplete["item"], collected.incomplete["rerun"]))
+    study = "cd /work/study && snakemake --profile /repo/profiles/slurm --configfile /s.yaml"
     assert commands == {
-        "torch/native/g1/s1": "snakemake --profile profiles/slurm --force results/runs/torch/native/g1/s1/metrics.jsonl",
-        "torch/native/g1/s2": "snakemake --profile profiles/slurm results/runs/torch/native/g1/s2/metrics.jsonl",
-        "torch/native/g1/s3": "snakemake --profile profiles/slurm results/runs/torch/native/g1/s3/metrics.jsonl",
+        "torch/native/g1/s1": f"{study} --force results/runs/torch/native/g1/s1/metrics.jsonl",
+        "torch/native/g1/s2": f"{study} results/runs/torch/native/g1/s2/metrics.jsonl",
+        "torch/native/g1/s3": f"{study} results/runs/torch/native/g1/s3/metrics.jsonl",
+        completeness.ALL_ITEM: f"{study} --force "
+        + " ".join(f"results/runs/torch/native/g1/s{s}/metrics.jsonl" for s in (1, 2, 3)),
     }
-    assert list(collected.incomplete["status"]) == ["diverged", "failed", "missing"]
+    assert list(collected.incomplete["status"]) == ["diverged", "failed", "missing", ""]
     assert set(completeness.COLUMNS) == set(collected.incomplete.columns)
     assert list(collected.provenance["config_hash"].fillna("")) == ["h1", "", ""]
+
+
+def test_a_cell_trained_on_other_prepared_data_is_stale_not_ok(tmp_path):
+    write_cell(tmp_path, seed=1, data_key="synthetic-32x48-aaaa")
+    write_cell(tmp_path, seed=2, data_key="synthetic-32x48-bbbb")
+    write_cell(tmp_path, seed=3)  # written before cells recorded their data key: nothing to compare
+    collected = summary.collect_study(
+        str(tmp_path), [cell(seed=s) for s in (1, 2, 3)], 0.8, [], STUDY, "synthetic-32x48-bbbb"
+    )
+    runs = collected.runs
+    assert list(runs["status"]) == ["stale", "ok", "ok"]
+    assert "trained on prepared data synthetic-32x48-aaaa, the study's is synthetic-32x48-bbbb" in runs["reason"][0]
+    assert list(collected.incomplete["item"]) == ["torch/native/g1/s1"]
+    assert " --force results/runs/torch/native/g1/s1/metrics.jsonl" in collected.incomplete["rerun"][0]

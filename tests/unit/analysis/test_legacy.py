@@ -6,6 +6,7 @@ import pytest
 from scalebench.analysis import legacy
 from scalebench.analysis import study as summary
 from scalebench.analysis.scaling import scaling
+from scalebench.rerun import Invocation
 
 HEADER = ",time_per_epoch,loss,lr,training_time,test_time,iou\n"
 
@@ -86,7 +87,7 @@ def test_labels_must_be_distinct_from_each_other_and_from_the_project(tmp_path):
 
 def test_imported_rows_join_the_tables_and_scale_against_their_own_base(folder, tmp_path):
     entries = [{"path": str(folder), "framework": "torch", "label": "reference"}]
-    collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, "profiles/local")
+    collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, Invocation(("snakemake",), "/w", ()))
     assert set(collected.runs["source"]) == {"reference"}
     assert collected.runs["seed"].isna().all()
     skipped = collected.incomplete[collected.incomplete["status"] == "skipped (legacy import)"]

@@ -14,6 +14,7 @@ from scalebench.report import scaling_figures as plots
 from scalebench.report import training_figures as plots_training
 from scalebench.report.predictions import picture_panel
 from scalebench.report.save import save_figure
+from scalebench.rerun import Invocation
 
 
 def all_figures(runs, epochs, target=0.8) -> dict:
@@ -82,7 +83,9 @@ def test_imported_studies_appear_beside_the_own_cells(tmp_path):
             header + f"0,{seconds},0.5,0.001,{2 * seconds},1,0.8\n1,{seconds},0.4,0.001,{2 * seconds},1,0.8\n"
         )
     entries = [{"path": str(old), "framework": "torch", "label": "reference"}]
-    collected = summary.collect_study(str(tmp_path / "runs"), [cell(gpus=1), cell(gpus=2)], 0.8, entries, "x")
+    collected = summary.collect_study(
+        str(tmp_path / "runs"), [cell(gpus=1), cell(gpus=2)], 0.8, entries, Invocation(("snakemake",), "/w", ())
+    )
     runs, epochs = through_csv(collected.runs, collected.epochs, tmp_path)
     figures = all_figures(runs, epochs)
     assert set(figures["speedup"].data["source"]) == {"scalebench", "reference"}

@@ -19,7 +19,9 @@ from scalebench.cell import Cell
 
 KEYS = ["framework", "backend", "gpus", "seed"]
 OWN_SOURCE = "scalebench"
-STATUSES = ["ok", "diverged", "oom", "failed", "missing"]
+TRAINING_STATUSES = ["ok", "diverged", "oom"]  # what a rank writes into run.json at the end
+# A cell's status in the tables: stale cells finished on other prepared data than the study's.
+STATUSES = ["ok", "stale", "diverged", "oom", "failed", "missing"]
 
 # Where and with what a cell ran: the tail of runs.csv and the report's provenance table.
 PROVENANCE_COLUMNS = [
@@ -30,6 +32,7 @@ PROVENANCE_COLUMNS = [
     "slurm_job_id",
     "git_commit",
     "config_hash",
+    "data_key",
     "start",
     "end",
 ]
@@ -136,16 +139,27 @@ def cell_status(run: dict | None, has_metrics: bool, has_log: bool, final: dict,
         return "failed", "metrics.jsonl ends in a truncated record (killed job)"
     if not final:
         return "failed", "metrics.jsonl has no final record"
-    if status not in STATUSES:
+    if status not in TRAINING_STATUSES:
         return "failed", f"unknown status {status!r} in run.json"
     return status, "" if status == "ok" else f"training ended {status}"
 
 
-def read_cell(run_dir: str | Path, keys: dict, target_iou: float | None = None) -> tuple[dict, list[dict]]:
+def stale_reason(run: dict, data_key: str | None) -> str:
+    """Why a finished cell does not belong to this study ('' if it does): it trained on other arrays."""
+    trained_on = run.get("data_key")
+    if data_key and trained_on and trained_on != data_key:
+        return f"trained on prepared data {trained_on}, the study's is {data_key} (other dataset settings)"
+    return ""
+
+
+def read_cell(
+    run_dir: str | Path, keys: dict, target_iou: float | None = None, data_key: str | None = None
+) -> tuple[dict, list[dict]]:
     """One runs.csv row and the epochs.csv rows of the cell folder `run_dir`.
 
     `keys` (framework, backend, gpus, seed) come from the matrix, so a cell whose
-    run.json is missing or broken still gets its row.
+    run.json is missing or broken still gets its row. `data_key`: the study's prepared
+    arrays; a cell that trained on others is stale, not ok.
     """
     run_dir = Path(run_dir)
     run: dict | None = None
@@ -163,6 +177,8 @@ def read_cell(run_dir: str | Path, keys: dict, target_iou: float | None = None) 
     if run_json.exists() and run is None:
         reason = "run.json is not valid JSON"
     run = run or {}
+    if status == "ok" and stale_reason(run, data_key):
+        status, reason = "stale", stale_reason(run, data_key)
 
     gpus = int(keys["gpus"])
     times = [_number(e.get("epoch_time_s")) for e in epochs]
@@ -203,6 +219,7 @@ def read_cell(run_dir: str | Path, keys: dict, target_iou: float | None = None) 
         "slurm_job_id": (run.get("slurm") or {}).get("job_id"),
         "git_commit": run.get("git_commit"),
         "config_hash": run.get("config_hash"),
+        "data_key": run.get("data_key"),
         "start": run.get("start"),
         "end": run.get("end"),
     }
@@ -234,14 +251,14 @@ def epochs_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def collect(
-    runs_root: str | Path, cells: list[dict], target_iou: float | None = None
+    runs_root: str | Path, cells: list[dict], target_iou: float | None = None, data_key: str | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """runs.csv and epochs.csv frames for every cell of `cells` under `runs_root`."""
     rows, epoch_rows = [], []
     for keys in cells:
         keys = {k: keys[k] for k in KEYS}
         folder = Path(runs_root) / Cell(**keys).path
-        row, epochs = read_cell(folder, keys, target_iou)
+        row, epochs = read_cell(folder, keys, target_iou, data_key)
         rows.append(row)
         epoch_rows.extend(epochs)
     return sort_runs(runs_frame(rows)), sort_runs(epochs_frame(epoch_rows))

@@ -9,6 +9,7 @@ import pandas as pd
 
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import completeness, legacy
+from scalebench.rerun import Invocation
 
 
 @dataclass
@@ -24,9 +25,10 @@ def collect_study(
     cells: list[dict],
     target_iou: float | None,
     legacy_entries: list[dict],
-    profile: str,
+    invocation: Invocation,
+    data_key: str | None = None,
 ) -> Summary:
-    runs, epochs = analysis.collect(runs_root, cells, target_iou)
+    runs, epochs = analysis.collect(runs_root, cells, target_iou, data_key)
     legacy_runs, legacy_epochs, skipped = legacy.import_all(legacy_entries)
     for skip in skipped:
         print(f"WARNING: legacy file skipped: {skip.path}: {skip.reason}", file=sys.stderr)
@@ -37,5 +39,5 @@ def collect_study(
         runs=runs,
         epochs=epochs,
         provenance=analysis.provenance(runs[runs["source"] == analysis.OWN_SOURCE]),
-        incomplete=completeness.incomplete(runs, skipped, profile),
+        incomplete=completeness.incomplete(runs, skipped, invocation),
     )

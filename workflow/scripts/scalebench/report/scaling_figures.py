@@ -45,7 +45,14 @@ from scalebench.analysis.scaling import GROUP, METRICS, interval_summary, usable
 
 BACKEND_LABELS = {"native": "native", "horovod": "Horovod"}
 BACKEND_COLOURS = {"native": "#1b6ca8", "Horovod": "#d95f02"}
-STATUS_COLOURS = {"ok": "#4daf4a", "diverged": "#ff7f00", "oom": "#984ea3", "failed": "#e41a1c", "missing": "#bdbdbd"}
+STATUS_COLOURS = {
+    "ok": "#4daf4a",
+    "stale": "#a6761d",
+    "diverged": "#ff7f00",
+    "oom": "#984ea3",
+    "failed": "#e41a1c",
+    "missing": "#bdbdbd",
+}
 SHAPES = ["o", "^", "s", "D", "v", "P"]
 LINETYPES = ["solid", "dashed", "dotted", "dashdot"]
 WIDE = (10, 4.5)

@@ -120,6 +120,7 @@ class TrainingLoop:
             threads_per_rank=run.threads,
             gpu_required=run.gpu_required,
             shared_gpu=run.share_gpu,
+            data_key=Path(run.data_dir).name,  # the prepared arrays' folder is named by their settings
             collective_timeout_s=self.training.collective_timeout_s,
             precision=self.training.precision_label,
         )
