@@ -17,10 +17,8 @@ from scalebench import rerun as sb_rerun
 from scalebench.data import keys as sb_keys
 from scalebench.launch import resources as sb_resources
 
-# `--config partial=true` arrives as a string: Snakemake only reads True/False as booleans.
-if str(config.get("partial")).lower() in ("true", "false"):
-    config["partial"] = str(config["partial"]).lower() == "true"
-
+# validate() also converts the strings of --config (partial=true, matrix={"gpus": [1, 2]})
+# to the schema's types: Snakemake reads values inside a structure as strings.
 try:
     _resolved = sb_config.validate(
         config, sb_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")

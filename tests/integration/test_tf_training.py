@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from conftest import (
     PYTHON,
+    REPO,
     cell_settings,
     launch_cell,
     rank_command,
@@ -18,6 +19,8 @@ from conftest import (
     tool_env,
     wait_for,
 )
+from scalebench import config as sb_config
+from scalebench.launch import launcher as sb_launch
 
 pytestmark = pytest.mark.integration
 
@@ -187,3 +190,23 @@ def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["status"] == "failed" and "DeviceError" in run["error"]
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_auto_strategy_follows_a_one_process_launcher(prepared_data, tmp_path):
+    """tf_strategy auto with a tensorflow_native template that starts one process: MirroredStrategy
+    drives both replicas of a 2-"GPU" cell (logical CPU devices here) in that one process."""
+    settings = cell_settings("tensorflow", "native", 2, tf_strategy="auto", epochs=2)
+    launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
+    launchers["local"]["tensorflow_native"] = "{python} {program}"
+    result = subprocess.run(
+        sb_launch.command_line(settings, prepared_data, tmp_path, launchers),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=tool_env(SCALEBENCH_EXECUTOR="local"),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "rank 0/1: MirroredStrategy with 2 replicas" in result.stdout
+    epochs, _, run = read_records(tmp_path)
+    assert run["status"] == "ok" and len(epochs) == 2
+    assert run["versions"]["distributed"] == "tf.distribute MirroredStrategy local"

@@ -30,6 +30,29 @@ def test_dry_run_lists_one_training_job_per_cell(tmp_path):
     assert counts["synthetic_dataset"] == 1 and counts["preprocess_dataset"] == 1
 
 
+def test_structured_config_overrides_take_the_schemas_types(tmp_path):
+    """`--config matrix={...}` as the README prints it: Snakemake hands the numbers over as strings."""
+    config = tiny_config(matrix={"frameworks": ["tensorflow"], "backends": ["native"], "gpus": [1], "seeds": [1]})
+    result = run_snakemake(
+        tmp_path,
+        config,
+        "-n",
+        "--config",
+        'matrix={"gpus": [1, 2, 4], "frameworks": ["torch"], "backends": ["native", "horovod"], "seeds": [1, 2]}',
+        'training={"epochs": 2, "base_lr": 0.5, "batch_norm": false, "threads_per_rank": null}',
+    )
+    assert result.returncode == 0, result.stderr
+    assert job_counts(result.stdout)["train"] == 12
+    assert "results/runs/torch/horovod/g4/s2/metrics.jsonl" in result.stdout
+
+
+def test_config_override_that_does_not_fit_names_the_key(tmp_path):
+    result = run_snakemake(tmp_path, tiny_config(), "-n", "--config", 'matrix={"gpus": [1, "two"]}')
+    assert result.returncode != 0
+    # a dry run logs its errors to stdout
+    assert "config key 'matrix.gpus[1]': 'two' is not of type 'integer'" in result.stdout + result.stderr
+
+
 def test_bad_config_stops_before_any_job(tmp_path):
     config = tiny_config(training={"batch_per_gpu": 0, "epochz": 3})
     result = run_snakemake(tmp_path, config, "--cores", "1")

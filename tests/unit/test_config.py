@@ -104,3 +104,76 @@ def test_framework_and_backend_names_are_the_schemas(schema):
     matrix = schema["properties"]["matrix"]["properties"]
     assert tuple(matrix["frameworks"]["items"]["enum"]) == sb_config.FRAMEWORKS
     assert tuple(matrix["backends"]["items"]["enum"]) == sb_config.BACKENDS
+
+
+# --- strings from --config: Snakemake reads `matrix={"gpus": [1, 2]}` with YAML's BaseLoader,
+# so every scalar inside a structure arrives as a string.
+
+
+def test_strings_become_the_schemas_types(schema):
+    config = tiny_config(
+        matrix={"gpus": ["1", "2"], "seeds": ["7"]},
+        training={
+            "epochs": "2",
+            "base_lr": "0.5",
+            "max_loss": "1e3",
+            "decay_factor": "1",
+            "batch_norm": "false",
+            "deterministic": "true",
+            "threads_per_rank": "null",
+            "collective_timeout_s": "~",
+            "loader": {"pin_memory": "False", "workers": "0"},
+        },
+        cluster={"time": {"base_min": "2.5"}, "peak_tflops": {"X1": {"fp32": "10"}}},
+    )
+    config["partial"] = "true"
+    resolved = sb_config.validate(config, schema)
+    assert resolved["matrix"]["gpus"] == [1, 2] and resolved["matrix"]["seeds"] == [7]
+    training = resolved["training"]
+    assert (training["epochs"], training["base_lr"], training["max_loss"]) == (2, 0.5, 1000.0)
+    assert type(training["epochs"]) is int and type(training["decay_factor"]) is int
+    assert training["batch_norm"] is False and training["deterministic"] is True
+    assert training["threads_per_rank"] is None and training["collective_timeout_s"] is None
+    assert training["loader"] == {"pin_memory": False, "workers": 0, "prefetch_factor": 2}
+    assert resolved["cluster"]["time"]["base_min"] == 2.5
+    assert resolved["cluster"]["peak_tflops"] == {"X1": {"fp32": 10}}
+    assert resolved["partial"] is True
+
+
+def test_genuine_strings_stay_strings(schema):
+    config = tiny_config(cluster={"partition": "123", "account": "null", "extra": "true", "gres": "gpu:{n}"})
+    config["legacy"] = [{"path": "1", "framework": "torch", "label": "2"}]
+    resolved = sb_config.validate(config, schema)
+    cluster = resolved["cluster"]
+    assert (cluster["partition"], cluster["account"], cluster["extra"]) == ("123", "null", "true")
+    assert resolved["legacy"] == [{"path": "1", "framework": "torch", "label": "2"}]
+
+
+def test_coerce_reads_enums_without_a_type_and_leaves_the_input_alone():
+    schema = {"type": "object", "properties": {"level": {"enum": [1, 2, None]}, "name": {"enum": ["a", "b"]}}}
+    original = {"level": "2", "name": "b", "unknown": "3"}
+    assert sb_config.coerce(original, schema) == {"level": 2, "name": "b", "unknown": "3"}
+    assert sb_config.coerce({"level": "null"}, schema) == {"level": None}
+    assert original == {"level": "2", "name": "b", "unknown": "3"}
+
+
+STRINGS_THAT_DO_NOT_FIT = [
+    ({"matrix": {"gpus": ["1", "abc"]}}, "config key 'matrix.gpus[1]': 'abc' is not of type 'integer'"),
+    ({"training": {"epochs": "2.0"}}, "config key 'training.epochs': '2.0' is not of type 'integer'"),
+    ({"training": {"base_lr": "0.5x"}}, "config key 'training.base_lr': '0.5x' is not of type 'number'"),
+    ({"training": {"batch_norm": "yes"}}, "config key 'training.batch_norm': 'yes' is not of type 'boolean'"),
+    ({"training": {"epochs": "null"}}, "config key 'training.epochs': 'null' is not of type 'integer'"),
+    (
+        {"training": {"threads_per_rank": "0"}},
+        "config key 'training.threads_per_rank': 0 is less than the minimum of 1",
+    ),
+    ({"matrix": {"seeds": ["1", "1"]}}, "config key 'matrix.seeds': duplicate values [1]"),
+]
+
+
+@pytest.mark.parametrize(("override", "message"), STRINGS_THAT_DO_NOT_FIT, ids=[m for _, m in STRINGS_THAT_DO_NOT_FIT])
+def test_strings_that_do_not_fit_are_rejected_naming_the_key(schema, override, message):
+    config = tiny_config(**override)
+    with pytest.raises(sb_config.ConfigError) as error:
+        sb_config.validate(config, schema)
+    assert message in str(error.value)

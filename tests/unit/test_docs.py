@@ -1,8 +1,12 @@
-"""The README's configuration reference is generated from the schema and must match it."""
+"""The README and docs: the configuration reference matches the schema, the commands are
+read by one rule, programs and links point at files that exist inside the repository."""
 
+import re
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 
@@ -21,3 +25,128 @@ def test_every_config_key_is_documented():
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
     undocumented = [key for key, _, _, meaning in rows(schema) if not meaning]
     assert not undocumented, f"add a description to config/schema.yaml for {undocumented}"
+
+
+# --- the README's commands and links
+
+
+def test_shell_commands_are_read_from_shell_blocks_by_one_rule():
+    from readme_commands import shell_commands, snakemake_commands
+
+    markdown = "\n".join(
+        [
+            "```bash",
+            "# a comment line",
+            "./install.sh && .venv/bin/snakemake --profile p   # what it does",
+            "",
+            "```",
+            "```console",
+            '$ snakemake --config \'x={"a": "#1"}\'',
+            "output, not a command",
+            "```",
+            "```yaml",
+            "snakemake: not a shell block",
+            "```",
+            "`snakemake inline` is prose",
+        ]
+    )
+    assert shell_commands(markdown) == [
+        "./install.sh",
+        ".venv/bin/snakemake --profile p",
+        'snakemake --config \'x={"a": "#1"}\'',
+    ]
+    assert snakemake_commands(markdown) == [".venv/bin/snakemake --profile p", 'snakemake --config \'x={"a": "#1"}\'']
+
+
+def test_programs_the_readme_names_by_path_exist():
+    """./install.sh and the like in the checkout; .venv/bin/... in the environment install.sh makes."""
+    from readme_commands import shell_commands
+
+    missing = []
+    for command in shell_commands((REPO / "README.md").read_text()):
+        program = command.split()[0]
+        if program.startswith(".venv/"):
+            path = Path(sys.prefix) / program.removeprefix(".venv/")
+        elif "/" in program:
+            path = REPO / program
+        else:
+            continue
+        if not path.exists():
+            missing.append(program)
+    assert not missing
+
+
+MARKDOWN_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+INLINE_LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$", re.MULTILINE)
+PARENT_PATH_IN_CODE = re.compile(r"`(\.\./[^`\s]*)`")
+
+
+def relative_links(markdown: str) -> list[str]:
+    """Link targets that are paths (not URLs, not anchors in the same page), relative to the document."""
+    targets = INLINE_LINK.findall(markdown) + REFERENCE_LINK.findall(markdown)
+    return [t for t in targets if not re.match(r"[a-z][a-z0-9+.-]*:|#", t)]
+
+
+def parent_paths_in_code(markdown: str) -> list[str]:
+    """`../path` in inline code: a path a reader is told to use, from the repository root."""
+    return PARENT_PATH_IN_CODE.findall(markdown)
+
+
+def test_relative_links_and_parent_paths_are_found():
+    markdown = "[a](docs/x.md#part) [b](https://example.org) [c](#local) [d]: ../no.md\n`../shared/tool`\n[e]: ../e.md"
+    assert relative_links(markdown) == ["docs/x.md#part", "../e.md"]
+    assert parent_paths_in_code(markdown) == ["../shared/tool"]
+
+
+@pytest.mark.parametrize("document", MARKDOWN_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_relative_links_resolve_to_files_inside_the_repository(document):
+    root = REPO.resolve()
+    text = document.read_text()
+    places = [(document.parent, link.split("#")[0]) for link in relative_links(text)]
+    places += [(REPO, path) for path in parent_paths_in_code(text)]
+    broken = []
+    for base, target in places:
+        path = (base / target).resolve()
+        if not path.is_relative_to(root) or not path.exists():
+            broken.append(target)
+    assert not broken, f"{document.name}: links that leave the repository or lead nowhere: {broken}"
+
+
+def cell_files_table() -> str:
+    """The first column of the README's table of a cell's files."""
+    text = (REPO / "README.md").read_text()
+    table = text.split("Each cell writes to", 1)[1].split("\n\n", 2)[1]
+    return "\n".join(row.split("|")[1] for row in table.splitlines()[2:])
+
+
+def listed_names(folder: Path) -> list[str]:
+    """What a cell folder holds, as the table writes it (folders with a slash)."""
+    return sorted(f"`{p.name}/`" if p.is_dir() else f"`{p.name}`" for p in folder.iterdir())
+
+
+def test_cell_files_table_names_each_frameworks_checkpoint(tmp_path):
+    """A real checkpoint of each framework, written into a cell folder, is what the README lists."""
+    import tensorflow as tf
+    from scalebench.train.tf import checkpoint as tf_checkpoint
+    from scalebench.train.torch import checkpoint as torch_checkpoint
+
+    torch_cell, tf_cell = tmp_path / "torch", tmp_path / "tensorflow"
+    torch_cell.mkdir()
+    tf_cell.mkdir()
+    torch_checkpoint.Checkpoint(torch_cell, "hash").save({"epoch": 1})
+    tf_checkpoint.Checkpoint(tf_cell, "hash", {"step": tf.Variable(1)}, writes=True, participates=False).save({}, 1)
+    assert listed_names(torch_cell) == ["`checkpoint.pt`"] and listed_names(tf_cell) == ["`checkpoint/`"]
+    table = cell_files_table()
+    assert "`checkpoint.pt` (PyTorch)" in table and "`checkpoint/` (TensorFlow" in table
+    assert "`ckpt-EPOCH.*`" in table and list((tf_cell / "checkpoint").glob("ckpt-1.*"))
+    torch_checkpoint.remove(torch_cell)  # "removed when it finishes"
+    tf_checkpoint.remove(tf_cell)
+    assert listed_names(torch_cell) == listed_names(tf_cell) == []
+
+
+def test_cell_files_table_lists_the_train_rules_outputs():
+    rule = (REPO / "rules" / "train.smk").read_text()
+    table = cell_files_table()
+    for name in ("metrics.jsonl", "run.json", "train.log", "benchmark.tsv"):
+        assert f'/{name}"' in rule and f"`{name}`" in table
