@@ -109,7 +109,38 @@ def runs_folder(wildcards):
 
 
 def cells_json():
-    return json.dumps([dataclasses.asdict(cell) for cell in CELLS])
+    """Each cell's keys and settings: collect_runs marks a cell trained with other settings stale."""
+    return json.dumps(
+        [
+            {**dataclasses.asdict(cell), "settings": sb_config.train_settings(config, cell)}
+            for cell in CELLS
+        ],
+        sort_keys=True,
+    )
+
+
+def warn_about_changed_cells():
+    """Name the finished cells whose settings are not the study's any more, and what changed:
+    Snakemake retrains them when a run builds them (their parameters changed)."""
+    for cell in CELLS:
+        path = Path(cell.folder) / "run.json"
+        try:
+            trained = json.loads(path.read_text()).get("settings") if path.exists() else None
+        except (OSError, ValueError):
+            continue
+        if trained is None:
+            continue
+        changes = sb_config.settings_changes(trained, sb_config.train_settings(config, cell))
+        if changes:
+            print(
+                f"warning: {cell.path} was trained with other settings ({'; '.join(changes)}); "
+                "a run that builds it retrains it",
+                file=sys.stderr,
+            )
+
+
+if workflow.is_main_process:
+    warn_about_changed_cells()
 
 
 def legacy_inputs():

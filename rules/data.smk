@@ -61,7 +61,9 @@ rule synthetic_dataset:
 rule prepared_data:
     # `snakemake prepared_data`: this study's arrays only (their folder is keyed by the settings).
     input:
-        f"{PREPARED}/manifest.json",
+        images=f"{PREPARED}/images.npy",
+        masks=f"{PREPARED}/masks.npy",
+        manifest=f"{PREPARED}/manifest.json",
 
 
 rule preprocess_dataset:

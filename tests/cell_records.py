@@ -40,6 +40,7 @@ def write_cell(
     truncate=False,
     epochs_extra=None,
     data_key=None,
+    settings=None,
 ) -> Path:
     folder = root / Cell(framework, backend, gpus, seed).path
     folder.mkdir(parents=True)
@@ -83,6 +84,8 @@ def write_cell(
         }
         if data_key:
             run["data_key"] = data_key
+        if settings is not None:
+            run["settings"] = settings
         (folder / "run.json").write_text(json.dumps(run))
     return folder
 

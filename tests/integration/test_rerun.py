@@ -79,3 +79,65 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     report = snakemake(study, *options, "--report", "report.html")
     assert report.returncode == 0, report.stderr[-3000:]
     assert (study / "report.html").stat().st_size > 100_000
+
+
+def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_path):
+    config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1], "seeds": [1, 2]})
+    first = snakemake(tmp_path, "--configfile", write(tmp_path / "c.yaml", config), "--cores", "2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    config["training"]["base_lr"] = 0.002
+    changed = write(tmp_path / "c.yaml", config)
+    dry = snakemake(tmp_path, "--configfile", changed, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    for seed in (1, 2):
+        assert (
+            f"warning: torch/native/g1/s{seed} was trained with other settings (training.base_lr: 0.001 -> 0.002); "
+            "a run that builds it retrains it" in dry.stderr
+        )
+    assert dry.stdout.count("rule train:") == 2  # Snakemake sees their parameters changed
+    # where the user keeps them (rerun triggers without params), the report marks them stale
+    options = ["--configfile", changed, "--config", "partial=true", "--rerun-triggers", "mtime", "input"]
+    options += ["--forcerun", "collect_runs"]  # params do not trigger here: force the analysis
+    partial = snakemake(tmp_path, *options, "--cores", "1")
+    assert partial.returncode == 0, partial.stderr[-3000:]
+    rows = incomplete_rows(tmp_path)
+    assert [(r["item"], r["status"]) for r in rows] == [
+        ("torch/native/g1/s1", "stale"),
+        ("torch/native/g1/s2", "stale"),
+        ("all of the above", ""),
+    ]
+    assert "training.base_lr: 0.001 -> 0.002" in rows[0]["reason"] and "--force" in rows[0]["rerun"]
+    # the study's own run retrains them with the new settings
+    again = snakemake(tmp_path, "--configfile", changed, "--cores", "2")
+    assert again.returncode == 0, again.stderr[-3000:]
+    run = json.loads((tmp_path / "results" / "runs" / "torch" / "native" / "g1" / "s1" / "run.json").read_text())
+    assert run["settings"]["training"]["base_lr"] == 0.002 and incomplete_rows(tmp_path) == []
+
+
+def test_other_dataset_settings_prepare_beside_and_a_failed_preparation_deletes_nothing(tmp_path):
+    first = snakemake(
+        tmp_path, "--configfile", write(tmp_path / "a.yaml", tiny_config()), "--cores", "1", "prepared_data"
+    )
+    assert first.returncode == 0, first.stderr[-3000:]
+    prepared = tmp_path / "results" / "data" / "prepared"
+    (arrays,) = prepared.iterdir()
+    before = digests(arrays)
+    other = tiny_config(dataset={"image_size": [48, 32]})
+    second = snakemake(tmp_path, "--configfile", write(tmp_path / "b.yaml", other), "--cores", "1", "prepared_data")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert len(list(prepared.iterdir())) == 2 and digests(arrays) == before
+    (tmp_path / "empty").mkdir()
+    broken = tiny_config(dataset={"source": "folder", "folder": str(tmp_path / "empty")})
+    failed = snakemake(tmp_path, "--configfile", write(tmp_path / "c.yaml", broken), "--cores", "1", "prepared_data")
+    assert failed.returncode != 0
+    assert len(list(prepared.iterdir())) == 2 and digests(arrays) == before
+    # a lost file of the arrays is rebuilt with the rest, never half-read
+    (arrays / "masks.npy").unlink()
+    again = snakemake(tmp_path, "--configfile", str(tmp_path / "a.yaml"), "--cores", "1", "prepared_data")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert digests(arrays) == before
+
+
+def write(path, config: dict) -> str:
+    path.write_text(yaml.safe_dump(config))
+    return str(path)

@@ -177,3 +177,13 @@ def test_strings_that_do_not_fit_are_rejected_naming_the_key(schema, override, m
     with pytest.raises(sb_config.ConfigError) as error:
         sb_config.validate(config, schema)
     assert message in str(error.value)
+
+
+def test_settings_changes_name_each_key_that_differs():
+    trained = {"training": {"epochs": 2, "loader": {"workers": 0}}, "cell": {"gpus": 2}}
+    now = {"training": {"epochs": 3, "loader": {"workers": 0}, "deterministic": None}, "cell": {"gpus": 2}}
+    assert sb_config.settings_changes(trained, now) == [
+        'training.deterministic: "(not set)" -> null',
+        "training.epochs: 2 -> 3",
+    ]
+    assert sb_config.settings_changes(now, now) == []

@@ -113,3 +113,13 @@ def test_a_cell_trained_on_other_prepared_data_is_stale_not_ok(tmp_path):
     assert "trained on prepared data synthetic-32x48-aaaa, the study's is synthetic-32x48-bbbb" in runs["reason"][0]
     assert list(collected.incomplete["item"]) == ["torch/native/g1/s1"]
     assert " --force results/runs/torch/native/g1/s1/metrics.jsonl" in collected.incomplete["rerun"][0]
+
+
+def test_a_cell_trained_with_other_settings_is_stale_and_the_reason_says_what_changed(tmp_path):
+    now = {"training": {"epochs": 3, "base_lr": 0.001}, "cell": {"gpus": 1}}
+    write_cell(tmp_path, seed=1, settings={"training": {"epochs": 2, "base_lr": 0.001}, "cell": {"gpus": 1}})
+    write_cell(tmp_path, seed=2, settings=now)
+    cells = [{**cell(seed=s), "settings": now} for s in (1, 2)]
+    runs = summary.collect_study(str(tmp_path), cells, 0.8, [], STUDY).runs
+    assert list(runs["status"]) == ["stale", "ok"]
+    assert runs["reason"][0] == "trained with other settings than the study's: training.epochs: 2 -> 3"

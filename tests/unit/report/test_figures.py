@@ -115,3 +115,10 @@ def test_picture_panel(tmp_path, with_predictions):
         assert len(figure.axes) == 2 * 4  # test images 3 and 7, four columns
     else:
         assert titles == [] and "No finished cell has saved predictions" in figure.texts[1].get_text()
+
+
+def test_picture_panel_without_any_ok_cell_says_so(tmp_path):
+    write_cell(tmp_path / "runs", gpus=1, status="diverged")  # no ok cell: nothing to choose from
+    runs, _ = analysis.collect(tmp_path / "runs", [cell(gpus=1), cell(gpus=2)])
+    figure = picture_panel(runs, tmp_path / "runs", tmp_path / "data", 3)
+    assert "No finished cell has saved predictions" in figure.texts[1].get_text()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -276,3 +277,23 @@ def train_settings(config: dict, cell: Cell) -> dict:
             "split_seed": config["dataset"]["split_seed"],
         },
     }
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def settings_changes(trained: dict, now: dict) -> list[str]:
+    """What differs between the settings a cell trained with and the study's now: 'key: old -> new'."""
+    before, after = _flatten(trained), _flatten(now)
+    missing = "(not set)"
+    return [
+        f"{key}: {json.dumps(before.get(key, missing))} -> {json.dumps(after.get(key, missing))}"
+        for key in sorted(set(before) | set(after))
+        if before.get(key, missing) != after.get(key, missing)
+    ]

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from scalebench.cell import Cell
+from scalebench.config import settings_changes
 
 KEYS = ["framework", "backend", "gpus", "seed"]
 OWN_SOURCE = "scalebench"
@@ -144,22 +145,33 @@ def cell_status(run: dict | None, has_metrics: bool, has_log: bool, final: dict,
     return status, "" if status == "ok" else f"training ended {status}"
 
 
-def stale_reason(run: dict, data_key: str | None) -> str:
-    """Why a finished cell does not belong to this study ('' if it does): it trained on other arrays."""
+def stale_reason(run: dict, data_key: str | None, settings: dict | None) -> str:
+    """Why a finished cell does not belong to this study ('' if it does): it trained on other
+    prepared arrays, or with other settings than the study's now (cells that predate the
+    record of either are not judged)."""
     trained_on = run.get("data_key")
     if data_key and trained_on and trained_on != data_key:
         return f"trained on prepared data {trained_on}, the study's is {data_key} (other dataset settings)"
+    if settings is not None and run.get("settings") is not None:
+        changes = settings_changes(run["settings"], settings)
+        if changes:
+            return "trained with other settings than the study's: " + "; ".join(changes)
     return ""
 
 
 def read_cell(
-    run_dir: str | Path, keys: dict, target_iou: float | None = None, data_key: str | None = None
+    run_dir: str | Path,
+    keys: dict,
+    target_iou: float | None = None,
+    data_key: str | None = None,
+    settings: dict | None = None,
 ) -> tuple[dict, list[dict]]:
     """One runs.csv row and the epochs.csv rows of the cell folder `run_dir`.
 
     `keys` (framework, backend, gpus, seed) come from the matrix, so a cell whose
-    run.json is missing or broken still gets its row. `data_key`: the study's prepared
-    arrays; a cell that trained on others is stale, not ok.
+    run.json is missing or broken still gets its row. `data_key` (the study's prepared
+    arrays) and `settings` (the cell's settings in the study now): a cell that trained
+    on other arrays or settings is stale, not ok.
     """
     run_dir = Path(run_dir)
     run: dict | None = None
@@ -177,8 +189,8 @@ def read_cell(
     if run_json.exists() and run is None:
         reason = "run.json is not valid JSON"
     run = run or {}
-    if status == "ok" and stale_reason(run, data_key):
-        status, reason = "stale", stale_reason(run, data_key)
+    if status == "ok" and stale_reason(run, data_key, settings):
+        status, reason = "stale", stale_reason(run, data_key, settings)
 
     gpus = int(keys["gpus"])
     times = [_number(e.get("epoch_time_s")) for e in epochs]
@@ -253,12 +265,13 @@ def epochs_frame(rows: list[dict]) -> pd.DataFrame:
 def collect(
     runs_root: str | Path, cells: list[dict], target_iou: float | None = None, data_key: str | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """runs.csv and epochs.csv frames for every cell of `cells` under `runs_root`."""
+    """runs.csv and epochs.csv frames for every cell of `cells` (keys, and the cell's settings
+    where known) under `runs_root`."""
     rows, epoch_rows = [], []
-    for keys in cells:
-        keys = {k: keys[k] for k in KEYS}
+    for entry in cells:
+        keys = {k: entry[k] for k in KEYS}
         folder = Path(runs_root) / Cell(**keys).path
-        row, epochs = read_cell(folder, keys, target_iou, data_key)
+        row, epochs = read_cell(folder, keys, target_iou, data_key, entry.get("settings"))
         rows.append(row)
         epoch_rows.extend(epochs)
     return sort_runs(runs_frame(rows)), sort_runs(epochs_frame(epoch_rows))

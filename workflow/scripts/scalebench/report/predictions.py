@@ -26,7 +26,8 @@ def chosen_cells(runs: pd.DataFrame, runs_root: str | Path) -> list[tuple[str, P
         Path(runs_root) / Cell(r.framework, r.backend, int(r.gpus), int(r.seed)).path / "predictions"
         for r in cells.itertuples()
     ]
-    cells = cells[[folder.is_dir() and any(folder.glob("test_*.png")) for folder in cells["folder"]]]
+    saved = [folder.is_dir() and any(folder.glob("test_*.png")) for folder in cells["folder"]]
+    cells = cells.loc[pd.Series(saved, index=cells.index, dtype=bool)]  # a plain empty list would select columns
     chosen = []
     for (framework, backend), group in cells.groupby(["framework", "backend"], sort=True):
         sizes = sorted(set(group["gpus"]))

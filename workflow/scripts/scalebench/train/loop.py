@@ -125,6 +125,7 @@ class TrainingLoop:
             precision=self.training.precision_label,
         )
         record["versions"] = {**record.get("versions", {}), **self.backend.versions()}
+        record["settings"] = run.source
         hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
         record.update(provenance.placement(hosts, devices, run.image_size))

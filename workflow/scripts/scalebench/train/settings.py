@@ -89,6 +89,9 @@ class RunSettings:
     threads: int  # compute threads of this rank (threads_per_rank resolved)
     gpu_required: bool  # device cuda, or auto in a SLURM cell of a cluster with GPUs: no GPU is an error
     share_gpu: bool = False  # SCALEBENCH_SHARE_GPU=1: ranks may share a GPU (functional checks on one GPU only)
+    # the JSON this rank was started with, recorded in run.json: the report tells a cell
+    # trained with other settings than the study's from it, key by key
+    source: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, settings: dict, data_dir: str, out_dir: str, env: dict[str, str] | None = None) -> RunSettings:
@@ -108,6 +111,7 @@ class RunSettings:
             threads=threads,
             gpu_required=training.device == "cuda" or (training.device == "auto" and on_gpu_cluster),
             share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
+            source=settings,
         )
 
 
