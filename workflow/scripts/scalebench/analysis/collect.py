@@ -15,10 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalebench.cell import Cell
+from scalebench.cell import OWN_SOURCE, Cell
 
 KEYS = ["framework", "backend", "gpus", "seed"]
-OWN_SOURCE = "scalebench"
 STATUSES = ["ok", "diverged", "oom", "failed", "missing"]
 
 # Where and with what a cell ran: the tail of runs.csv and the report's provenance table.
