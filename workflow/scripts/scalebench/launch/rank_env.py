@@ -5,7 +5,7 @@ sets HOROVOD_RANK/HOROVOD_SIZE/HOROVOD_LOCAL_RANK/HOROVOD_LOCAL_SIZE (and so
 does adopt_srun_rank under horovod_srun.py); srun sets SLURM_PROCID/
 SLURM_LOCALID/SLURM_NTASKS and the node list. Under srun the rendezvous address
 and port come from MASTER_ADDR/MASTER_PORT when launch.py exported them (the
-first node's address, a port derived from the job id), else from the first
+first node's address, the start of the job's port block), else from the first
 host of the node list and the job id. One process with none of these is rank 0
 of 1.
 """
@@ -17,9 +17,11 @@ import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-from scalebench.launch.slurm import free_port, local_task_count, port_for_job, step_hosts, step_tasks_per_node
+from scalebench.launch.ports import free_port, port_for_job
+from scalebench.launch.slurm import local_task_count, step_hosts, step_tasks_per_node
 
 RENDEZVOUS = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
+
 
 # The variable each launcher's world size is read from, for messages.
 WORLD_SIZE_SOURCES = {
