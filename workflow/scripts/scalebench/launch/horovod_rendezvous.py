@@ -20,7 +20,7 @@ import os
 import socket
 import subprocess
 
-from scalebench.launch.rank_env import RENDEZVOUS
+from scalebench.launch.rank_env import HOROVOD_PLAN, RENDEZVOUS
 from scalebench.launch.slurm import block_distribution, slurm_allocation
 
 
@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     server.init(plan)
     env = dict(os.environ)
     env.update(
-        {RENDEZVOUS: socket.gethostbyname(allocation.master_addr)},
+        {
+            RENDEZVOUS: socket.gethostbyname(allocation.master_addr),
+            HOROVOD_PLAN: ",".join(f"{host}:{n}" for host, n in blocks),  # each rank checks that srun agreed
+        },
         HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
         HOROVOD_CONTROLLER="gloo",
         HOROVOD_CPU_OPERATIONS="gloo",
