@@ -71,6 +71,14 @@ BAD_CONFIGS = [
         {"matrix": {"gpus": [10]}, "cluster": {"gpus_per_node": 4}},
         "config key 'matrix.gpus': 10 GPUs cannot be spread evenly over 3 nodes of 4",
     ),
+    (
+        {"legacy": [{"path": "a", "framework": "torch", "label": "old"}] * 2},
+        "config key 'legacy[1].label': 'old' is already used",
+    ),
+    (
+        {"legacy": [{"path": "a", "framework": "torch", "label": "scalebench"}]},
+        "config key 'legacy[0].label': 'scalebench' is already used",
+    ),
 ]
 
 

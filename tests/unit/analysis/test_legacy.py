@@ -45,7 +45,7 @@ def test_import_reads_the_well_formed_files_and_reports_the_others_by_name(folde
     assert reasons == {
         "log_hvd_8.csv": "missing column(s) iou",
         "log_2.csv": "iou outside [0, 1]",
-        "log_nope.csv": "name is not log_<gpus>.csv or log_hvd_<gpus>.csv",
+        "log_nope.csv": f"name is not {legacy.NAMES}",
     }
 
 
@@ -79,17 +79,81 @@ def test_a_missing_folder_names_the_config_key_and_an_empty_one_is_reported(tmp_
 
 
 def test_labels_must_be_distinct_from_each_other_and_from_the_project(tmp_path):
-    with pytest.raises(legacy.LegacyError, match=r"legacy\[0\]\.label: 'scalebench' is already used"):
+    with pytest.raises(legacy.LegacyError, match=r"'legacy\[0\]\.label': 'scalebench' is already used"):
         legacy.import_all([{"path": str(tmp_path), "framework": "torch", "label": "scalebench"}])
-    with pytest.raises(legacy.LegacyError, match=r"legacy\[1\]\.label"):
+    with pytest.raises(legacy.LegacyError, match=r"'legacy\[1\]\.label'"):
         legacy.import_all([{"path": str(tmp_path), "framework": "torch", "label": "x"}] * 2)
+
+
+@pytest.fixture
+def repeats(tmp_path):
+    """The reference repositories' Logs/ folder: log_<gpus>.csv is repeat 0, log_<repeat>_<gpus>.csv the others."""
+    logs = tmp_path / "Logs"
+    logs.mkdir()
+    totals = {"log_1.csv": 100.0, "log_1_1.csv": 110.0, "log_2_1.csv": 90.0}
+    totals |= {
+        "log_4.csv": 30.0,
+        "log_1_4.csv": 28.0,
+        "log_2_4.csv": 26.0,
+        "log_hvd_4.csv": 40.0,
+        "log_hvd_1_4.csv": 42.0,
+    }
+    for name, total in totals.items():
+        (logs / name).write_text(log([(total / 2, 0.5), (total / 2, 0.4)], total, 0.9))
+    return logs
+
+
+def test_repeat_files_are_the_seeds_of_one_cell(repeats):
+    runs, epochs, skipped = legacy.import_all([{"path": str(repeats), "framework": "torch", "label": "2023"}])
+    assert skipped == []
+    seeds = sorted((r["backend"], r["gpus"], r["seed"], r["train_time_s"]) for r in runs)
+    assert seeds == [
+        ("horovod", 4, 0, 40.0),
+        ("horovod", 4, 1, 42.0),
+        ("native", 1, 0, 100.0),
+        ("native", 1, 1, 110.0),
+        ("native", 1, 2, 90.0),
+        ("native", 4, 0, 30.0),
+        ("native", 4, 1, 28.0),
+        ("native", 4, 2, 26.0),
+    ]
+    assert sorted({(e["gpus"], e["seed"]) for e in epochs if e["backend"] == "native"}) == [
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (4, 0),
+        (4, 1),
+        (4, 2),
+    ]
+
+
+def test_imported_repeats_get_seed_intervals_like_our_own(repeats, tmp_path):
+    entries = [{"path": str(repeats), "framework": "torch", "label": "2023"}]
+    collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, "profiles/local")
+    table = scaling(collected.runs).set_index(["backend", "gpus"])
+    native4 = table.loc[("native", 4)]
+    assert native4["interval"] == "paired t"  # repeat k at 4 GPUs against repeat k at 1 GPU
+    ratios = [100.0 / 30.0, 110.0 / 28.0, 90.0 / 26.0]
+    assert native4["speedup_train_time"] == pytest.approx(sum(ratios) / 3)
+    assert native4["speedup_train_time_lo"] < min(ratios) and native4["speedup_train_time_hi"] > max(ratios)
+    # Horovod ran 4 GPUs only: its own base, as for single files.
+    assert table.loc[("horovod", 4), "base_gpus"] == 4
+
+
+def test_a_repeat_given_twice_is_skipped_by_name(repeats):
+    (repeats / "log_0_4.csv").write_text(log([(1.0, 0.5)], 1.0, 0.9))
+    runs, _, skipped = legacy.import_all([{"path": str(repeats), "framework": "torch", "label": "2023"}])
+    assert [(s.path.rsplit("/", 1)[1], s.reason) for s in skipped] == [
+        ("log_4.csv", "repeat 0 of native on 4 GPUs is already log_0_4.csv")
+    ]
+    assert sum(1 for r in runs if (r["backend"], r["gpus"], r["seed"]) == ("native", 4, 0)) == 1
 
 
 def test_imported_rows_join_the_tables_and_scale_against_their_own_base(folder, tmp_path):
     entries = [{"path": str(folder), "framework": "torch", "label": "reference"}]
     collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, Invocation(("snakemake",), "/w", ()))
     assert set(collected.runs["source"]) == {"reference"}
-    assert collected.runs["seed"].isna().all()
+    assert set(collected.runs["seed"]) == {0}  # one run per world size: repeat 0
     skipped = collected.incomplete[collected.incomplete["status"] == "skipped (legacy import)"]
     assert sorted(p.rsplit("/", 1)[1] for p in skipped["item"]) == ["log_2.csv", "log_hvd_8.csv", "log_nope.csv"]
     table = scaling(collected.runs)

@@ -1,7 +1,11 @@
 """Horovod ranks started by srun: the rendezvous plan and each rank's HOROVOD_* variables."""
 
+import json
+import subprocess
+
 import pytest
-from scalebench.launch.rank_env import adopt_srun_rank
+from conftest import cell_settings, rank_command, tool_env
+from scalebench.launch.rank_env import LayoutMismatch, adopt_srun_rank
 from scalebench.launch.slurm import block_distribution
 
 
@@ -46,9 +50,11 @@ def test_rank_takes_its_place_from_srun():
 
 
 def uneven_env(rank: int) -> dict[str, str]:
-    """Rank `rank` of 10 over 3 nodes laid out 4, 4, 2 (a cell of 10 GPUs on 4-GPU nodes)."""
+    """Rank `rank` of 10 over 3 nodes laid out 4, 4, 2 (a cell of 10 GPUs on 4-GPU nodes), as srun sets it."""
     node, local = min(rank // 4, 2), rank - 4 * min(rank // 4, 2)
     return srun_env(
+        SLURMD_NODENAME=f"n{node + 1}",
+        SLURM_STEP_NODELIST="n[1-3]",
         SLURM_PROCID=str(rank),
         SLURM_LOCALID=str(local),
         SLURM_NODEID=str(node),
@@ -85,6 +91,32 @@ def test_uneven_layout_agrees_with_the_rendezvous_plan():
         assert tuple(int(env[f"HOROVOD_{k}"]) for k in keys) == expected
 
 
+@pytest.mark.parametrize("rank", range(10))
+def test_every_rank_of_an_uneven_layout_that_srun_placed_as_planned_gets_its_true_place(rank):
+    env = {**uneven_env(rank), "SCALEBENCH_HOROVOD_PLAN": "n1:4,n2:4,n3:2"}  # what horovod_srun.py planned
+    assert adopt_srun_rank(env)
+    node, local = min(rank // 4, 2), rank - 4 * min(rank // 4, 2)
+    assert env["HOROVOD_HOSTNAME"] == f"n{node + 1}"
+    assert (env["HOROVOD_RANK"], env["HOROVOD_SIZE"]) == (str(rank), "10")
+    assert (env["HOROVOD_LOCAL_RANK"], env["HOROVOD_LOCAL_SIZE"]) == (str(local), "2" if node == 2 else "4")
+
+
+@pytest.mark.parametrize("rank", [0, 4, 9])
+def test_a_layout_other_than_the_rendezvous_plan_stops_every_rank_with_both_layouts(rank):
+    """An older SLURM spreads 10 tasks over three 4-task nodes as 4, 3, 3, not in blocks."""
+    node = 0 if rank < 4 else 1 if rank < 7 else 2
+    env = {
+        **uneven_env(rank),
+        "SLURM_STEP_TASKS_PER_NODE": "4,3(x2)",
+        "SLURM_NODEID": str(node),
+        "SLURM_LOCALID": str(rank - [0, 4, 7][node]),
+        "SCALEBENCH_HOROVOD_PLAN": "n1:4,n2:4,n3:2",
+    }
+    with pytest.raises(LayoutMismatch, match=r"placed the ranks as n1:4,n2:3,n3:3 but .* n1:4,n2:4,n3:2"):
+        adopt_srun_rank(env)
+    assert "HOROVOD_RANK" not in env
+
+
 @pytest.mark.parametrize("present", ["HOROVOD_RANK", "no-rendezvous", "no-srun"])
 def test_other_launchers_are_left_alone(present):
     env = srun_env(HOROVOD_RANK="0") if present == "HOROVOD_RANK" else srun_env()
@@ -95,3 +127,19 @@ def test_other_launchers_are_left_alone(present):
     before = dict(env)
     assert not adopt_srun_rank(env)
     assert env == before
+
+
+def test_a_rank_placed_against_the_plan_fails_its_cell_before_training(tmp_path):
+    """rank 0 of a real train.py, started as srun would on a SLURM that spread 10 tasks 4, 3, 3."""
+    env = {
+        **uneven_env(0),
+        "SLURM_STEP_TASKS_PER_NODE": "4,3(x2)",
+        "SLURM_STEP_ID": "0",
+        "SCALEBENCH_HOROVOD_PLAN": "n1:4,n2:4,n3:2",
+    }
+    command = rank_command(cell_settings("torch", "horovod", 10), tmp_path / "no-data", tmp_path / "out")
+    result = subprocess.run(command, env=tool_env(**env), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "rank 0: failed: srun placed the ranks as n1:4,n2:3,n3:3" in result.stderr
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert run["status"] == "failed" and "LayoutMismatch" in run["error"]

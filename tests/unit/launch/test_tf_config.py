@@ -10,7 +10,7 @@ import re
 
 import pytest
 from scalebench.launch import rank_env
-from scalebench.launch.slurm import port_for_job
+from scalebench.launch.ports import MAX_RANKS_PER_NODE, PORT_BLOCK, SLURM_BLOCKS, port_for_job
 from scalebench.launch.tf_config import ClusterMismatch, resolve_tf_config
 
 
@@ -25,13 +25,13 @@ def torchrun_env(rank: int, world: int, port: int = 29400) -> dict[str, str]:
     }
 
 
-def slurm_env(rank: int, ntasks: int, nodes: str, per_node: str, job: str = "4242") -> dict[str, str]:
+def slurm_env(rank: int, ntasks: int, nodes: str, per_node: str, job: str | int = "4242") -> dict[str, str]:
     return {
         "SLURM_PROCID": str(rank),
         "SLURM_LOCALID": "0",
         "SLURM_NTASKS": str(ntasks),
         "SLURM_STEP_ID": "0",
-        "SLURM_JOB_ID": job,
+        "SLURM_JOB_ID": str(job),
         "SLURM_JOB_NODELIST": nodes,
         "SLURM_STEP_NODELIST": nodes,
         "SLURM_STEP_TASKS_PER_NODE": per_node,
@@ -50,10 +50,41 @@ def test_torchrun_workers_get_ports_after_the_master_port():
     }
 
 
-def test_two_cells_on_one_node_never_share_a_port():
-    first = resolve(torchrun_env(0, 2, port=31000))["cluster"]["worker"]
-    second = resolve(torchrun_env(0, 2, port=31003))["cluster"]["worker"]
-    assert not set(first) & set(second)
+def ports_on(config: dict, host: str) -> set[int]:
+    return {int(w.rsplit(":", 1)[1]) for w in config["cluster"]["worker"] if w.rsplit(":", 1)[0] == host}
+
+
+@pytest.mark.parametrize("ranks", [2, 8, 63, 64])
+def test_cells_of_consecutive_jobs_on_one_node_never_share_a_port(ranks):
+    """Every port a cell listens on (its rendezvous and its workers) lies in its job's block."""
+    used = {}
+    for job in range(9000, 9000 + SLURM_BLOCKS):
+        config = resolve(slurm_env(0, ranks, "gpu01", str(ranks), job=job))
+        used[job] = {port_for_job(job)} | ports_on(config, "gpu01")
+        assert len(used[job]) == ranks + 1
+    # SLURM_BLOCKS consecutive job ids: no port is used twice
+    assert len(set().union(*used.values())) == sum(len(ports) for ports in used.values())
+
+
+def test_any_number_of_ranks_fits_the_block_at_most_64_per_node():
+    config = resolve(slurm_env(0, 4 * MAX_RANKS_PER_NODE, "gpu[01-04]", f"{MAX_RANKS_PER_NODE}(x4)", job=77))
+    start = port_for_job(77)
+    for host in ("gpu01", "gpu04"):
+        assert ports_on(config, host) == set(range(start + 1, start + PORT_BLOCK))
+
+
+def test_more_workers_on_a_node_than_the_block_holds_is_refused():
+    with pytest.raises(ClusterMismatch, match="65 TensorFlow workers on one address"):
+        resolve(slurm_env(0, 65, "gpu01", "65"))
+
+
+def test_node_names_on_one_address_get_distinct_ports():
+    """A test cluster runs several slurmd on one host: its node names share an address."""
+    env = {**slurm_env(0, 4, "sbnode[1-2]", "2(x2)"), "SCALEBENCH_NODE_ADDRS": "sbnode1=127.0.0.1,sbnode2=127.0.0.1"}
+    ports = [int(w.rsplit(":", 1)[1]) for w in resolve(env)["cluster"]["worker"]]
+    assert len(set(ports)) == 4
+    apart = slurm_env(0, 4, "gpu[01-02]", "2(x2)")
+    assert ports_on(resolve(apart), "gpu01") == ports_on(resolve(apart), "gpu02")
 
 
 def test_slurm_ranks_are_placed_in_blocks_over_the_nodes():
@@ -61,7 +92,8 @@ def test_slurm_ranks_are_placed_in_blocks_over_the_nodes():
     hosts = [worker.split(":")[0] for worker in config["cluster"]["worker"]]
     assert hosts == ["gpu01", "gpu01", "gpu02", "gpu02"]
     ports = [int(worker.split(":")[1]) for worker in config["cluster"]["worker"]]
-    assert ports == [port_for_job("4242") + 1 + rank for rank in range(4)]
+    start = port_for_job("4242")
+    assert ports == [start + 1, start + 2, start + 1, start + 2]  # per node: the workers of one address
     assert config["task"] == {"type": "worker", "index": 3}
 
 

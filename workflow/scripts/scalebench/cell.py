@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 RUNS_ROOT = "results/runs"
+# The source of this project's own cells in the tables; imported studies carry their legacy label.
+OWN_SOURCE = "scalebench"
 
 
 @dataclass(frozen=True, order=True)

@@ -22,7 +22,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from scalebench.cell import Cell  # also reached as config.Cell
+from scalebench.cell import OWN_SOURCE, Cell  # Cell is also reached as config.Cell
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
 FRAMEWORKS = ("torch", "tensorflow")
@@ -209,8 +209,20 @@ def _check_semantics(config: dict) -> None:
                 f"of {too_big} GPUs span several nodes ({ranks_per_node_limit(cluster)} per node); "
                 "use auto or multiworker"
             )
+    problems += legacy_label_problems(config["legacy"])
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def legacy_label_problems(entries: list[dict]) -> list[str]:
+    """Labels that would merge two sources in the tables: repeated, or this project's own."""
+    problems, labels = [], [entry["label"] for entry in entries]
+    for index, label in enumerate(labels):
+        if label == OWN_SOURCE or label in labels[:index]:
+            problems.append(
+                f"config key 'legacy[{index}].label': {label!r} is already used; give every import its own label"
+            )
+    return problems
 
 
 LAUNCHER_PLACEHOLDERS = (

@@ -15,13 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalebench.cell import Cell
+from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config import settings_changes
 
 KEYS = ["framework", "backend", "gpus", "seed"]
-OWN_SOURCE = "scalebench"
 TRAINING_STATUSES = ["ok", "diverged", "oom"]  # what a rank writes into run.json at the end
-# A cell's status in the tables: stale cells finished on other prepared data than the study's.
+# A cell's status in the tables: stale cells finished on other prepared data or settings than the study's.
 STATUSES = ["ok", "stale", "diverged", "oom", "failed", "missing"]
 
 # Where and with what a cell ran: the tail of runs.csv and the report's provenance table.

@@ -1,11 +1,16 @@
-"""Import result logs of the reference study this project grew from.
+"""Import result logs of the reference studies this project grew from.
 
 A legacy folder holds ``log_<gpus>.csv`` (native backend) and ``log_hvd_<gpus>.csv``
 (Horovod): CSV with an unnamed index column and the columns time_per_epoch, loss,
 lr, training_time, test_time, iou, one row per epoch; training_time, test_time and
-iou are repeated on every row (seconds; IOU in [0, 1]). Each file becomes one
-runs.csv row (status ok, no seed) and its epochs.csv rows, with source = the label.
-A malformed file is skipped and reported by name, never silently.
+iou are repeated on every row (seconds; IOU in [0, 1]). A study that ran a world
+size again wrote each repeat as ``log_<repeat>_<gpus>.csv`` (``log_hvd_<repeat>_<gpus>.csv``),
+e.g. ``Logs/log_1_10.csv`` beside ``Logs/log_10.csv``; the plain name is repeat 0.
+The repeat number becomes the seed, so repeats of one world size are the seeds of
+one cell and get intervals as our own cells do, paired by repeat number (the
+reference studies ran repeat k of every world size with the same code and seed).
+Each file becomes one runs.csv row (status ok) and its epochs.csv rows, with
+source = the label. A malformed file is skipped and reported by name, never silently.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalebench.analysis.collect import OWN_SOURCE, steady_epoch_time
+from scalebench.analysis.collect import steady_epoch_time
+from scalebench.config import legacy_label_problems
 
 COLUMNS = ["time_per_epoch", "loss", "lr", "training_time", "test_time", "iou"]
-NAME = re.compile(r"log_(?P<hvd>hvd_)?(?P<gpus>\d+)\.csv")
+NAME = re.compile(r"log_(?P<hvd>hvd_)?(?:(?P<repeat>\d+)_)?(?P<gpus>\d+)\.csv")
+NAMES = "log_<gpus>.csv, log_hvd_<gpus>.csv or log_[hvd_]<repeat>_<gpus>.csv"
 
 
 class LegacyError(ValueError):
@@ -69,23 +76,30 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
     runs, epochs, skipped = [], [], []
     files = legacy_files(entry, index)
     if not files:
-        skipped.append(Skipped(entry["path"], "no log_<gpus>.csv or log_hvd_<gpus>.csv files in the folder"))
+        skipped.append(Skipped(entry["path"], f"no {NAMES} files in the folder"))
+    seen: dict[tuple[str, int, int], Path] = {}
     for path in files:
         match = NAME.fullmatch(path.name)
         if not match:
-            skipped.append(Skipped(str(path), "name is not log_<gpus>.csv or log_hvd_<gpus>.csv"))
+            skipped.append(Skipped(str(path), f"name is not {NAMES}"))
+            continue
+        backend, gpus, repeat = "horovod" if match["hvd"] else "native", int(match["gpus"]), int(match["repeat"] or 0)
+        if (backend, gpus, repeat) in seen:
+            earlier = seen[backend, gpus, repeat].name
+            skipped.append(Skipped(str(path), f"repeat {repeat} of {backend} on {gpus} GPUs is already {earlier}"))
             continue
         try:
             table = read_log(path)
         except ValueError as error:
             skipped.append(Skipped(str(path), str(error)))
             continue
+        seen[backend, gpus, repeat] = path
         keys = {
             "source": entry["label"],
             "framework": entry["framework"],
-            "backend": "horovod" if match["hvd"] else "native",
-            "gpus": int(match["gpus"]),
-            "seed": pd.NA,
+            "backend": backend,
+            "gpus": gpus,
+            "seed": repeat,
         }
         last = table.iloc[-1]
         times = table["time_per_epoch"].tolist()
@@ -122,11 +136,11 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
 
 
 def import_all(entries: list[dict]) -> tuple[list[dict], list[dict], list[Skipped]]:
+    """Every legacy entry's runs rows, epoch rows and skipped files (labels as the config validation checks them)."""
     runs, epochs, skipped = [], [], []
-    labels = [entry["label"] for entry in entries]
-    for index, label in enumerate(labels):
-        if label == OWN_SOURCE or label in labels[:index]:
-            raise LegacyError(f"legacy[{index}].label: {label!r} is already used; give every import its own label")
+    problems = legacy_label_problems(entries)
+    if problems:
+        raise LegacyError("; ".join(problems))
     for index, entry in enumerate(entries):
         entry_runs, entry_epochs, entry_skipped = import_folder(entry, index)
         runs += entry_runs

@@ -3,7 +3,9 @@
 horovodrun starts the ranks on other nodes over ssh, which many clusters forbid.
 Horovod's Gloo controller needs only a rendezvous server and a few HOROVOD_*
 variables per rank. This runs Horovod's own rendezvous server in the job's
-batch step, then the srun command given after ``--``; each rank turns srun's
+batch step, on the first port of the cell's block (MASTER_PORT, see ports.py;
+Horovod alone would take a random port, maybe one of another cell's block),
+then the srun command given after ``--``; each rank turns srun's
 SLURM_* variables into HOROVOD_* ones (``rank_env.adopt_srun_rank``, called by
 both Horovod backends before ``hvd.init()``). This module runs in the batch step
 only; nothing here is imported by a rank.
@@ -18,8 +20,19 @@ import os
 import socket
 import subprocess
 
-from scalebench.launch.rank_env import RENDEZVOUS
+from scalebench.launch.rank_env import HOROVOD_PLAN, RENDEZVOUS
 from scalebench.launch.slurm import block_distribution, slurm_allocation
+
+
+def start_rendezvous(port: int):
+    """Horovod's rendezvous server listening on `port` (RendezvousServer.start would pick a random one)."""
+    from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer, RendezvousServer
+    from horovod.runner.util.threads import in_thread
+
+    server = RendezvousServer()
+    server._httpd = RendezvousHTTPServer(("", port), RendezvousHandler, 0)  # what start() sets up, on our port
+    server._listen_thread = in_thread(target=server._httpd.serve_forever)
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,17 +43,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     from horovod.runner.common.util.hosts import HostInfo, get_host_assignments
-    from horovod.runner.http.http_server import RendezvousServer
 
     allocation = slurm_allocation(os.environ["SLURM_JOB_ID"])
-    blocks = zip(allocation.hosts, block_distribution(args.ranks, len(allocation.hosts)))
-    plan = get_host_assignments([HostInfo(host, n) for host, n in blocks if n], args.ranks)
-    server = RendezvousServer()
-    port = server.start()
+    blocks = [
+        (host, n) for host, n in zip(allocation.hosts, block_distribution(args.ranks, len(allocation.hosts))) if n
+    ]
+    plan = get_host_assignments([HostInfo(host, n) for host, n in blocks], args.ranks)
+    port = int(os.environ.get("MASTER_PORT") or allocation.port)
+    server = start_rendezvous(port)
     server.init(plan)
     env = dict(os.environ)
     env.update(
-        {RENDEZVOUS: socket.gethostbyname(allocation.master_addr)},
+        {
+            RENDEZVOUS: socket.gethostbyname(allocation.master_addr),
+            HOROVOD_PLAN: ",".join(f"{host}:{n}" for host, n in blocks),  # each rank checks that srun agreed
+        },
         HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),
         HOROVOD_CONTROLLER="gloo",
         HOROVOD_CPU_OPERATIONS="gloo",

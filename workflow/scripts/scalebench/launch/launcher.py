@@ -7,8 +7,9 @@ Inside a SLURM job the command of a Snakemake job runs with a trimmed
 environment: the SLURM jobstep plugin removes every SLURM_* variable except the
 job id, so the node list, task geometry and CPUs per task are read back from
 ``scontrol show job`` here, and the launcher template passes them to srun
-explicitly. The rendezvous address (the first node's NodeAddr) and a port
-derived from the job id go to the ranks as MASTER_ADDR/MASTER_PORT.
+explicitly. The rendezvous address (the first node's NodeAddr) and the start
+of the cell's port block (ports.py: from the job id under SLURM, a block held
+by this process locally) go to the ranks as MASTER_ADDR/MASTER_PORT.
 
 The resolved command goes to the top of the log. The ranks run in their own
 process group, which is killed when the launcher returns or is signalled, so a
@@ -27,7 +28,8 @@ import sys
 import time
 from pathlib import Path
 
-from scalebench.launch.slurm import Allocation, SlurmError, block_distribution, free_port, slurm_allocation
+from scalebench.launch.ports import PortError, reserve_local_block
+from scalebench.launch.slurm import NODE_ADDRESSES, Allocation, SlurmError, block_distribution, slurm_allocation
 from scalebench.train import outcome
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
@@ -47,8 +49,8 @@ def executor(env: dict[str, str]) -> str:
 
 
 def local_allocation() -> Allocation:
-    """This host only, with a free port."""
-    return Allocation("local", ["localhost"], "127.0.0.1", free_port(), 1)
+    """This host only, with a port block that this process holds until it exits (ports.py)."""
+    return Allocation("local", ["localhost"], "127.0.0.1", reserve_local_block(), 1)
 
 
 def placeholders(ranks: int, allocation: Allocation, program: str) -> dict[str, object]:
@@ -99,6 +101,8 @@ def rank_environment(threads: int, allocation: Allocation) -> dict[str, str]:
     if allocation.executor == "slurm":
         # srun's ranks read these in rank_env.detect(); torchrun sets its own.
         env.update(MASTER_ADDR=allocation.master_addr, MASTER_PORT=str(allocation.port))
+        if allocation.addresses:
+            env[NODE_ADDRESSES] = ",".join(f"{h}={a}" for h, a in zip(allocation.hosts, allocation.addresses))
     return env
 
 
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         allocation = slurm_allocation(env["SLURM_JOB_ID"]) if where == "slurm" else local_allocation()
         command = build_command(template, cell["gpus"], allocation, train_args)
-    except (LaunchError, SlurmError) as error:
+    except (LaunchError, SlurmError, PortError) as error:
         print(f"launch ({where}): error: {error}", flush=True)
         return 1
     threads = settings["training"]["threads_per_rank"] or allocation.cpus_per_rank

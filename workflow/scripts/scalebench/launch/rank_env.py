@@ -5,7 +5,7 @@ sets HOROVOD_RANK/HOROVOD_SIZE/HOROVOD_LOCAL_RANK/HOROVOD_LOCAL_SIZE (and so
 does adopt_srun_rank under horovod_srun.py); srun sets SLURM_PROCID/
 SLURM_LOCALID/SLURM_NTASKS and the node list. Under srun the rendezvous address
 and port come from MASTER_ADDR/MASTER_PORT when launch.py exported them (the
-first node's address, a port derived from the job id), else from the first
+first node's address, the start of the job's port block), else from the first
 host of the node list and the job id. One process with none of these is rank 0
 of 1.
 """
@@ -17,9 +17,18 @@ import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-from scalebench.launch.slurm import free_port, local_task_count, port_for_job, step_hosts, step_tasks_per_node
+from scalebench.launch.ports import free_port, port_for_job
+from scalebench.launch.slurm import local_task_count, step_hosts, step_tasks_per_node
 
 RENDEZVOUS = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
+# The ranks per host that horovod_srun.py gave Horovod's rendezvous server ("host:slots,..."), which must
+# be where srun put them: the server clears a host's keys once as many ranks as it expects have read them.
+HOROVOD_PLAN = "SCALEBENCH_HOROVOD_PLAN"
+
+
+class LayoutMismatch(RuntimeError):
+    """srun placed the ranks other than horovod_srun.py told Horovod's rendezvous; the message shows both."""
+
 
 # The variable each launcher's world size is read from, for messages.
 WORLD_SIZE_SOURCES = {
@@ -94,6 +103,28 @@ def interface_for(host: str) -> str:
     raise RuntimeError(f"no network interface holds {address} (the address of {host}); set HOROVOD_GLOO_IFACE")
 
 
+def check_horovod_plan(env: Mapping[str, str], counts: list[int]) -> None:
+    """Raise LayoutMismatch unless srun's tasks per node are the rendezvous plan of horovod_srun.py.
+
+    SLURM's block distribution of an uneven cell differs between versions (4,4,2 or 4,3,3 for 10 tasks
+    on three 4-task nodes); a wrong plan would make Horovod's rendezvous hang, so the ranks stop first.
+    """
+    plan = env.get(HOROVOD_PLAN)
+    if not plan:
+        return
+    planned = [(host, int(slots)) for host, slots in (item.rsplit(":", 1) for item in plan.split(","))]
+    has_nodelist = "SLURM_STEP_NODELIST" in env or "SLURM_JOB_NODELIST" in env
+    hosts = step_hosts(env) if has_nodelist else [host for host, _ in planned]
+    placed = list(zip(hosts, counts))
+    if placed != planned:
+        show = ",".join(f"{host}:{count}" for host, count in placed)
+        raise LayoutMismatch(
+            f"srun placed the ranks as {show} but horovod_srun.py told Horovod's rendezvous {plan}; "
+            "this SLURM distributes an uneven cell differently: choose matrix.gpus that divide evenly over "
+            "the nodes (cluster.allow_uneven: false refuses the others before submission)"
+        )
+
+
 def adopt_srun_rank(env: MutableMapping[str, str] | None = None) -> bool:
     """Set this rank's HOROVOD_* variables from srun's when started by horovod_srun.py; True if it did.
 
@@ -104,6 +135,7 @@ def adopt_srun_rank(env: MutableMapping[str, str] | None = None) -> bool:
         return False
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     counts = step_tasks_per_node(env, int(env.get("SLURM_STEP_NUM_NODES") or env.get("SLURM_NNODES") or 1))
+    check_horovod_plan(env, counts)
     node_id, local_rank = int(env.get("SLURM_NODEID") or 0), int(env.get("SLURM_LOCALID") or 0)
     # Horovod's cross communicator of local rank r holds one rank per node that has a rank r.
     peers = [index for index, count in enumerate(counts) if count > local_rank]
@@ -116,5 +148,6 @@ def adopt_srun_rank(env: MutableMapping[str, str] | None = None) -> bool:
         HOROVOD_CROSS_RANK=str(peers.index(node_id)),
         HOROVOD_CROSS_SIZE=str(len(peers)),
     )
-    env.setdefault("HOROVOD_GLOO_IFACE", interface_for(node))
+    if "HOROVOD_GLOO_IFACE" not in env:  # a user's choice stands, and needs no lookup of the node's address
+        env["HOROVOD_GLOO_IFACE"] = interface_for(node)
     return True

@@ -1,4 +1,4 @@
-"""Reading SLURM: node lists, tasks per node, srun's block distribution, ports, the allocation.
+"""Reading SLURM: node lists, tasks per node, srun's block distribution, the allocation.
 
 Ranks read their step from srun's SLURM_* variables (stdlib only, nothing is
 run). The batch step reads its allocation with ``scontrol`` (slurm_allocation),
@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import math
 import re
-import socket
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# Below Linux's ephemeral range (32768-60999), so a derived port never meets an outgoing connection's.
-PORT_BASE = 12000
-PORT_SPAN = 20000
+from scalebench.launch.ports import port_for_job
+
+# launch.py tells the ranks which node names share an address (several slurmd on one host, as in a test
+# cluster), so TensorFlow workers there take distinct ports: "name=address,...".
+NODE_ADDRESSES = "SCALEBENCH_NODE_ADDRS"
 
 
 class SlurmError(RuntimeError):
@@ -25,13 +26,14 @@ class SlurmError(RuntimeError):
 
 @dataclass(frozen=True)
 class Allocation:
-    """Where a cell's ranks may run: hosts (in order), the rendezvous address, a port, CPUs per rank."""
+    """Where a cell's ranks may run: hosts (in order), the rendezvous address, its port block's start, CPUs per rank."""
 
     executor: str
     hosts: list[str]
     master_addr: str
     port: int
     cpus_per_rank: int
+    addresses: tuple[str, ...] = ()  # each host's NodeAddr, in order (SLURM only)
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
@@ -89,22 +91,6 @@ def block_distribution(ranks: int, nodes: int) -> list[int]:
     return [max(0, min(per_node, ranks - i * per_node)) for i in range(nodes)]
 
 
-def port_for_job(job_id: str | int, offset: int = 0) -> int:
-    """A rendezvous port derived from the SLURM job id, so concurrent jobs on a node differ.
-
-    Job ids are consecutive, and 7 is coprime to the span: 20000 consecutive jobs get distinct ports;
-    `offset` separates several ports of one job (e.g. one per TensorFlow worker).
-    """
-    return PORT_BASE + (int(job_id) * 7 + offset) % PORT_SPAN
-
-
-def free_port() -> int:
-    """A port the OS reports free now (for local runs without a job id)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _scontrol(*args: str) -> str:
     try:
         result = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
@@ -124,12 +110,19 @@ def slurm_allocation(job_id: str) -> Allocation:
     """The allocation of SLURM job `job_id`, read with scontrol (the job's own env is trimmed)."""
     job = _fields(_scontrol("show", "job", "--oneliner", job_id))
     hosts = _scontrol("show", "hostnames", job["NodeList"]).split()
-    node = _fields(_scontrol("show", "node", "--oneliner", hosts[0]))
+    addresses = tuple(_fields(_scontrol("show", "node", "--oneliner", host)).get("NodeAddr") or host for host in hosts)
     cpus = job.get("CPUs/Task", "1")
     return Allocation(
         executor="slurm",
         hosts=hosts,
-        master_addr=node.get("NodeAddr") or hosts[0],
+        master_addr=addresses[0],
         port=port_for_job(job_id),
         cpus_per_rank=int(cpus) if cpus.isdigit() else 1,
+        addresses=addresses,
     )
+
+
+def node_addresses(env: Mapping[str, str]) -> dict[str, str]:
+    """Node name -> address as launch.py exported them (empty when it did not)."""
+    pairs = [item.split("=", 1) for item in env.get(NODE_ADDRESSES, "").split(",") if "=" in item]
+    return {name: address for name, address in pairs}

@@ -1,9 +1,10 @@
 """TF_CONFIG for MultiWorkerMirroredStrategy, built from the launcher's environment.
 
-Every rank is one TensorFlow worker. Worker ``r`` listens on its host at
-``master_port + 1 + r``: the master port is derived per job (rank_env), so two
-cells on one node never collide. On SLURM the ranks are placed in blocks over
-the step's nodes (SLURM's default distribution), which gives each rank's host.
+Every rank is one TensorFlow worker. The i-th worker on an address listens at
+``worker_port(master_port, i)``, inside the cell's port block (ports.py), so two
+cells on one node never collide. On SLURM the step's tasks per node give each
+rank's host; node names that share an address (launch.py exports them) count
+as one address.
 A TF_CONFIG already in the environment is used as it is, after checking it
 against the launcher's rank and world size.
 """
@@ -11,10 +12,12 @@ against the launcher's rank and world size.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 
+from scalebench.launch.ports import PortError, worker_port
 from scalebench.launch.rank_env import RankInfo
-from scalebench.launch.slurm import SlurmError, step_hosts, step_tasks_per_node
+from scalebench.launch.slurm import SlurmError, node_addresses, step_hosts, step_tasks_per_node
 
 
 class ClusterMismatch(RuntimeError):
@@ -44,9 +47,17 @@ def rank_hosts(info: RankInfo, env: Mapping[str, str]) -> list[str]:
 
 
 def build_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict:
-    """TF_CONFIG for this rank: one worker per rank, ports derived from the master port."""
-    hosts = rank_hosts(info, env)
-    workers = [f"{host}:{info.master_port + 1 + rank}" for rank, host in enumerate(hosts)]
+    """TF_CONFIG for this rank: one worker per rank, each on its own port of the cell's block."""
+    addresses = node_addresses(env)
+    on_address: Counter[str] = Counter()
+    workers = []
+    for host in rank_hosts(info, env):
+        address = addresses.get(host, host)
+        try:
+            workers.append(f"{host}:{worker_port(info.master_port, on_address[address])}")
+        except PortError as error:
+            raise ClusterMismatch(f"{error} ({address})") from error
+        on_address[address] += 1
     return {"cluster": {"worker": workers}, "task": {"type": "worker", "index": info.rank}}
 
 

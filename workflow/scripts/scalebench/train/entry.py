@@ -60,7 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     settings = json.loads(args.settings)
     run = RunSettings.from_json(settings, args.data, args.out)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    rank_env.adopt_srun_rank()  # a Horovod rank started by horovod_srun.py: Horovod's variables from srun's
+    try:
+        rank_env.adopt_srun_rank()  # a Horovod rank started by horovod_srun.py: Horovod's variables from srun's
+    except rank_env.LayoutMismatch as error:
+        print(f"rank {os.environ['SLURM_PROCID']}: failed: {error}", file=sys.stderr, flush=True)
+        if os.environ["SLURM_PROCID"] == "0":
+            provenance.record_failure(Path(args.out) / "run.json", settings["cell"], error)
+        return 1
     place = rank_env.detect()
     framework = None
     try:

@@ -1,0 +1,73 @@
+"""Port blocks: derived from the job id under SLURM, held with a lock file locally."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+import yaml
+from conftest import REPO, SCRIPTS
+from scalebench.launch import ports
+
+
+def test_job_blocks_stay_in_the_slurm_range_below_the_local_one():
+    starts = [ports.port_for_job(job) for job in range(10**6, 10**6 + 3 * ports.SLURM_BLOCKS)]
+    assert min(starts) == ports.SLURM_BASE and max(starts) + ports.PORT_BLOCK <= ports.SLURM_END
+    assert ports.SLURM_END <= ports.LOCAL_BASE and ports.LOCAL_END <= 32768  # below Linux's ephemeral range
+    assert len(set(starts[: ports.SLURM_BLOCKS])) == ports.SLURM_BLOCKS
+
+
+def test_schema_caps_ranks_per_node_at_what_a_block_holds():
+    cluster = yaml.safe_load((REPO / "config/schema.yaml").read_text())["properties"]["cluster"]["properties"]
+    assert cluster["gpus_per_node"]["maximum"] == cluster["ranks_per_node"]["maximum"] == ports.MAX_RANKS_PER_NODE
+
+
+def test_local_launchers_hold_distinct_blocks(tmp_path):
+    first = ports.reserve_local_block(tmp_path)
+    second = ports.reserve_local_block(tmp_path)
+    assert abs(first - second) >= ports.PORT_BLOCK
+    assert ports.LOCAL_BASE <= min(first, second) and max(first, second) + ports.PORT_BLOCK <= ports.LOCAL_END
+
+
+HOLD = "import sys, time; from scalebench.launch import ports; print(ports.reserve_local_block(sys.argv[1]), flush=True); time.sleep(60)"
+
+
+def test_a_block_is_held_until_its_launcher_exits(tmp_path):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True, env={"PYTHONPATH": str(SCRIPTS)}
+    )
+    try:
+        held = int(holder.stdout.readline())
+        assert ports.reserve_local_block(tmp_path) != held
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock went with the process: a later launcher may take the block again
+    assert held in {ports.reserve_local_block(tmp_path) for _ in range(2)}
+
+
+def test_a_block_with_a_port_in_use_is_passed_over(tmp_path):
+    # hold the first port of a block that lock files do not hold, then reserve from a fresh lock folder
+    probe = ports.reserve_local_block(tmp_path / "probe")
+    with socket.socket() as busy:
+        busy.bind(("", probe + 5))
+        busy.listen()
+        assert ports.reserve_local_block(tmp_path / "fresh") != probe
+
+
+def test_horovod_rendezvous_listens_on_the_cells_block(tmp_path):
+    pytest.importorskip("horovod")
+    from scalebench.launch.horovod_rendezvous import start_rendezvous
+
+    port = ports.reserve_local_block(tmp_path)
+    server = start_rendezvous(port)
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/global/key", data=b"value", method="PUT")
+        urllib.request.urlopen(request, timeout=10).close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/global/key", timeout=10) as answer:
+            assert answer.read() == b"value"
+    finally:
+        server.stop()

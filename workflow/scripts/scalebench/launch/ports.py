@@ -1,0 +1,116 @@
+"""The ports a cell listens on, chosen so that two cells sharing a node never collide.
+
+A cell owns one block of PORT_BLOCK consecutive ports: the first is its
+rendezvous (MASTER_PORT: torchrun's or torch's TCP store, Horovod's rendezvous
+server under horovod_srun.py), the others are its TensorFlow workers, one per
+rank on an address. Everything else a cell listens on (Gloo, NCCL, gRPC
+clients) takes an ephemeral port from the kernel, above both ranges below.
+
+- Under SLURM every rank must find the block without talking to the others, so
+  it comes from the job id: ids map to the SLURM_BLOCKS blocks in turn, and two
+  jobs whose ids are fewer than SLURM_BLOCKS apart never share a port, whatever
+  their rank counts (the block holds MAX_RANKS_PER_NODE workers per address,
+  which the config validation enforces).
+- Locally there is no job id: the launcher takes the first block of the local
+  range that no other scalebench launcher on this host holds (an flock on a
+  file per block, held until the launcher exits) and whose ports are all free
+  now. The local range lies above the SLURM range, so local cells and SLURM
+  cells on one host (a test cluster) never meet either.
+
+Both ranges lie below Linux's ephemeral range (32768-60999), so no outgoing
+connection takes one of these ports. Software that picks its own ports at
+random over the whole range (horovodrun's services) is outside this scheme.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import IO
+
+MAX_RANKS_PER_NODE = 64
+PORT_BLOCK = 1 + MAX_RANKS_PER_NODE  # the rendezvous, then one TensorFlow worker per rank on an address
+SLURM_BASE, SLURM_END = 12000, 30000
+SLURM_BLOCKS = (SLURM_END - SLURM_BASE) // PORT_BLOCK
+LOCAL_BASE, LOCAL_END = 30000, 32768
+LOCAL_BLOCKS = (LOCAL_END - LOCAL_BASE) // PORT_BLOCK
+LOCK_DIR = Path(tempfile.gettempdir()) / "scalebench-ports"
+
+_held: list[IO] = []  # lock files of the blocks this process holds, open until it exits
+
+
+class PortError(RuntimeError):
+    """No port block can be had, or a rank does not fit its block; the message says why."""
+
+
+def port_for_job(job_id: str | int) -> int:
+    """The first port (the rendezvous) of SLURM job `job_id`'s block."""
+    return SLURM_BASE + (int(job_id) % SLURM_BLOCKS) * PORT_BLOCK
+
+
+def worker_port(block_start: int, index_on_address: int) -> int:
+    """The port of the TensorFlow worker that is the `index_on_address`-th rank on its address."""
+    if not 0 <= index_on_address < MAX_RANKS_PER_NODE:
+        raise PortError(
+            f"{index_on_address + 1} TensorFlow workers on one address: a cell's port block holds "
+            f"{MAX_RANKS_PER_NODE} (cluster.gpus_per_node / cluster.ranks_per_node at most {MAX_RANKS_PER_NODE})"
+        )
+    return block_start + 1 + index_on_address
+
+
+def free_port() -> int:
+    """A port the OS reports free now (one rank alone, which nobody has to find)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: TIME_WAIT is no obstacle
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _lock(block: int, lock_dir: Path) -> IO | None:
+    """The open, locked file of `block`, or None when another process holds it."""
+    path = lock_dir / f"block-{block}.lock"
+    try:
+        handle = open(path, "a")
+    except PermissionError:  # another user's file: a read-only descriptor can still be locked
+        handle = open(path)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        handle.close()
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return None
+        raise
+    return handle
+
+
+def reserve_local_block(lock_dir: str | Path = LOCK_DIR) -> int:
+    """The first port of a local block held by this process until it exits."""
+    lock_dir = Path(lock_dir)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    try:  # shared by every user of the host
+        os.chmod(lock_dir, 0o1777)
+    except PermissionError:
+        pass
+    for block in range(LOCAL_BLOCKS):
+        handle = _lock(block, lock_dir)
+        if handle is None:
+            continue
+        start = LOCAL_BASE + block * PORT_BLOCK
+        if all(_bindable(port) for port in range(start, start + PORT_BLOCK)):
+            _held.append(handle)
+            return start
+        handle.close()  # something outside scalebench listens there
+    raise PortError(f"all {LOCAL_BLOCKS} local port blocks ({LOCAL_BASE}-{LOCAL_END - 1}) are in use on this host")
