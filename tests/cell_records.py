@@ -39,6 +39,7 @@ def write_cell(
     run_json=True,
     truncate=False,
     epochs_extra=None,
+    training=None,
 ) -> Path:
     folder = root / Cell(framework, backend, gpus, seed).path
     folder.mkdir(parents=True)
@@ -80,6 +81,8 @@ def write_cell(
             "git_commit": "abc",
             "config_hash": "h1",
         }
+        if training is not None:
+            run["training"] = training
         (folder / "run.json").write_text(json.dumps(run))
     return folder
 

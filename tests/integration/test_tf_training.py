@@ -100,7 +100,7 @@ def test_horovod_accumulating_two_batches_steps_like_one_batch_of_both(prepared_
         result = launch_cell(settings, prepared_data, tmp_path / name, HOROVOD_TIMELINE=str(timeline))
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         runs[name] = (*read_records(tmp_path / name), allreduce_counts(timeline))
-    (epochs, final, _, reductions), (epochs_2b, final_2b, _, _) = runs["accumulated"], runs["double_batch"]
+    (epochs, final, run, reductions), (epochs_2b, final_2b, run_2b, _) = runs["accumulated"], runs["double_batch"]
     # the same mean gradient per step, so the same steps: the same losses
     np.testing.assert_allclose(
         [e["loss"] for e in epochs] + [final["test_loss"]],
@@ -110,6 +110,7 @@ def test_horovod_accumulating_two_batches_steps_like_one_batch_of_both(prepared_
     )
     assert [(e["steps"], e["optimizer_steps"]) for e in epochs] == [(8, 2)] * 2  # 4 batches per rank
     assert [(e["steps"], e["optimizer_steps"]) for e in epochs_2b] == [(4, 2)] * 2
+    assert run["training"]["global_batch"] == run_2b["training"]["global_batch"] == 16
     # every gradient is allreduced once per optimizer step, half as often as there are batches (the
     # gradients' tensors are named by TensorFlow; the loop's own reductions are fewer)
     gradients = len(build_unet((32, 48), batch_norm=False).trainable_variables)

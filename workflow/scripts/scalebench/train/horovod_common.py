@@ -6,6 +6,7 @@ Horovod module and passes it in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from scalebench.launch.rank_env import RankInfo
@@ -69,6 +70,9 @@ class HorovodBackend(Backend):
         if self.device_type == "gpu" and not self.hvd.nccl_built():
             distributed += " (CPU-staged reductions: training.horovod.allow_cpu_reductions)"
         return {"horovod": horovod.__version__, "horovod_nccl": bool(self.hvd.nccl_built()), "distributed": distributed}
+
+    def options(self) -> dict:
+        return {"horovod": dataclasses.asdict(self.settings)}
 
     def shutdown(self) -> None:
         self.hvd.shutdown()

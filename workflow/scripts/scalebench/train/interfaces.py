@@ -98,6 +98,10 @@ class Backend:
         """The library and collective this backend uses, for run.json."""
         raise NotImplementedError
 
+    def options(self) -> dict[str, Any]:
+        """This backend's training settings as it resolved them, for run.json's training record."""
+        return {}
+
     def shutdown(self) -> None:
         pass
 

@@ -126,6 +126,16 @@ class TrainingLoop:
             precision=self.training.precision_label,
         )
         record["versions"] = {**record.get("versions", {}), **self.backend.versions()}
+        record["training"] = provenance.training_record(
+            self.training,
+            framework=self.framework.name,
+            device_type=self.backend.device_type,
+            replicas=self.backend.replicas,
+            threads=run.threads,
+            deterministic=record["deterministic"],
+            passes=self.backend.backward_passes_per_step,
+            backend_options=self.backend.options(),
+        )
         hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
         record.update(provenance.placement(hosts, devices, run.image_size))
