@@ -41,6 +41,7 @@ def write_cell(
     epochs_extra=None,
     data_key=None,
     settings=None,
+    training=None,
 ) -> Path:
     folder = root / Cell(framework, backend, gpus, seed).path
     folder.mkdir(parents=True)
@@ -86,6 +87,8 @@ def write_cell(
             run["data_key"] = data_key
         if settings is not None:
             run["settings"] = settings
+        if training is not None:
+            run["training"] = training
         (folder / "run.json").write_text(json.dumps(run))
     return folder
 

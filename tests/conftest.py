@@ -171,3 +171,21 @@ def read_records(out: Path) -> tuple[list[dict], dict, dict]:
     epochs = [r for r in lines if r["type"] == "epoch"]
     final = next(r for r in lines if r["type"] == "final")
     return epochs, final, json.loads((out / "run.json").read_text())
+
+
+def allreduce_counts(timeline: Path) -> dict[str, int]:
+    """How often Horovod allreduced each named tensor, from the timeline HOROVOD_TIMELINE wrote.
+
+    Each tensor is a `pid`, named by a process_name event; each of its reductions opens an
+    ALLREDUCE phase. Horovod may leave the JSON array open while it runs.
+    """
+    text = timeline.read_text().strip()
+    if not text.endswith("]"):
+        text = text.rstrip(",") + "]"
+    events = json.loads(text)
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name" and "name" in e["args"]}
+    counts: dict[str, int] = {}
+    for event in events:
+        if event.get("ph") == "B" and event.get("name") == "ALLREDUCE":
+            counts[names[event["pid"]]] = counts.get(names[event["pid"]], 0) + 1
+    return counts

@@ -25,9 +25,9 @@ def test_every_epoch_clock_read_follows_a_device_synchronisation(prepared_data, 
         events.append("sync")
         synchronize()
 
-    def spy_step(batch):
+    def spy_step(batch, part):
         events.append("step")
-        train_step(batch)
+        train_step(batch, part)
 
     def spy_clock():
         events.append("clock")

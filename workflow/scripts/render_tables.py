@@ -19,7 +19,11 @@ PAGES = {
     ),
 }
 
+# runs.csv keeps each cell's training settings as JSON; the provenance page shows those that differ
+HIDDEN = {"runs": ["training"]}
+
 for name, (title, note, empty) in PAGES.items():
     frame = pd.read_csv(getattr(snakemake.input, name), dtype={"reason": str, "rerun": str, "versions": str})
+    frame = frame.drop(columns=HIDDEN.get(name, []), errors="ignore")
     Path(getattr(snakemake.output, name)).write_text(table_html(frame, title, note, empty))
     print(f"render_tables: {name}: {len(frame)} rows")

@@ -123,3 +123,34 @@ def test_a_cell_trained_with_other_settings_is_stale_and_the_reason_says_what_ch
     runs = summary.collect_study(str(tmp_path), cells, 0.8, [], STUDY).runs
     assert list(runs["status"]) == ["stale", "ok"]
     assert runs["reason"][0] == "trained with other settings than the study's: training.epochs: 2 -> 3"
+
+
+def test_the_provenance_table_shows_the_training_settings_that_differ_between_cells(tmp_path):
+    def settings(gpus: int, backend: str) -> dict:
+        record = {"epochs": 3, "batch_per_gpu": 4, "global_batch": 4 * gpus, "precision": "fp32"}
+        if backend == "horovod":
+            record["horovod"] = {"fp16_compression": False, "backward_passes_per_step": gpus}
+        return record
+
+    cells = [cell(gpus=1), cell(gpus=2), cell(backend="horovod", gpus=1), cell(backend="horovod", gpus=2)]
+    for keys in cells:
+        write_cell(tmp_path, **keys, training=settings(keys["gpus"], keys["backend"]))
+    write_cell(tmp_path, gpus=4, run_json=False)  # a failed cell has no settings: it compares with nothing
+    collected = summary.collect_study(str(tmp_path), [*cells, cell(gpus=4)], 0.8, [], STUDY)
+    table = collected.provenance
+    added = [c for c in table.columns if c.startswith("training.")]
+    assert added == ["training.global_batch", "training.horovod.backward_passes_per_step"]
+    rows = {(b, g): row for b, g, row in zip(table["backend"], table["gpus"], table.to_dict("records"))}
+    assert rows[("horovod", 2)]["training.global_batch"] == 8
+    assert rows[("horovod", 2)]["training.horovod.backward_passes_per_step"] == 2
+    assert rows[("native", 2)]["training.horovod.backward_passes_per_step"] is None  # not a Horovod cell
+    assert rows[("native", 4)]["training.global_batch"] is None
+    assert "training" not in table.columns  # the whole record stays in runs.csv
+    assert collected.runs["training"].notna().sum() == 4
+
+
+def test_cells_with_the_same_settings_add_no_columns(tmp_path):
+    for seed in (1, 2):
+        write_cell(tmp_path, seed=seed, training={"epochs": 3, "loader": {"workers": 2}})
+    table = summary.collect_study(str(tmp_path), [cell(seed=1), cell(seed=2)], 0.8, [], STUDY).provenance
+    assert not [c for c in table.columns if c.startswith("training.")]

@@ -129,7 +129,7 @@ def test_repeat_files_are_the_seeds_of_one_cell(repeats):
 
 def test_imported_repeats_get_seed_intervals_like_our_own(repeats, tmp_path):
     entries = [{"path": str(repeats), "framework": "torch", "label": "2023"}]
-    collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, "profiles/local")
+    collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, Invocation(("snakemake",), "/w", ()))
     table = scaling(collected.runs).set_index(["backend", "gpus"])
     native4 = table.loc[("native", 4)]
     assert native4["interval"] == "paired t"  # repeat k at 4 GPUs against repeat k at 1 GPU

@@ -35,6 +35,7 @@ PROVENANCE_COLUMNS = [
     "data_key",
     "start",
     "end",
+    "training",  # run.json's resolved training settings, flattened, as JSON (training_settings)
 ]
 RUN_COLUMNS = [
     "source",
@@ -233,6 +234,7 @@ def read_cell(
         "data_key": run.get("data_key"),
         "start": run.get("start"),
         "end": run.get("end"),
+        "training": json.dumps(flat_settings(run["training"]), sort_keys=True) if run.get("training") else None,
     }
     epoch_rows = [
         {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: _number(e.get(k)) for k in EPOCH_COLUMNS[6:]}}
@@ -281,6 +283,34 @@ def sort_runs(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(order, kind="stable", na_position="first").reset_index(drop=True)
 
 
+def flat_settings(settings: dict, prefix: str = "") -> dict:
+    """Nested settings as one level with dotted keys: {"horovod": {"fp16_compression": x}} ->
+    {"horovod.fp16_compression": x}."""
+    flat = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(flat_settings(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def training_settings(runs: pd.DataFrame) -> list[dict]:
+    """Each row's flattened training settings ({} for a cell without them in run.json)."""
+    return [json.loads(text) if isinstance(text, str) and text else {} for text in runs["training"]]
+
+
+def differing_settings(settings: list[dict]) -> list[str]:
+    """The settings whose values are not the same in every cell that has them (a backend's or a
+    framework's own options are absent from the other cells, which do not count)."""
+    keys = sorted({key for cell in settings for key in cell})
+    return [key for key in keys if len({json.dumps(cell[key]) for cell in settings if key in cell}) > 1]
+
+
 def provenance(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per cell: where and with what it ran (the report's provenance table)."""
-    return runs[["source", *KEYS, "status", *PROVENANCE_COLUMNS]]
+    """Per cell: where and with what it ran (the report's provenance table), and a
+    training.<setting> column for each resolved training setting that differs between cells."""
+    table = runs[["source", *KEYS, "status", *PROVENANCE_COLUMNS]].drop(columns="training")
+    settings = training_settings(runs)
+    differing = {f"training.{key}": [cell.get(key) for cell in settings] for key in differing_settings(settings)}
+    return pd.concat([table.reset_index(drop=True), pd.DataFrame(differing, dtype=object)], axis=1)

@@ -6,11 +6,12 @@ Horovod module and passes it in.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.interfaces import Backend
-from scalebench.train.settings import RunSettings
+from scalebench.train.settings import HorovodSettings, RunSettings
 
 INSTALL_HINT = "run ./install.sh (it builds Horovod with PyTorch and TensorFlow support)"
 
@@ -35,10 +36,12 @@ def check_gpu_reductions(hvd, device_type: str, allowed: bool) -> None:
 class HorovodBackend(Backend):
     name = "horovod"
 
-    def __init__(self, place: RankInfo, hvd) -> None:
+    def __init__(self, place: RankInfo, hvd, settings: HorovodSettings) -> None:
         super().__init__(place)
         check_build(hvd)
         self.hvd = hvd
+        self.settings = settings
+        self.backward_passes_per_step = settings.backward_passes_per_step
 
     def join(self, run: RunSettings) -> None:
         """hvd.init() with the collective timeout; this rank's place as Horovod sees it."""
@@ -67,6 +70,9 @@ class HorovodBackend(Backend):
         if self.device_type == "gpu" and not self.hvd.nccl_built():
             distributed += " (CPU-staged reductions: training.horovod.allow_cpu_reductions)"
         return {"horovod": horovod.__version__, "horovod_nccl": bool(self.hvd.nccl_built()), "distributed": distributed}
+
+    def options(self) -> dict:
+        return {"horovod": dataclasses.asdict(self.settings)}
 
     def shutdown(self) -> None:
         self.hvd.shutdown()

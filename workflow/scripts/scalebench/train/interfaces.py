@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from scalebench.launch.rank_env import RankInfo
+from scalebench.train.accumulation import Part
 from scalebench.train.settings import RunSettings
 
 
@@ -36,6 +37,9 @@ class Backend:
     replicas: int
     replica_ids: list[int]
     checkpoint_on_all_ranks = False  # saving a checkpoint is a collective every rank joins
+    # batches whose gradients a rank adds up locally before one reduction and optimizer step
+    # (accumulation.py); only a backend with one replica per process may set more than 1
+    backward_passes_per_step = 1
     device_type = "cpu"  # "gpu" or "cpu": set by framework.start before setup()
 
     def __init__(self, place: RankInfo) -> None:
@@ -94,6 +98,10 @@ class Backend:
         """The library and collective this backend uses, for run.json."""
         raise NotImplementedError
 
+    def options(self) -> dict[str, Any]:
+        """This backend's training settings as it resolved them, for run.json's training record."""
+        return {}
+
     def shutdown(self) -> None:
         pass
 
@@ -128,11 +136,12 @@ class Framework(Protocol):
     def epoch_batches(self, epoch: int, learning_rate: float) -> Iterable:
         """Set the rate and return this rank's batches of the epoch in the sampler's order."""
 
-    def train_step(self, batch: Any) -> None:
-        """One optimizer step on `batch`, adding its loss to the epoch's sum."""
+    def train_step(self, batch: Any, part: Part) -> None:
+        """Forward and backward on `batch`, adding its loss to the epoch's sum; where `part` says
+        the batch ends its optimizer step, the reduction and the step (accumulation.py)."""
 
     def epoch_loss(self) -> tuple[float, int]:
-        """(sum of step losses, replica steps) of this rank's epoch, waiting for the device."""
+        """(sum of batch losses, replica batches) of this rank's epoch, waiting for the device."""
 
     def synchronize(self) -> None:
         """Wait for queued device work, so a clock read after it is honest."""

@@ -18,7 +18,7 @@ import numpy as np
 
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
-from scalebench.train import faults, flops, metrics, outcome, provenance
+from scalebench.train import accumulation, faults, flops, metrics, outcome, provenance
 from scalebench.train.interfaces import Backend, Framework
 from scalebench.train.lr_schedule import learning_rate
 from scalebench.train.settings import RunSettings
@@ -94,7 +94,10 @@ class TrainingLoop:
         self.write_provenance()
         progress = self.resume()
         self.framework.distribute()
-        self.framework.prepare_data(self.manifest["train"] * self.training.dataset_repeat)
+        train_indices = self.manifest["train"] * self.training.dataset_repeat
+        self.framework.prepare_data(train_indices)
+        batches = accumulation.batches_per_epoch(len(train_indices), self.backend.replicas, self.training.batch_per_gpu)
+        self.parts = accumulation.epoch_parts(batches, self.backend.backward_passes_per_step)
         status = self.run_epochs(progress)
         final = self.final_evaluation(status, progress)
         self.finish(final, progress)
@@ -126,6 +129,16 @@ class TrainingLoop:
         )
         record["versions"] = {**record.get("versions", {}), **self.backend.versions()}
         record["settings"] = run.source
+        record["training"] = provenance.training_record(
+            self.training,
+            framework=self.framework.name,
+            device_type=self.backend.device_type,
+            replicas=self.backend.replicas,
+            threads=run.threads,
+            deterministic=record["deterministic"],
+            passes=self.backend.backward_passes_per_step,
+            backend_options=self.backend.options(),
+        )
         hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
         record.update(provenance.placement(hosts, devices, run.image_size))
@@ -177,14 +190,19 @@ class TrainingLoop:
         framework.synchronize()
         started = time.perf_counter()
         batches = iter(epoch_data)  # on the clock: an iterator starts its loader's prefetching
-        wait = 0.0
+        wait, seen = 0.0, 0
         while True:
             waited = time.perf_counter()
             batch = next(batches, None)
             wait += time.perf_counter() - waited
             if batch is None:
                 break
-            framework.train_step(batch)
+            if seen == len(self.parts):
+                raise RuntimeError(f"the epoch has more batches than the {len(self.parts)} expected")
+            framework.train_step(batch, self.parts[seen])  # the last batch of a step reduces and steps
+            seen += 1
+        if seen != len(self.parts):  # a step left half-accumulated would silently drop its batches
+            raise RuntimeError(f"the epoch had {seen} batches, {len(self.parts)} expected")
         loss_sum, steps = framework.epoch_loss()
         framework.synchronize()
         elapsed = time.perf_counter() - started
@@ -202,6 +220,7 @@ class TrainingLoop:
             self.training.batch_per_gpu,
             progress.train_time_s,
             self.provenance,
+            sum(part.last for part in self.parts),
         )
         if metrics.diverged(mean_loss, self.training.max_loss):
             self.metrics.write(record)

@@ -54,9 +54,12 @@ def epoch_record(
     batch: int,
     train_time_s: float,
     provenance: dict,
+    optimizer_steps: int,
 ) -> dict:
     """The epoch record of the contract. `slowest` = [epoch time, data wait, peak memory], each the
-    maximum over ranks; `steps` = steps summed over replicas; throughput fields from the model FLOPs."""
+    maximum over ranks; `steps` = batches summed over replicas (images = steps x batch);
+    `optimizer_steps` = optimizer steps of each replica (fewer than its batches when gradients
+    are accumulated); throughput fields from the model FLOPs."""
     epoch_time_s, data_wait_s, peak_mem_mb = slowest
     images_per_s = steps * batch / epoch_time_s
     return {
@@ -69,6 +72,7 @@ def epoch_record(
         "data_wait_s": data_wait_s,
         "peak_mem_mb": peak_mem_mb,
         "steps": int(steps),
+        "optimizer_steps": int(optimizer_steps),
         "train_time_s": train_time_s,
         "test_iou": None,
         "test_loss": None,

@@ -1,7 +1,9 @@
-"""run.json: where and with what a cell ran (hosts, devices, versions, SLURM job, git commit)."""
+"""run.json: where and with what a cell ran (hosts, devices, versions, SLURM job, git commit,
+the training settings as the cell resolved them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import resource
@@ -13,6 +15,8 @@ from pathlib import Path
 
 from scalebench.files import write_json_atomic
 from scalebench.train import flops
+from scalebench.train.lr_schedule import scaled_lr
+from scalebench.train.settings import TrainingSettings
 
 
 def now_iso() -> str:
@@ -94,6 +98,52 @@ def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int])
         "devices": devices,
         "model_flops_per_image": flops.train_flops_per_image(*image_size),
     }
+
+
+# Settings of training that run.json's training record leaves out: they change no step (the
+# report's own choices); loader, horovod and tf_strategy go in where they apply.
+NOT_RECORDED = ("predictions", "target_iou")
+
+
+def training_record(
+    training: TrainingSettings,
+    *,
+    framework: str,
+    device_type: str,
+    replicas: int,
+    threads: int,
+    deterministic: bool,
+    passes: int,
+    backend_options: dict,
+) -> dict:
+    """run.json's "training": the settings the cell trained with, as it resolved them (the world
+    size's batch and rate, precision, determinism, threads, the backend's options), so that a
+    cell describes itself without its train.log."""
+    record = {
+        "epochs": training.epochs,
+        "dataset_repeat": training.dataset_repeat,
+        "batch_per_gpu": training.batch_per_gpu,
+        "backward_passes_per_step": passes,  # batches per optimizer step: 1 unless the backend accumulates
+        "global_batch": training.batch_per_gpu * replicas * passes,  # images per optimizer step
+        "base_lr": training.base_lr,
+        "lr_scaling": training.lr_scaling,
+        "scaled_lr": scaled_lr(training, replicas),  # the rate after warm-up, before any decay
+        "warmup_epochs": training.warmup_epochs,
+        "decay_every": training.decay_every,
+        "decay_factor": training.decay_factor,
+        "precision": training.precision_label,
+        "deterministic": deterministic,
+        "batch_norm": training.batch_norm,
+        "device": device_type,  # gpu or cpu, what training.device resolved to
+        "threads_per_rank": threads,
+        "collective_timeout_s": training.collective_timeout_s,
+        "max_loss": training.max_loss,
+        "eval_every": training.eval_every,
+        "checkpoint_every": training.checkpoint_every,
+    }
+    if framework == "torch":  # the DataLoader is PyTorch's; TensorFlow's pipeline has no settings
+        record["loader"] = dataclasses.asdict(training.loader)
+    return {**record, **backend_options}
 
 
 def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> None:

@@ -17,6 +17,7 @@ import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
 from scalebench.train import devices, resume
+from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.settings import RunSettings
 from scalebench.train.tf import checkpoint, data, runtime
@@ -30,21 +31,55 @@ def bce_terms(logits: tf.Tensor, masks: tf.Tensor) -> tf.Tensor:
 
 
 class Steps:
-    """The tf.function steps: train (one per local replica), evaluate and predict."""
+    """The tf.function steps: train (one per local replica), evaluate and predict.
+
+    With a backend that accumulates (backward_passes_per_step > 1), train is split in two:
+    accumulate adds each batch's gradients to a sum held in variables, and apply reduces
+    their mean across ranks and steps the optimizer, once per optimizer step.
+    """
 
     def __init__(self, model: keras.Model, optimizer, backend: Backend, loss_scaled: bool, image_size):
         variables = model.trainable_variables
 
-        def replica_train(images, masks):
+        def loss_and_gradients(images, masks):
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(bce_terms(model(images, training=True), masks))
                 scaled = optimizer.get_scaled_loss(loss) if loss_scaled else loss
-            gradients = backend.reduce_gradients(tape.gradient(scaled, variables))
+            return loss, tape.gradient(scaled, variables)
+
+        def reduce_and_apply(gradients):
+            gradients = backend.reduce_gradients(gradients)
             if loss_scaled:
                 gradients = optimizer.get_unscaled_gradients(gradients)
             # the backend has averaged the gradients over the replicas already
             optimizer.apply_gradients(zip(gradients, variables), skip_gradients_aggregation=True)
+
+        def replica_train(images, masks):
+            loss, gradients = loss_and_gradients(images, masks)
+            reduce_and_apply(gradients)
             return loss
+
+        self.accumulates = backend.backward_passes_per_step > 1
+        if self.accumulates:
+            if len(backend.replica_ids) != 1:
+                raise ValueError(f"backend {backend.name}: gradient accumulation needs one replica per process")
+            # the (loss-scaled) gradient sums of the current optimizer step; zero between steps
+            sums = [tf.Variable(tf.zeros_like(v), trainable=False, name="gradient_sum") for v in variables]
+
+            def replica_accumulate(images, masks):
+                loss, gradients = loss_and_gradients(images, masks)
+                for total, gradient in zip(sums, gradients):
+                    total.assign_add(gradient)
+                return loss
+
+            def apply(count):
+                # the loss scale is the same for every batch of a step: it changes only in apply_gradients
+                reduce_and_apply([total / count for total in sums])
+                for total in sums:
+                    total.assign(tf.zeros_like(total))
+
+            self.accumulate = tf.function(lambda batches: backend.run_replicas(replica_accumulate, batches))
+            self.apply = tf.function(apply, input_signature=[tf.TensorSpec([], tf.float32)])
 
         def replica_eval(images, masks):
             logits = tf.cast(model(images, training=False), tf.float32)
@@ -156,8 +191,13 @@ class TensorFlowFramework:
             self.input_device,
         )
 
-    def train_step(self, batch) -> None:
-        losses = self.steps.train(batch)
+    def train_step(self, batch, part: Part) -> None:
+        if self.steps.accumulates:
+            losses = self.steps.accumulate(batch)
+            if part.last:
+                self.steps.apply(tf.constant(part.count, tf.float32))
+        else:  # every batch is its own step: one fused function, no gradient sums to keep
+            losses = self.steps.train(batch)
         self.loss_sum += tf.cast(tf.add_n(losses), tf.float64)
         self.replica_steps += len(losses)
 

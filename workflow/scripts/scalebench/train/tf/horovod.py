@@ -27,7 +27,7 @@ def _import_horovod():
 
 class HorovodTFBackend(HorovodBackend):
     def __init__(self, place: RankInfo, horovod: HorovodSettings) -> None:
-        super().__init__(place, _import_horovod())
+        super().__init__(place, _import_horovod(), horovod)
         self.compression = self.hvd.Compression.fp16 if horovod.fp16_compression else self.hvd.Compression.none
 
     def setup(self, run: RunSettings) -> None:

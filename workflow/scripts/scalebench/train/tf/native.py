@@ -105,6 +105,9 @@ class StrategyBackend(Backend):
         self._broadcast_fn = replica_broadcast
         self._broadcasts: dict[int, object] = {}
 
+    def options(self) -> dict:
+        return {"tf_strategy": self.kind}  # as resolved: auto becomes mirrored or multiworker
+
     def scope(self) -> AbstractContextManager:
         return self.strategy.scope()
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from scalebench.train import devices, resume
+from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.settings import RunSettings
 from scalebench.train.torch import checkpoint, data, runtime
@@ -101,16 +102,19 @@ class TorchFramework:
         self.steps = 0
         return self.loader
 
-    def train_step(self, batch) -> None:
+    def train_step(self, batch, part: Part) -> None:
         images, masks = (runtime.to_device(t, self.device) for t in batch)
         with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
             logits = self.model(images)
         loss = F.binary_cross_entropy_with_logits(logits.float(), masks)
-        self.optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
-        self.scaler.scale(loss).backward()
-        with self.backend.gradients_reduced(self.optimizer):  # a float16 scaler unscales them in step()
-            self.scaler.step(self.optimizer)
-        self.scaler.update()
+        if part.first:
+            self.optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
+        # backward() adds to the gradients: divided by the step's batch count, they sum to its mean
+        self.scaler.scale(loss / part.count).backward()
+        if part.last:
+            with self.backend.gradients_reduced(self.optimizer):  # a float16 scaler unscales them in step()
+                self.scaler.step(self.optimizer)
+            self.scaler.update()
         self.loss_sum += loss.detach().double()
         self.steps += 1
 

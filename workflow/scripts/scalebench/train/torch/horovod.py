@@ -56,16 +56,19 @@ class DenseLayout:
 
 class HorovodTorchBackend(HorovodBackend):
     def __init__(self, place: RankInfo, horovod: HorovodSettings) -> None:
-        super().__init__(place, _import_horovod())
+        super().__init__(place, _import_horovod(), horovod)
         self.compression = DenseLayout(
             self.hvd.Compression.fp16 if horovod.fp16_compression else self.hvd.Compression.none
         )
-        self.backward_passes_per_step = horovod.backward_passes_per_step
 
     def setup(self, run: RunSettings) -> None:
         self.join(run)
 
     def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+        # backward_passes_per_step: each gradient's allreduce starts in the backward pass that
+        # completes its step's batches; a shorter last step of an epoch has the rest of its
+        # allreduces started by synchronize() (the framework divides each batch's loss by the
+        # step's batch count, so the reduced gradient is the step's mean)
         optimizer = self.hvd.DistributedOptimizer(
             optimizer,
             named_parameters=model.named_parameters(),

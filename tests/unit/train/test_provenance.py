@@ -1,0 +1,72 @@
+"""run.json's training record: every setting a cell trained with, as the cell resolved it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conftest import cell_settings
+from scalebench.launch import rank_env
+from scalebench.train import provenance
+from scalebench.train.settings import RunSettings, TrainingSettings
+from scalebench.train.tf.native import StrategyBackend
+from scalebench.train.torch.horovod import HorovodTorchBackend
+
+TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+ELSEWHERE = {"loader", "horovod", "tf_strategy"}  # recorded where the framework or backend has them
+
+
+def settings(framework: str, backend: str, replicas: int, **training) -> RunSettings:
+    return RunSettings.from_json(cell_settings(framework, backend, replicas, **training), "data", "out", env={})
+
+
+def record_of(run: RunSettings, backend) -> dict:
+    framework, replicas = run.cell.framework, run.cell.gpus
+    return provenance.training_record(
+        run.training,
+        framework=framework,
+        device_type="cpu",
+        replicas=replicas,
+        threads=run.threads,
+        deterministic=True,
+        passes=backend.backward_passes_per_step,
+        backend_options=backend.options(),
+    )
+
+
+def test_a_horovod_cell_records_its_batch_rate_precision_and_options_as_resolved():
+    run = settings(
+        "torch",
+        "horovod",
+        2,
+        horovod={"backward_passes_per_step": 3},
+        base_lr=0.002,
+        lr_scaling="sqrt",
+        precision="amp",
+        amp_dtype="bfloat16",
+    )
+    record = record_of(run, HorovodTorchBackend(rank_env.detect(TWO_RANKS), run.training.horovod))
+    assert (record["batch_per_gpu"], record["backward_passes_per_step"], record["global_batch"]) == (4, 3, 24)
+    assert record["lr_scaling"] == "sqrt" and record["scaled_lr"] == 0.002 * 2**0.5
+    assert record["precision"] == "amp-bfloat16" and record["deterministic"] is True
+    assert record["collective_timeout_s"] == 30 and record["threads_per_rank"] == 1 and record["device"] == "cpu"
+    assert record["horovod"] == {
+        "fp16_compression": False,
+        "backward_passes_per_step": 3,
+        "allow_cpu_reductions": False,
+    }
+    assert record["loader"]["workers"] == 0 and "tf_strategy" not in record
+
+
+def test_a_tensorflow_native_cell_records_the_strategy_it_resolved_and_no_horovod_or_loader():
+    backend = StrategyBackend(rank_env.detect({}), "auto")  # one process: auto means mirrored
+    record = record_of(settings("tensorflow", "native", 2, tf_strategy="auto"), backend)
+    assert record["tf_strategy"] == "mirrored"
+    assert record["backward_passes_per_step"] == 1 and record["global_batch"] == 8
+    assert not {"horovod", "loader"} & set(record)
+
+
+def test_every_setting_that_changes_training_is_recorded():
+    record = record_of(settings("tensorflow", "native", 1), StrategyBackend(rank_env.detect({}), "multiworker"))
+    fields = {f.name for f in dataclasses.fields(TrainingSettings)}
+    forgotten = fields - set(record) - ELSEWHERE - set(provenance.NOT_RECORDED) - {"amp_dtype"}  # in precision
+    assert not forgotten, f"add {sorted(forgotten)} to provenance.training_record (or to NOT_RECORDED)"
