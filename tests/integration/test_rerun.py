@@ -69,6 +69,7 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     run = json.loads((lost / "run.json").read_text())
     (prepared,) = (study / "results" / "data" / "prepared").iterdir()
     assert run["status"] == "ok" and run["data_key"] == prepared.name
+    assert run["settings"]["training"]["lr_scaling"] == "sqrt" and run["settings"]["training"]["epochs"] == 3
     epochs = [json.loads(line) for line in (lost / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in epochs if r["type"] == "epoch"] == [1, 2, 3]  # the override, not the file's 2
     assert digests(study / "results" / "runs" / "torch" / "native" / "g1") | digests(study / "results" / "data") == kept
