@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import run_snakemake, tiny_config
+from conftest import REPO, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,10 @@ def test_partial_report_from_the_finished_cells(tmp_path):
     with open(tmp_path / "results" / "summary" / "incomplete.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert [(r["item"], r["status"]) for r in rows] == [("torch/native/g4/s1", "failed")]
-    assert rows[0]["rerun"] == "snakemake --profile profiles/local results/runs/torch/native/g4/s1/metrics.jsonl"
+    # the study's own invocation without partial, from its work directory (paths absolute)
+    study = f"-s {REPO / 'Snakefile'} --directory {tmp_path} --configfile {tmp_path / 'test-config.yaml'} --cores 2"
+    target = "results/runs/torch/native/g4/s1/metrics.jsonl"
+    assert rows[0]["rerun"] == f"cd {tmp_path} && snakemake {study} {target}"
     with open(tmp_path / "results" / "summary" / "scaling.csv") as handle:
         scaling = {row["gpus"]: row for row in csv.DictReader(handle)}
     assert float(scaling["2"]["speedup_train_time"]) == pytest.approx(2.0)

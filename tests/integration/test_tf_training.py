@@ -11,7 +11,6 @@ import pytest
 from conftest import (
     PYTHON,
     REPO,
-    allreduce_counts,
     cell_settings,
     launch_cell,
     rank_command,
@@ -81,44 +80,6 @@ def test_two_rank_horovod_learns_the_same_losses_as_multiworker(reference_runs, 
     np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference], rtol=1e-4)
     assert final["iou"] > 3 * foreground_iou(prepared_data)
     assert run["status"] == "ok" and run["versions"]["horovod"]
-
-
-@needs_horovod
-def test_horovod_accumulating_two_batches_steps_like_one_batch_of_both(prepared_data, tmp_path):
-    # 16 pairs per rank: 4 batches of 4 in 2 steps of 2, against 2 batches of 8
-    from scalebench.train.tf.model import build_unet
-
-    runs = {}
-    for name, batch, passes in (("accumulated", 4, 2), ("double_batch", 8, 1)):
-        settings = cell_settings(
-            "tensorflow",
-            "horovod",
-            2,
-            epochs=2,
-            batch_norm=False,
-            batch_per_gpu=batch,
-            horovod={"backward_passes_per_step": passes},
-        )
-        timeline = tmp_path / name / "timeline.json"
-        result = launch_cell(settings, prepared_data, tmp_path / name, HOROVOD_TIMELINE=str(timeline))
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        runs[name] = (*read_records(tmp_path / name), allreduce_counts(timeline))
-    (epochs, final, run, reductions), (epochs_2b, final_2b, run_2b, _) = runs["accumulated"], runs["double_batch"]
-    # the same mean gradient per step, so the same steps: the same losses
-    np.testing.assert_allclose(
-        [e["loss"] for e in epochs] + [final["test_loss"]],
-        [e["loss"] for e in epochs_2b] + [final_2b["test_loss"]],
-        rtol=0,
-        atol=1e-6,
-    )
-    assert [(e["steps"], e["optimizer_steps"]) for e in epochs] == [(8, 2)] * 2  # 4 batches per rank
-    assert [(e["steps"], e["optimizer_steps"]) for e in epochs_2b] == [(4, 2)] * 2
-    assert run["training"]["global_batch"] == run_2b["training"]["global_batch"] == 16
-    # every gradient is allreduced once per optimizer step, half as often as there are batches (the
-    # gradients' tensors are named by TensorFlow; the loop's own reductions are fewer)
-    gradients = len(build_unet((32, 48), batch_norm=False).trainable_variables)
-    assert list(reductions.values()).count(2 * 2) == gradients
-    assert max(reductions.values()) < 2 * 4
 
 
 def _epochs_done(out: Path) -> int:

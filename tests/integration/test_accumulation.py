@@ -1,0 +1,71 @@
+"""training.horovod.backward_passes_per_step with two real Horovod ranks, for both frameworks:
+accumulating two batches steps like one batch of both, reducing once per optimizer step."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import PYTHON, allreduce_counts, cell_settings, launch_cell, read_records, tool_env
+
+
+def horovod_built() -> bool:
+    probe = [PYTHON, "-c", "import horovod.torch, horovod.tensorflow"]
+    return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
+
+
+# CI builds Horovod: there a missing build fails the tests instead of skipping them
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        not horovod_built() and os.environ.get("CI") != "true", reason="Horovod not built (./install.sh)"
+    ),
+]
+
+
+def gradient_tensors(framework: str) -> int:
+    """How many gradient tensors the UNet without batch norm has (one allreduce each per step)."""
+    if framework == "torch":
+        from scalebench.train.torch.model import UNet
+
+        return len(list(UNet(batch_norm=False).parameters()))
+    from scalebench.train.tf.model import build_unet
+
+    return len(build_unet((32, 48), batch_norm=False).trainable_variables)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_accumulating_two_batches_steps_like_one_batch_of_both(framework, prepared_data, tmp_path):
+    # 16 pairs per rank: 4 batches of 4 in 2 steps of 2, against 2 batches of 8
+    runs = {}
+    for name, batch, passes in (("accumulated", 4, 2), ("double_batch", 8, 1)):
+        settings = cell_settings(
+            framework,
+            "horovod",
+            2,
+            epochs=2,
+            batch_norm=False,
+            batch_per_gpu=batch,
+            horovod={"backward_passes_per_step": passes},
+        )
+        timeline = tmp_path / name / "timeline.json"
+        result = launch_cell(settings, prepared_data, tmp_path / name, HOROVOD_TIMELINE=str(timeline))
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        runs[name] = (*read_records(tmp_path / name), allreduce_counts(timeline))
+    (epochs, final, run, reductions), (epochs_2b, final_2b, run_2b, _) = runs["accumulated"], runs["double_batch"]
+    # the same mean gradient per step, so the same steps: the same losses
+    np.testing.assert_allclose(
+        [e["loss"] for e in epochs] + [final["test_loss"]],
+        [e["loss"] for e in epochs_2b] + [final_2b["test_loss"]],
+        rtol=0,
+        atol=1e-6,
+    )
+    assert [(e["steps"], e["optimizer_steps"]) for e in epochs] == [(8, 2)] * 2  # 4 batches per rank
+    assert [(e["steps"], e["optimizer_steps"]) for e in epochs_2b] == [(4, 2)] * 2
+    assert run["training"]["global_batch"] == run_2b["training"]["global_batch"] == 16
+    # every gradient is allreduced once per optimizer step (2 epochs x 2 steps), half as often as
+    # there are batches; the loop's own reductions are fewer
+    assert list(reductions.values()).count(2 * 2) == gradient_tensors(framework)
+    assert max(reductions.values()) < 2 * 4
