@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from conftest import (
     PYTHON,
-    allreduce_counts,
     cell_settings,
     launch_cell,
     rank_pids,
@@ -215,42 +214,6 @@ def test_ddp_and_horovod_agree_without_batch_norm(prepared_data, tmp_path):
         losses[backend] = [e["loss"] for e in epochs] + [final["test_loss"]]
         assert run["status"] == "ok"
     np.testing.assert_allclose(losses["native"], losses["horovod"], rtol=0, atol=1e-5)
-
-
-@needs_horovod
-def test_horovod_accumulating_two_batches_steps_like_one_batch_of_both(prepared_data, tmp_path):
-    # 16 pairs per rank: 4 batches of 4 in 2 steps of 2, against 2 batches of 8
-    from scalebench.train.torch.model import UNet
-
-    runs = {}
-    for name, batch, passes in (("accumulated", 4, 2), ("double_batch", 8, 1)):
-        settings = cell_settings(
-            "torch",
-            "horovod",
-            2,
-            epochs=2,
-            batch_norm=False,
-            batch_per_gpu=batch,
-            horovod={"backward_passes_per_step": passes},
-        )
-        timeline = tmp_path / name / "timeline.json"
-        result = launch_cell(settings, prepared_data, tmp_path / name, HOROVOD_TIMELINE=str(timeline))
-        assert result.returncode == 0, result.stdout + result.stderr
-        runs[name] = (*read_records(tmp_path / name), allreduce_counts(timeline))
-    (epochs, final, run, reductions), (epochs_2b, final_2b, run_2b, _) = runs["accumulated"], runs["double_batch"]
-    # the same mean gradient per step, so the same steps: the same losses
-    np.testing.assert_allclose(
-        [e["loss"] for e in epochs] + [final["test_loss"]],
-        [e["loss"] for e in epochs_2b] + [final_2b["test_loss"]],
-        rtol=0,
-        atol=1e-6,
-    )
-    assert [(e["steps"], e["optimizer_steps"]) for e in epochs] == [(8, 2)] * 2  # 4 batches per rank
-    assert [(e["steps"], e["optimizer_steps"]) for e in epochs_2b] == [(4, 2)] * 2
-    assert run["training"]["global_batch"] == run_2b["training"]["global_batch"] == 16
-    # every gradient is allreduced once per optimizer step, half as often as there are batches
-    names = [f"allreduce.{name}" for name, _ in UNet(batch_norm=False).named_parameters()]
-    assert {reductions.get(name) for name in names} == {2 * 2}
 
 
 @needs_horovod
