@@ -1,8 +1,8 @@
 """PyTorch's side of the training contract (train/interfaces.py): model, data, steps, checkpoints.
 
-The backend (native.py: DDP, fsdp.py, dp.py: DataParallel, horovod.py) joins
-the ranks, wraps model and optimizer and provides the collectives; loop.py does the timing, records,
-evaluation cadence and checkpoint cadence.
+The backend (native.py: DDP; fsdp.py; dp.py: DataParallel; horovod.py) joins
+the ranks, wraps model and optimizer and provides the collectives; loop.py does
+the timing, records, evaluation cadence and checkpoint cadence.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ class TorchFramework:
         torch.set_num_threads(run.threads)
         backend = self.backend
         per_process = run.cell.gpus // backend.processes(run.cell.gpus)  # DataParallel: every GPU of the cell
-        # before NCCL starts
-        self.device = runtime.choose_device(run, backend.local_rank, backend.local_world_size, per_process)
+        self.device = runtime.choose_device(  # before NCCL starts
+            run, backend.local_rank, backend.local_world_size, per_process
+        )
         backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
         backend.setup(run)
         self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
