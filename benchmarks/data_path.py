@@ -39,7 +39,7 @@ def torch_loader(args: dict) -> dict:
     training = run.training
     indices = read_manifest(args["data"])["train"] * training.dataset_repeat
     loader, sampler = train_loader(
-        args["data"], indices, 1, 0, 1, training.batch_per_gpu, training.loader, pin_memory=False
+        args["data"], indices, 1, [0], 1, training.batch_per_gpu, training.loader, pin_memory=False
     )
     times, images = [], 0
     for epoch in range(args["epochs"]):

@@ -3,7 +3,7 @@
 loop.py is the one training loop. It never touches PyTorch or TensorFlow; it
 asks a Framework (train/torch/framework.py, train/tf/framework.py) to build
 the model and take steps, and the framework's Backend (one module per backend:
-train/<framework>/native.py, horovod.py) to start the ranks and reduce. The
+train/<framework>/native.py, horovod.py, ...) to start the ranks and reduce. The
 method names are the same in both frameworks.
 """
 
@@ -37,6 +37,9 @@ class Backend:
     replicas: int
     replica_ids: list[int]
     checkpoint_on_all_ranks = False  # saving a checkpoint is a collective every rank joins
+    # each process holds only a slice of the parameters (FSDP): the whole model's state comes
+    # from gather_state, and evaluating on a process's own shard of the test set needs a copy
+    shards_parameters = False
     # batches whose gradients a rank adds up locally before one reduction and optimizer step
     # (accumulation.py); only a backend with one replica per process may set more than 1
     backward_passes_per_step = 1
@@ -64,6 +67,11 @@ class Backend:
         """Wrap model and optimizer so gradients are averaged over replicas, and start
         every replica from rank 0's state; returns the (possibly wrapped) pair."""
         raise NotImplementedError
+
+    def gather_state(self, state: dict) -> dict:
+        """A model's or optimizer's state dict with every sharded tensor whole, on every process: a
+        collective every rank joins where parameters are sharded; else `state` as it is."""
+        return state
 
     def reduce_gradients(self, gradients: list) -> list:
         """Average gradients a framework computed itself (a TF tape) over the replicas.

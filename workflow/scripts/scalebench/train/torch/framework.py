@@ -1,8 +1,8 @@
 """PyTorch's side of the training contract (train/interfaces.py): model, data, steps, checkpoints.
 
-The backend (native.py: DDP, horovod.py) joins the ranks, wraps model and
-optimizer and provides the collectives; loop.py does the timing, records,
-evaluation cadence and checkpoint cadence.
+The backend (native.py: DDP; fsdp.py; dp.py: DataParallel; horovod.py) joins
+the ranks, wraps model and optimizer and provides the collectives; loop.py does
+the timing, records, evaluation cadence and checkpoint cadence.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ class TorchFramework:
     def start(self, run: RunSettings) -> None:
         torch.set_num_threads(run.threads)
         backend = self.backend
-        self.device = runtime.choose_device(run, backend.local_rank, backend.local_world_size)  # before NCCL starts
+        per_process = run.cell.gpus // backend.processes(run.cell.gpus)  # DataParallel: every GPU of the cell
+        self.device = runtime.choose_device(  # before NCCL starts
+            run, backend.local_rank, backend.local_world_size, per_process
+        )
         backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
         backend.setup(run)
         self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
@@ -50,6 +53,7 @@ class TorchFramework:
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=training.base_lr, eps=1e-8)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
         self.raw_model = self.model
+        self.gathered: torch.nn.Module | None = None  # a whole copy of a sharded model (whole_model)
 
     def describe(self) -> dict:
         return {
@@ -84,7 +88,7 @@ class TorchFramework:
             run.data_dir,
             train_indices,
             backend.replicas,
-            backend.rank,
+            backend.replica_ids,
             run.cell.seed,
             self.training.batch_per_gpu,
             self.training.loader,
@@ -115,8 +119,10 @@ class TorchFramework:
             with self.backend.gradients_reduced(self.optimizer):  # a float16 scaler unscales them in step()
                 self.scaler.step(self.optimizer)
             self.scaler.update()
-        self.loss_sum += loss.detach().double()
-        self.steps += 1
+        # the loss of a batch of several replicas (DataParallel) is their mean: each replica counts
+        replicas = len(self.backend.replica_ids)
+        self.loss_sum += loss.detach().double() * replicas
+        self.steps += replicas
 
     def epoch_loss(self) -> tuple[float, int]:
         return self.loss_sum.item(), self.steps
@@ -135,9 +141,23 @@ class TorchFramework:
     def sync_buffers(self) -> None:
         self.backend.broadcast_from_root([buffer.data for buffer in self.raw_model.buffers()])
 
+    def whole_model(self) -> torch.nn.Module:
+        """The model with all its parameters in this process, for evaluation. Where the backend
+        shards them (FSDP), a plain copy gathered from the shards: a collective every rank joins,
+        after which each rank evaluates its own shard of the test set without the others."""
+        if not self.backend.shards_parameters:
+            return self.raw_model
+        state = self.backend.gather_state(self.raw_model.state_dict())
+        if self.gathered is None:
+            with torch.device("meta"):  # no initialisation: no draw from the generators a checkpoint holds
+                copy = UNet(batch_norm=self.training.batch_norm)
+            self.gathered = copy.to_empty(device=self.device).to(memory_format=runtime.LAYOUT)
+        self.gathered.load_state_dict(state)
+        return self.gathered
+
     def evaluate(self, indices: list[int]) -> np.ndarray:
         sums = torch.zeros(4, dtype=torch.float64, device=self.device)  # loss, pixels, intersection, union
-        model = self.raw_model
+        model = self.whole_model()
         model.eval()
         with torch.no_grad():
             for images, masks in data.eval_loader(self.run.data_dir, indices, self.training.batch_per_gpu):
@@ -161,21 +181,32 @@ class TorchFramework:
         from PIL import Image
 
         dataset = data.SegmentationArrays(self.run.data_dir, indices)
-        self.raw_model.eval()
+        # rank 0 alone: a sharded model predicts with the copy the final evaluation gathered
+        model = self.gathered if self.backend.shards_parameters else self.raw_model
+        if model is None:
+            raise RuntimeError("predictions of a sharded model need the copy an evaluation gathers first")
+        model.eval()
         with torch.no_grad():
             for item, index in enumerate(indices):
                 image, _ = dataset[item]
-                logits = self.raw_model(runtime.to_device(image.unsqueeze(0), self.device))
+                logits = model(runtime.to_device(image.unsqueeze(0), self.device))
                 mask = (logits[0, 0] > 0).to(torch.uint8).mul(255).cpu().numpy()
                 Image.fromarray(mask).save(folder / f"test_{index:05d}.png")
 
     def save_checkpoint(self, directory: Path, config_hash: str, state: dict, epoch: int) -> None:
-        if self.backend.rank != 0:
+        backend = self.backend
+        if backend.rank != 0 and not backend.checkpoint_on_all_ranks:
+            return
+        # whole tensors, as an unsharded model holds them: a checkpoint restores into the plain
+        # model and optimizer before the backend distributes them (FSDP: every rank gathers)
+        model_state = backend.gather_state(self.raw_model.state_dict())
+        optimizer_state = backend.gather_state(self.optimizer.state_dict())
+        if backend.rank != 0:
             return
         Checkpoint(directory, config_hash).save(
             {
-                "model": self.raw_model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
+                "model": model_state,
+                "optimizer": optimizer_state,
                 "scaler": self.scaler.state_dict(),
                 "torch_rng": torch.get_rng_state(),
                 "host_rng": resume.host_rng_state(),

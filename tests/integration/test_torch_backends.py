@@ -1,0 +1,159 @@
+"""PyTorch fsdp and dp trained for real on the CPU, each rank through the rank entry (workflow/scripts/train.py).
+
+The ranks of a multi-rank cell are started by torchrun directly, as the torch_native launcher
+template does, with the cell's settings switched to the backend under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import BIN, cell_settings, rank_command, rank_pids, read_records, tool_env, wait_for
+from scalebench.launch.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+UNET_PARAMETERS = 486409
+# FSDP's reduce-scatter averages the same two gradients DDP's allreduce does, and Adam updates each
+# element alike; only the kernels' rounding may differ (the CPU here gives equal numbers)
+PARITY = {"rtol": 1e-5, "atol": 1e-6}
+
+
+def settings_for(backend: str, gpus: int, **training) -> dict:
+    settings = cell_settings("torch", "native", gpus, **training)
+    settings["cell"]["backend"] = backend
+    return settings
+
+
+def rank_processes(settings: dict, data: Path, out: Path) -> list[str]:
+    """The ranks of a cell: torchrun over the rank entry for several processes, else the entry alone."""
+    command = rank_command(settings, data, out)
+    processes = 1 if settings["cell"]["backend"] == "dp" else settings["cell"]["gpus"]
+    if processes == 1:
+        return command
+    torchrun = [str(BIN / "torchrun"), "--nnodes=1", f"--nproc-per-node={processes}"]
+    return [*torchrun, "--master-addr=127.0.0.1", f"--master-port={free_port()}", *command[1:]]
+
+
+def train(settings: dict, data: Path, out: Path, **env: str) -> subprocess.CompletedProcess:
+    command = rank_processes(settings, data, out)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=tool_env(**env))
+
+
+def losses(out: Path) -> list[float]:
+    epochs, final, _ = read_records(out)
+    return [e["loss"] for e in epochs] + [final["test_loss"], final["iou"]]
+
+
+def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path):
+    runs = {}
+    for backend in ("native", "fsdp"):
+        result = train(settings_for(backend, 2, epochs=3, eval_every=2), prepared_data, tmp_path / backend)
+        assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+        runs[backend] = result
+    np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(tmp_path / "native"), **PARITY)
+    epochs, final, run = read_records(tmp_path / "fsdp")
+    assert epochs[1]["test_iou"] is not None and final["status"] == "ok"  # evaluation of a sharded model
+    assert run["status"] == "ok" and (run["world_size"], run["processes"]) == (2, 2)
+    assert run["parameters"] == UNET_PARAMETERS
+    assert "FSDP2" in run["versions"]["distributed"] and run["training"]["fsdp"]["reshard_after_forward"]
+    assert run["training"]["global_batch"] == 2 * 4
+    # parameters are sharded: each rank holds part of them, together all
+    held = re.findall(r"rank (\d)/2: FSDP holds (\d+) of the model's (\d+) parameters", runs["fsdp"].stdout)
+    assert sorted(rank for rank, _, _ in held) == ["0", "1"], runs["fsdp"].stdout
+    assert {int(total) for _, _, total in held} == {UNET_PARAMETERS}
+    assert sum(int(count) for _, count, _ in held) == UNET_PARAMETERS
+    assert all(int(count) < UNET_PARAMETERS * 0.6 for _, count, _ in held)
+    # rank 0 predicts with the whole model the final evaluation gathered
+    for name in ("test_00004.png", "test_00005.png"):
+        assert (tmp_path / "fsdp" / "predictions" / name).read_bytes() == (
+            tmp_path / "native" / "predictions" / name
+        ).read_bytes()
+
+
+def _checkpoint_epoch(path: Path) -> int | None:
+    import torch
+
+    try:  # written atomically (rename), so a load sees a whole file or none
+        return torch.load(path, weights_only=False)["loop"]["epoch"]
+    except (FileNotFoundError, RuntimeError, EOFError):
+        return None
+
+
+def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tmp_path):
+    settings = settings_for("fsdp", 2, epochs=4, checkpoint_every=1)
+    reference = train(settings, prepared_data, tmp_path / "reference")
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    # the first run stops for good at the start of epoch 3, after epoch 2's checkpoint
+    out = tmp_path / "interrupted"
+    command = rank_processes(settings, prepared_data, out)
+    env = tool_env(SCALEBENCH_FAULT="stall:3")
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
+    try:
+        assert wait_for(lambda: _checkpoint_epoch(out / "checkpoint.pt") == 2, 300)
+        process.send_signal(signal.SIGTERM)  # torchrun passes it on to its ranks, as at a time limit
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        for pid in rank_pids(out):  # never leave a stalled rank behind
+            os.kill(pid, signal.SIGKILL)
+    checkpoint = _load(out / "checkpoint.pt")
+    # whole tensors, as the plain model holds them: the parameter count, not a rank's shard
+    assert (
+        sum(
+            tensor.numel()
+            for name, tensor in checkpoint["model"].items()
+            if "running" not in name and "num_batches" not in name
+        )
+        == UNET_PARAMETERS
+    )
+    resumed = train(settings, prepared_data, out)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from checkpoint after epoch 2" in resumed.stdout
+    assert losses(out) == losses(tmp_path / "reference")
+    assert read_records(out)[2]["resumed_from_epoch"] == 2
+
+
+def _load(path: Path) -> dict:
+    import torch
+
+    return torch.load(path, weights_only=False)
+
+
+def test_fsdp_of_one_rank_is_refused_before_training(prepared_data, tmp_path):
+    result = train(settings_for("fsdp", 1), prepared_data, tmp_path)
+    assert result.returncode != 0
+    assert "backend fsdp shards the model across ranks, but this cell has matrix.gpus = 1" in result.stderr
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["status"] == "failed" and "matrix.gpus = 1" in run["error"]
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_dp_of_one_gpu_on_the_cpu_trains_as_ddp_of_one_rank(prepared_data, tmp_path):
+    for backend in ("native", "dp"):
+        result = train(settings_for(backend, 1, epochs=2), prepared_data, tmp_path / backend)
+        assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert losses(tmp_path / "dp") == losses(tmp_path / "native")  # one device: the same module, the same data
+    _, _, run = read_records(tmp_path / "dp")
+    assert (run["world_size"], run["processes"], run["device"]) == (1, 1, "cpu")
+    assert run["training"]["dp"] == {"processes": 1, "device_ids": None}
+    assert "plain module" in run["versions"]["distributed"]
+
+
+def test_dp_over_two_devices_on_the_cpu_is_refused_before_training(prepared_data, tmp_path):
+    result = train(settings_for("dp", 2), prepared_data, tmp_path)
+    assert result.returncode != 0
+    assert "DataParallel splits a batch over GPUs; on the CPU there is one device" in result.stderr
+    assert "use backend native" in result.stderr
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
+    assert not (tmp_path / "metrics.jsonl").exists()

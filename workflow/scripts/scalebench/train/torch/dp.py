@@ -1,0 +1,94 @@
+"""PyTorch nn.DataParallel: one process driving every GPU of one node.
+
+The single-node baseline DDP is compared against. The process reads each
+step's whole global batch (batch_per_gpu x GPUs; data.ReplicaShards gives the
+samples the DDP ranks would read together) and DataParallel splits it along
+the batch over its GPUs, runs a replica of the model on each in a thread,
+gathers the outputs on the first GPU and sums the gradients there. Replicas
+are the cell's GPUs, so the learning-rate rule and the image counts are DDP's;
+the collectives on arrays are trivial in one process.
+
+On the CPU there is one device: a one-GPU cell runs as a plain module there,
+a larger one is refused before the first step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from scalebench.launch.rank_env import RankInfo
+from scalebench.train.interfaces import Backend
+from scalebench.train.settings import RunSettings
+
+
+class AutocastReplica(nn.Module):
+    """The model under the cell's autocast type in each of DataParallel's threads: the type is
+    thread-local, and DataParallel passes on only whether autocast is on (a bfloat16 run's
+    replicas would compute in CUDA's default, float16)."""
+
+    def __init__(self, module: nn.Module, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.module, self.dtype = module, dtype
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cuda", dtype=self.dtype):
+            return self.module(images)
+
+
+class DataParallelBackend(Backend):
+    name = "dp"
+
+    def __init__(self, place: RankInfo, gpus: int) -> None:
+        super().__init__(place)
+        self.replicas, self.replica_ids = gpus, list(range(gpus))
+        self.device_ids: list[int] | None = None
+
+    def processes(self, gpus: int) -> int:
+        return 1
+
+    def setup(self, run: RunSettings) -> None:
+        if self.device_type != "gpu" and self.replicas > 1:
+            raise ValueError(
+                f"backend dp: DataParallel splits a batch over GPUs; on the CPU there is one device, but "
+                f"this cell has matrix.gpus = {self.replicas}: use backend native (or dp on a GPU node)"
+            )
+        autocast = run.training.autocast_dtype
+        self.autocast = getattr(torch, autocast) if autocast else None
+        if self.device_type == "gpu":  # the framework's device is the first (runtime.choose_device)
+            self.device_ids = list(range(self.replicas))
+        where = f"GPUs {self.device_ids}" if self.device_ids else "the CPU (one device, a plain module)"
+        print(f"rank 0/1: DataParallel over {where}", flush=True)
+
+    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+        if self.device_ids is None:
+            return model, optimizer
+        # DataParallel copies the model from the first GPU to the others in every forward, and
+        # the replicas' gradients add up there, where the optimizer steps
+        module = AutocastReplica(model, self.autocast) if self.autocast is not None else model
+        return nn.DataParallel(module, device_ids=self.device_ids, output_device=self.device_ids[0]), optimizer
+
+    def broadcast_from_root(self, tensors: list) -> None:
+        pass  # one process: the first GPU's statistics are the model's own
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(values, dtype=np.float64)
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
+        return np.asarray(values, dtype=np.float64)
+
+    def allgather_text(self, text: str) -> list[str]:
+        return [text]
+
+    def versions(self) -> dict:
+        if self.device_ids is None:
+            return {"distributed": "none (DataParallel on one CPU device: a plain module)"}
+        return {"distributed": f"torch.nn.DataParallel over {len(self.device_ids)} GPU(s)"}
+
+    def options(self) -> dict:
+        return {"dp": {"processes": 1, "device_ids": self.device_ids}}
+
+
+def create(run: RunSettings, place: RankInfo) -> DataParallelBackend:
+    return DataParallelBackend(place, run.cell.gpus)
