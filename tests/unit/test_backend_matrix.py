@@ -72,7 +72,7 @@ def test_one_process_backends_are_left_out_beyond_one_node(schema):
     assert dp == [2, 4] and native == [2, 4, 8, 2, 4, 8]  # torch's, then TensorFlow's
     left = {entry.item: entry.reason for entry in sb_config.left_out(config)}
     assert left["torch/dp g8"] == (
-        "dp drives the devices of one node from one process: 8 exceed a node's 4 (cluster.gpus_per_node)"
+        "dp drives the devices of one node from one process, and a node has 4 (cluster.gpus_per_node)"
     )
     assert left["tensorflow/mirrored g8"].startswith("mirrored drives the devices of one node from one process")
 

@@ -288,9 +288,7 @@ def cell_problem(config: dict, framework: str, backend: str, gpus: int) -> str |
         per_node = ranks_per_node_limit(cluster)
         if gpus > per_node:
             key = "cluster.gpus_per_node" if cluster["gpus_per_node"] else "cluster.ranks_per_node, a CPU-only cluster"
-            return (
-                f"{backend} drives the devices of one node from one process: {gpus} exceed a node's {per_node} ({key})"
-            )
+            return f"{backend} drives the devices of one node from one process, and a node has {per_node} ({key})"
     if spec.cpu_devices is not None and gpus > spec.cpu_devices:
         if device == "cpu":
             return f"{spec.cpu_reason} (training.device: cpu)"
