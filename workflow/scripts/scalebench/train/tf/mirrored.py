@@ -4,7 +4,7 @@ One process (started by "{python} {program}" locally, by srun as one task on SLU
 holds a replica per GPU and reduces with NCCL. Without GPUs it splits the CPU into
 one logical device per replica (runtime.configure): the replicas then share this
 process's threads, a functional run rather than a scaling measurement, and train.log
-and run.json (training.tf_replica_devices) say so. Cells beyond one node are left
+and run.json (training.tf_replica_devices: logical CPU) say so. Cells beyond one node are left
 out of the matrix (scalebench/config.py); a node with fewer GPUs than the cell
 fails before the first step (devices.use_gpus).
 """
@@ -37,12 +37,15 @@ class MirroredBackend(StrategyBackend):
         if len(devices) < gpus:
             raise LayoutMismatch(f"the cell asks for {gpus} {kind} devices, this process sees {len(devices)}")
         self.implementation = "NCCL" if kind == "GPU" else "local"
-        self.replica_devices = "GPU" if kind == "GPU" else "logical CPU"
+        # runtime.configure split the CPU into a logical device per replica where there are several
+        self.replica_devices = kind if kind == "GPU" or gpus == 1 else "logical CPU"
         return tf.distribute.MirroredStrategy(devices[:gpus])
 
     def placement(self) -> str:
         if self.replica_devices == "GPU":
             return f" on {self.replicas} GPUs"
+        if self.replica_devices == "CPU":
+            return " on the CPU (no GPU: a functional run, not a GPU measurement)"
         return (
             f" on {self.replicas} logical CPU devices: no GPU, the replicas share this process's CPU threads "
             "(a functional run, not a GPU scaling measurement)"
