@@ -35,6 +35,7 @@ rule collect_runs:
         legacy=legacy_json(),
         invocation=rerun_invocation,
         data_key=sb_keys.prepared_key(config["dataset"]),
+        left_out=left_out_json(),
     script:
         "../workflow/scripts/collect_runs.py"
 
@@ -81,7 +82,7 @@ rule render_tables:
             "results/tables/incomplete.html",
             caption="../report/incomplete.rst",
             category="Tables",
-            labels={"table": "failed and missing cells (rerun commands)"},
+            labels={"table": "failed, missing and left-out cells (rerun commands)"},
         ),
     log:
         "results/logs/render_tables.log",

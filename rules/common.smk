@@ -45,9 +45,14 @@ wildcard_constraints:
 
 
 def cell_of(wildcards):
-    return sb_cell.Cell(
+    """The cell of a train job; a cell the matrix leaves out is refused before submission."""
+    cell = sb_cell.Cell(
         wildcards.framework, wildcards.backend, int(wildcards.gpus), int(wildcards.seed)
     )
+    reason = sb_config.cell_problem(config, cell.framework, cell.backend, cell.gpus)
+    if reason:
+        raise WorkflowError(f"{cell.path} cannot run: {reason}")
+    return cell
 
 
 def cell_outputs(name):
@@ -139,7 +144,19 @@ def warn_about_changed_cells():
             )
 
 
+def report_left_out():
+    """Say which framework/backend pairs and GPU counts the matrix leaves out, and why
+    (also in the report's table of failed, missing and left-out cells)."""
+    for entry in sb_config.left_out(config):
+        print(entry.describe(), file=sys.stderr)
+
+
+def left_out_json():
+    return json.dumps([dataclasses.asdict(e) for e in sb_config.left_out(config)])
+
+
 if workflow.is_main_process:
+    report_left_out()
     warn_about_changed_cells()
 
 

@@ -9,7 +9,6 @@ where they fail with it.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, snakemake_command, tiny_config, tool_env  # the suite's root conftest
-from scalebench import config as sb_config
+from scalebench import backends
 
 from .slurm_cluster import ClusterError, SlurmCluster
 
@@ -51,10 +50,11 @@ def two_nodes(tmp_path_factory):
     cluster.stop()
 
 
-def implemented_backends() -> list[tuple[str, str]]:
-    """Every (framework, backend) pair; SCALEBENCH_CLUSTER_BACKENDS=torch_native,... narrows them for quick runs."""
+def implemented_backends(names: tuple[str, ...] = backends.BACKENDS) -> list[tuple[str, str]]:
+    """The registered (framework, backend) pairs of the backends `names`; SCALEBENCH_CLUSTER_BACKENDS=
+    torch_native,... narrows them for quick runs."""
     chosen = os.environ.get("SCALEBENCH_CLUSTER_BACKENDS")
-    pairs = itertools.product(sb_config.FRAMEWORKS, sb_config.BACKENDS)
+    pairs = [(f, b) for f, registered in backends.REGISTRY.items() for b in registered if b in names]
     return [p for p in pairs if not chosen or "_".join(p) in chosen.split(",")]
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import re
 
 import pytest
+from conftest import REPO
+from scalebench import config as sb_config
 
 from .conftest import cluster_config, describe, implemented_backends, read_run, run_slurm_snakemake, slurm_jobs
 
@@ -12,7 +15,7 @@ pytestmark = pytest.mark.cluster
 
 
 def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
-    pairs = implemented_backends()
+    pairs = implemented_backends(("native", "horovod"))  # the demo's backends (config/config.yaml)
     frameworks = sorted({f for f, _ in pairs})
     backends = sorted({b for _, b in pairs})
     config = cluster_config(frameworks=frameworks, backends=backends)
@@ -33,6 +36,43 @@ def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
             assert run["slurm"]["job_id"] in jobs[f"{framework}_{backend}_{gpus}_1"], (run["slurm"], jobs)
             log = (tmp_path / "results" / "runs" / cell / "train.log").read_text()
             assert log.startswith("launch (slurm): "), log[:500]
+
+
+def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_path):
+    """fsdp, dp and mirrored on the CPU cluster (gpus_per_node 0, 2 ranks per node): the cells each can
+    run there (fsdp from 2 ranks, dp on 1 device, mirrored on a node's 2 ranks as logical CPU devices)
+    are SLURM jobs; the rest of the matrix is left out, and the report says which and why."""
+    pairs = implemented_backends(("fsdp", "dp", "mirrored"))
+    config = cluster_config(frameworks=sorted({f for f, _ in pairs}), backends=sorted({b for _, b in pairs}))
+    cells = sb_config.cells(sb_config.validate(config, single_node_schema()))
+    result = run_slurm_snakemake(single_node, tmp_path, config, timeout=1200)
+    assert result.returncode == 0, describe(result, tmp_path)
+    jobs = slurm_jobs(tmp_path)
+    for cell in cells:
+        run = read_run(tmp_path, cell.path)
+        assert run["status"] == "ok" and run["world_size"] == cell.gpus, run
+        assert run["slurm"]["job_id"] in jobs[f"{cell.framework}_{cell.backend}_{cell.gpus}_1"], (run["slurm"], jobs)
+        log = (tmp_path / cell.folder / "train.log").read_text()
+        if cell.backend in ("dp", "mirrored"):
+            # one task with the CPUs of all its devices (cpus_per_rank 1 each), one process
+            assert f"--nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task={cell.gpus} " in log, log[:500]
+            assert run["processes"] == 1 and run["slurm"]["step_tasks_per_node"] == "1", run
+        else:
+            assert run["processes"] == cell.gpus, run
+    if ("tensorflow", "mirrored") in pairs:
+        run = read_run(tmp_path, "tensorflow/mirrored/g2/s1")
+        assert run["training"]["tf_replica_devices"] == "logical CPU", run["training"]
+    with open(tmp_path / "results" / "summary" / "incomplete.csv") as handle:
+        left_out = {row["item"]: row["reason"] for row in csv.DictReader(handle) if row["status"] == "left out"}
+    expected = {entry.item for entry in sb_config.left_out(sb_config.validate(config, single_node_schema()))}
+    assert set(left_out) == expected, left_out
+    if ("torch", "dp") in pairs:
+        assert "(cluster.gpus_per_node: 0, a CPU-only cluster)" in left_out["torch/dp g2"]
+    assert all(f"left out: {item}: " in result.stderr for item in expected), result.stderr[-3000:]
+
+
+def single_node_schema() -> dict:
+    return sb_config.load_schema(REPO / "config" / "schema.yaml")
 
 
 def test_two_cells_on_one_node_at_once_use_different_ports(single_node, tmp_path):

@@ -93,3 +93,34 @@ def test_partial_report_from_the_finished_cells(tmp_path):
     for name in ("speedup.png", "completeness.png", "predictions.png", "incomplete.html", "runs.html"):
         assert name in html
     assert "This is a partial report" in html
+
+
+def test_the_report_lists_the_left_out_cells_and_scales_fsdp_from_its_smallest_count(tmp_path):
+    config = tiny_config(
+        training={"epochs": 2}, matrix={"frameworks": ["torch"], "backends": ["native", "fsdp"], "gpus": [1, 2, 4]}
+    )
+    prepared = run_snakemake(tmp_path, config, "--cores", "1", "prepared_data")
+    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    runs = tmp_path / "results" / "runs" / "torch"
+    for backend, gpus in (("native", 1), ("native", 2), ("native", 4), ("fsdp", 2), ("fsdp", 4)):
+        finished_cell(runs / backend / f"g{gpus}" / "s1", gpus)
+    result = run_snakemake(tmp_path, config, "--cores", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "left out: torch/fsdp g1: fsdp needs at least 2 ranks" in result.stderr
+    with open(tmp_path / "results" / "summary" / "incomplete.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["item"], r["status"], r["rerun"]) for r in rows] == [("torch/fsdp g1", "left out", "")]
+    assert rows[0]["reason"] == "fsdp needs at least 2 ranks (with one there is nothing to shard)"
+    with open(tmp_path / "results" / "summary" / "scaling.csv") as handle:
+        scaling = {(row["backend"], row["gpus"]): row for row in csv.DictReader(handle)}
+    assert scaling[("fsdp", "4")]["base_gpus"] == "2" and scaling[("native", "4")]["base_gpus"] == "1"
+    assert float(scaling[("fsdp", "4")]["speedup_train_time"]) == pytest.approx(2.0)
+    table = (tmp_path / "results" / "tables" / "incomplete.html").read_text()
+    assert "torch/fsdp g1" in table and "fsdp needs at least 2 ranks" in table
+
+    report = tmp_path / "report.html"
+    result = run_snakemake(tmp_path, config, "--report", str(report))
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = report.read_text()
+    assert "FullyShardedDataParallel, parameters and gradients sharded across ranks" in html  # the intro
+    assert "failed, missing and left-out cells" in html

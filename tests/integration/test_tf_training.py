@@ -192,12 +192,38 @@ def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp
     assert not (tmp_path / "metrics.jsonl").exists()
 
 
-def test_auto_strategy_follows_a_one_process_launcher(prepared_data, tmp_path):
-    """tf_strategy auto with a tensorflow_native template that starts one process: MirroredStrategy
-    drives both replicas of a 2-"GPU" cell (logical CPU devices here) in that one process."""
-    settings = cell_settings("tensorflow", "native", 2, tf_strategy="auto", epochs=2)
+def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_workers(prepared_data, tmp_path):
+    """The mirrored backend: one process drives both replicas of a 2-"GPU" cell (logical CPU devices
+    here), started by its default launcher template, and steps like two MultiWorkerMirrored workers.
+
+    The process has a thread per replica (2); oneDNN's CPU kernels sum in an order that depends on
+    the intra-op thread count (1 against 2 threads moves the fourth epoch's loss by 0.1%), so the
+    workers it is compared with get 2 threads each."""
+    result = launch_cell(cell_settings("tensorflow", "mirrored", 2, seed=3, **LEARN), prepared_data, tmp_path / "m")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    workers = cell_settings("tensorflow", "native", 2, seed=3, threads_per_rank=2, **LEARN)
+    reference_run = launch_cell(workers, prepared_data, tmp_path / "w")
+    assert reference_run.returncode == 0, reference_run.stdout[-3000:] + reference_run.stderr[-3000:]
+    assert "torchrun" not in result.stdout.splitlines()[0]  # one process, no launcher of ranks
+    # it says where its replicas are: not on GPUs, sharing this process's CPU
+    assert "rank 0/1: MirroredStrategy with 2 replicas (local) on 2 logical CPU devices: no GPU" in result.stdout
+    epochs, final, run = read_records(tmp_path / "m")
+    reference, reference_final, _ = read_records(tmp_path / "w")
+    # same data order, init and optimizer: only the reduction differs (in one process, or RING between two)
+    np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference], rtol=1e-6)
+    np.testing.assert_allclose(final["test_loss"], reference_final["test_loss"], rtol=1e-6)
+    assert final["iou"] > 3 * foreground_iou(prepared_data)
+    assert run["status"] == "ok" and (run["world_size"], run["processes"]) == (2, 1)
+    assert run["versions"]["distributed"] == "tf.distribute MirroredStrategy local"
+    training = run["training"]
+    assert (training["tf_strategy"], training["tf_replica_devices"]) == ("MirroredStrategy", "logical CPU")
+    assert training["threads_per_rank"] == 2 and training["global_batch"] == 8  # a thread per replica
+
+
+def test_mirrored_refuses_a_launcher_that_starts_a_process_per_gpu(prepared_data, tmp_path):
+    settings = cell_settings("tensorflow", "mirrored", 2, epochs=1)
     launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
-    launchers["local"]["tensorflow_native"] = "{python} {program}"
+    launchers["local"]["tensorflow_mirrored"] = launchers["local"]["tensorflow_native"].replace("{ranks}", "2")
     result = subprocess.run(
         sb_launch.command_line(settings, prepared_data, tmp_path, launchers),
         capture_output=True,
@@ -205,8 +231,8 @@ def test_auto_strategy_follows_a_one_process_launcher(prepared_data, tmp_path):
         timeout=600,
         env=tool_env(SCALEBENCH_EXECUTOR="local"),
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "rank 0/1: MirroredStrategy with 2 replicas" in result.stdout
-    epochs, _, run = read_records(tmp_path)
-    assert run["status"] == "ok" and len(epochs) == 2
-    assert run["versions"]["distributed"] == "tf.distribute MirroredStrategy local"
+    assert result.returncode != 0
+    assert "WORLD_SIZE = 2 ranks, but the cell asks for 2 GPUs, which mirrored drives from 1 process(es)" in (
+        result.stdout + result.stderr
+    )
+    assert not (tmp_path / "metrics.jsonl").exists()

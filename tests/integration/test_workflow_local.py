@@ -30,6 +30,49 @@ def test_dry_run_lists_one_training_job_per_cell(tmp_path):
     assert counts["synthetic_dataset"] == 1 and counts["preprocess_dataset"] == 1
 
 
+def test_a_matrix_of_both_frameworks_and_every_backend_runs_each_backend_where_it_exists(tmp_path):
+    config = tiny_config(
+        matrix={
+            "frameworks": ["torch", "tensorflow"],
+            "backends": ["native", "horovod", "fsdp", "dp", "mirrored"],
+            "gpus": [1, 2, 4, 8, 16],
+            "seeds": [1, 2, 3],
+        },
+        dataset={"synthetic": {"count": 400}},
+        training={"batch_per_gpu": 2},
+        cluster={"gpus_per_node": 4},
+    )
+    result = run_snakemake(tmp_path, config, "-n")
+    assert result.returncode == 0, result.stderr
+    # native and horovod in both (5 counts x 3 seeds each), fsdp from 2 GPUs, dp and mirrored on one node
+    assert job_counts(result.stdout)["train"] == 4 * 15 + 4 * 3 + 3 * 3 + 3 * 3
+    for path in ("torch/fsdp/g2/s1", "torch/dp/g4/s3", "tensorflow/mirrored/g1/s2", "tensorflow/native/g16/s1"):
+        assert f"results/runs/{path}/metrics.jsonl" in result.stdout
+    left_out = sorted(line for line in result.stderr.splitlines() if line.startswith("left out: "))
+    assert [line.split(":")[1].strip() for line in left_out] == [
+        "tensorflow/dp",
+        "tensorflow/fsdp",
+        "tensorflow/mirrored g8, g16",
+        "torch/dp g8, g16",
+        "torch/fsdp g1",
+        "torch/mirrored",
+    ]
+    assert "left out: torch/fsdp g1: fsdp needs at least 2 ranks" in result.stderr
+    assert "left out: torch/dp g8, g16: dp drives the devices of one node from one process" in result.stderr
+    # a left-out cell named as a target is refused before anything runs
+    refused = run_snakemake(tmp_path, config, "-n", "results/runs/torch/fsdp/g1/s1/metrics.jsonl")
+    assert refused.returncode != 0
+    assert "torch/fsdp/g1/s1 cannot run: fsdp needs at least 2 ranks" in refused.stdout + refused.stderr
+
+
+def test_a_backend_of_none_of_the_listed_frameworks_stops_before_any_job(tmp_path):
+    config = tiny_config(matrix={"frameworks": ["tensorflow"], "backends": ["native", "dp"], "gpus": [1]})
+    result = run_snakemake(tmp_path, config, "--cores", "1")
+    assert result.returncode != 0
+    assert "config key 'matrix.backends': dp exists for none of matrix.frameworks ['tensorflow']" in result.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_structured_config_overrides_take_the_schemas_types(tmp_path):
     """`--config matrix={...}` as the README prints it: Snakemake hands the numbers over as strings."""
     config = tiny_config(matrix={"frameworks": ["tensorflow"], "backends": ["native"], "gpus": [1], "seeds": [1]})

@@ -17,6 +17,7 @@ summary = collect_study(
     json.loads(params.legacy),
     Invocation(tuple(invocation["program"]), invocation["directory"], tuple(invocation["options"])),
     params.data_key,
+    json.loads(params.left_out),
 )
 summary.runs.to_csv(snakemake.output.runs, index=False)
 summary.epochs.to_csv(snakemake.output.epochs, index=False)

@@ -13,9 +13,10 @@ PAGES = {
     "scaling": ("Scaling: speedup and parallel efficiency", "", "No cell with status ok yet."),
     "provenance": ("Provenance of every cell", "", "No cells."),
     "incomplete": (
-        "Failed and missing cells, with the command that reruns each",
-        "Run the commands from the workflow directory.",
-        "Every cell finished with status ok, and every imported file was read.",
+        "Failed, missing and left-out cells, with the command that reruns each",
+        "Run the commands from the workflow directory. Left out: cells of the matrix that do not run "
+        "(a backend that the framework does not have, or a GPU count the backend cannot run).",
+        "Every cell finished with status ok, none was left out, and every imported file was read.",
     ),
 }
 

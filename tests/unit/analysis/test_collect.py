@@ -154,3 +154,23 @@ def test_cells_with_the_same_settings_add_no_columns(tmp_path):
         write_cell(tmp_path, seed=seed, training={"epochs": 3, "loader": {"workers": 2}})
     table = summary.collect_study(str(tmp_path), [cell(seed=1), cell(seed=2)], 0.8, [], STUDY).provenance
     assert not [c for c in table.columns if c.startswith("training.")]
+
+
+def test_left_out_pairs_and_counts_are_listed_with_their_reason_and_no_command(tmp_path, schema):
+    import dataclasses
+
+    from conftest import tiny_config
+    from scalebench import config as sb_config
+
+    config = sb_config.validate(
+        tiny_config(matrix={"frameworks": ["torch", "tensorflow"], "backends": ["native", "fsdp"], "gpus": [1, 2]}),
+        schema,
+    )
+    left_out = [dataclasses.asdict(entry) for entry in sb_config.left_out(config)]
+    write_cell(tmp_path, gpus=1)
+    collected = summary.collect_study(str(tmp_path), [cell(gpus=1)], 0.8, [], STUDY, None, left_out)
+    rows = collected.incomplete.set_index("item")
+    assert list(rows.index) == ["torch/fsdp g1", "tensorflow/fsdp"]
+    assert set(rows["status"]) == {completeness.LEFT_OUT} and set(rows["rerun"]) == {""}
+    assert rows.loc["torch/fsdp g1", "reason"] == "fsdp needs at least 2 ranks (with one there is nothing to shard)"
+    assert rows.loc["tensorflow/fsdp", "reason"].startswith("fsdp is not a TensorFlow backend")

@@ -107,3 +107,21 @@ def test_without_a_one_gpu_cell_the_smallest_world_size_is_the_base():
     assert eight["speedup_train_time"] == pytest.approx(2.5)
     assert eight["efficiency_train_time"] == pytest.approx(2.5 * 2 / 8)
     assert row(table, 1)["used"] == 0 and math.isnan(row(table, 1)["speedup_train_time"])
+
+
+def test_fsdp_without_one_gpu_cells_is_relative_to_its_own_smallest_count():
+    # fsdp needs 2 ranks (the matrix leaves its 1-GPU cells out); DDP in the same study starts at 1
+    table = scaling(
+        runs_table(
+            [
+                ("native", 1, 1, "ok", 100.0, 10.0),
+                ("native", 2, 1, "ok", 50.0, 5.0),
+                ("fsdp", 2, 1, "ok", 60.0, 6.0),
+                ("fsdp", 4, 1, "ok", 40.0, 4.0),
+            ]
+        )
+    )
+    assert row(table, 2, "native")["base_gpus"] == 1 and row(table, 2, "fsdp")["base_gpus"] == 2
+    assert row(table, 2, "fsdp")["speedup_train_time"] == pytest.approx(1.0)
+    assert row(table, 4, "fsdp")["speedup_train_time"] == pytest.approx(1.5)
+    assert row(table, 4, "fsdp")["efficiency_train_time"] == pytest.approx(1.5 * 2 / 4)

@@ -7,7 +7,14 @@ import shlex
 import pytest
 from conftest import tiny_config
 from scalebench import config as sb_config
-from scalebench.launch.launcher import LaunchError, build_command, local_allocation, placeholders, rank_environment
+from scalebench.launch.launcher import (
+    LaunchError,
+    build_command,
+    launch_processes,
+    local_allocation,
+    placeholders,
+    rank_environment,
+)
 from scalebench.launch.slurm import Allocation, port_for_job
 
 SRUN = "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} --cpus-per-task={cpus_per_rank} {python} {program}"
@@ -81,3 +88,31 @@ def test_ranks_learn_whether_their_cell_runs_on_slurm():
     slurm = Allocation("slurm", ["n1", "n2"], "10.0.0.1", 12345, 4)
     assert rank_environment(4, slurm)["SCALEBENCH_EXECUTOR"] == "slurm"
     assert rank_environment(1, local_allocation())["SCALEBENCH_EXECUTOR"] == "local"
+
+
+def default_templates(schema) -> dict:
+    return sb_config.validate({}, schema)["launchers"]
+
+
+@pytest.mark.parametrize(("framework", "backend"), [("torch", "dp"), ("tensorflow", "mirrored")])
+def test_one_process_backends_start_one_process_for_all_the_cells_devices(schema, framework, backend):
+    templates = default_templates(schema)
+    processes = launch_processes(framework, backend, 4, slurm(["gpu01"], cpus=32))
+    assert processes == 1
+    local = shlex.split(build_command(templates["local"][f"{framework}_{backend}"], processes, local_allocation(), []))
+    assert local[1].endswith("train.py") and "torchrun" not in local[0]
+    on_slurm = build_command(templates["slurm"][f"{framework}_{backend}"], processes, slurm(["gpu01"], cpus=32), [])
+    assert "--nodes=1 --ntasks=1 --ntasks-per-node=1 --cpus-per-task=32" in on_slurm
+
+
+def test_fsdp_starts_one_process_per_gpu(schema):
+    assert launch_processes("torch", "fsdp", 4, slurm(["gpu01"])) == 4
+    command = build_command(default_templates(schema)["local"]["torch_fsdp"], 4, local_allocation(), [])
+    assert "--nproc-per-node=4" in command
+
+
+def test_a_one_process_backend_refuses_an_allocation_of_several_nodes():
+    with pytest.raises(LaunchError, match=r"dp drives the devices of one node from one process, .* 2 nodes"):
+        launch_processes("torch", "dp", 8, slurm(["gpu01", "gpu02"]))
+    with pytest.raises(LaunchError, match="fsdp is not a backend of tensorflow"):
+        launch_processes("tensorflow", "fsdp", 2, slurm(["gpu01"]))

@@ -61,13 +61,15 @@ def train_rule(tmp_path: Path, config: dict) -> Iterator[Rule]:
         yield workflow_api._workflow.get_rule("train")
 
 
-def sbatch_lines(tmp_path: Path, config: dict, attempt: int = 1) -> dict[tuple[str, int], list[str]]:
-    """{(backend, gpus): sbatch argv} for every cell of `config`, seed 1."""
+def sbatch_lines(
+    tmp_path: Path, config: dict, attempt: int = 1, framework: str = "torch"
+) -> dict[tuple[str, int], list[str]]:
+    """{(backend, gpus): sbatch argv} for every cell of `config` of `framework`, seed 1."""
     lines = {}
     with train_rule(tmp_path, config) as rule:
         for backend in config["matrix"]["backends"]:
             for gpus in config["matrix"]["gpus"]:
-                wildcards = {"framework": "torch", "backend": backend, "gpus": str(gpus), "seed": "1"}
+                wildcards = {"framework": framework, "backend": backend, "gpus": str(gpus), "seed": "1"}
                 resources = rule.expand_resources(wildcards, [], attempt)
                 job = SimpleNamespace(resources=resources, threads=resources["_cores"])
                 validate_slurm_extra(job)
@@ -166,3 +168,38 @@ def test_uneven_cell_asks_for_the_largest_share_per_node(tmp_path):
     config["matrix"]["gpus"] = [10]
     found = options(sbatch_lines(tmp_path, config)[("native", 10)])
     assert (found["--nodes"], found["--ntasks-per-node"], found["--gres"]) == ("3", "4", "gpu:a100:4")
+
+
+@pytest.mark.parametrize(("framework", "backend"), [("torch", "dp"), ("tensorflow", "mirrored")])
+def test_one_process_backends_ask_for_one_task_with_every_gpu_and_cpu_of_the_cell(tmp_path, framework, backend):
+    config = gpu_study()
+    config["matrix"].update(frameworks=[framework], backends=[backend], gpus=[1, 2, 4])
+    lines = sbatch_lines(tmp_path, config, framework=framework)
+    for gpus in (1, 2, 4):
+        found = options(lines[(backend, gpus)])
+        assert (found["--nodes"], found["--ntasks-per-node"]) == ("1", "1")
+        assert found["--gres"] == f"gpu:a100:{gpus}"
+        assert found["--cpus-per-task"] == str(8 * gpus) and found["--mem"] == str(32000 * gpus)
+        assert not {"--ntasks-per-gpu", "--ntasks"} & set(found)
+
+
+def test_one_process_backend_on_a_cpu_cluster_is_one_task_with_the_cpus_of_its_devices(tmp_path):
+    config = gpu_study(gpus_per_node=0, ranks_per_node=2, cpus_per_rank=1, mem_mb_per_rank=1000)
+    config["matrix"].update(frameworks=["tensorflow"], backends=["mirrored"], gpus=[2])
+    found = options(sbatch_lines(tmp_path, config, framework="tensorflow")[("mirrored", 2)])
+    assert (found["--nodes"], found["--ntasks"], found["--ntasks-per-node"]) == ("1", "1", "1")
+    assert (found["--cpus-per-task"], found["--mem"]) == ("2", "2000") and "--gres" not in found
+
+
+def test_fsdp_is_one_task_per_gpu_like_ddp(tmp_path):
+    config = gpu_study()
+    config["matrix"].update(backends=["fsdp", "native"], gpus=[2, 8])
+    lines = sbatch_lines(tmp_path, config)
+    assert options(lines[("fsdp", 8)]) == options(lines[("native", 8)])
+
+
+def test_a_left_out_cell_named_as_a_target_is_refused_before_submission(tmp_path):
+    config = gpu_study()
+    config["matrix"].update(backends=["native", "dp"], gpus=[2, 8])
+    with pytest.raises(Exception, match=r"torch/dp/g8/s1 cannot run: dp drives the devices of one node"):
+        sbatch_lines(tmp_path, config)

@@ -122,3 +122,30 @@ def test_picture_panel_without_any_ok_cell_says_so(tmp_path):
     runs, _ = analysis.collect(tmp_path / "runs", [cell(gpus=1), cell(gpus=2)])
     figure = picture_panel(runs, tmp_path / "runs", tmp_path / "data", 3)
     assert "No finished cell has saved predictions" in figure.texts[1].get_text()
+
+
+def test_every_registered_backend_has_a_legend_label_and_a_colour():
+    from scalebench import backends
+
+    assert set(plots.BACKEND_LABELS) == set(backends.BACKENDS)
+    assert set(plots.BACKEND_COLOURS) == set(plots.BACKEND_LABELS.values())
+
+
+def test_a_backend_with_another_base_gets_its_own_ideal_line_and_says_so(tmp_path):
+    cells = [cell(gpus=1), cell(gpus=2), cell(backend="fsdp", gpus=2), cell(backend="fsdp", gpus=4)]
+    for entry in cells:
+        write_cell(tmp_path / "runs", backend=entry["backend"], gpus=entry["gpus"])
+    runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", cells), tmp_path)
+    table = scaling(runs)
+    figure = plots.speedup_figure(table, runs)
+    caption = figure.labels.caption.replace("\n", " ")
+    assert "Relative to the same framework and backend on 1 GPU (torch native) or 2 GPUs (torch FSDP)." in caption
+    ideal = next(layer.geom.data for layer in figure.layers if "base" in getattr(layer.geom.data, "columns", []))
+    assert sorted(zip(ideal["base"], ideal["gpus"], ideal["speedup_train_time"])) == [
+        (1, 1, 1.0),
+        (1, 2, 2.0),
+        (1, 4, 4.0),
+        (2, 2, 1.0),
+        (2, 4, 2.0),
+    ]
+    render({"speedup": figure}, tmp_path)

@@ -1,4 +1,5 @@
-"""Both frameworks fill in the same contract: the same files, the Framework methods, one Backend per module."""
+"""Both frameworks fill in the same contract: the same shared roles, the Framework methods, and one
+Backend module per entry of the backend registry (scalebench/backends.py), nothing else."""
 
 from __future__ import annotations
 
@@ -7,17 +8,40 @@ import inspect
 
 import pytest
 from conftest import SCRIPTS
-from scalebench.config import BACKENDS
+from scalebench import backends
 from scalebench.train.entry import FRAMEWORK_PACKAGES
 from scalebench.train.interfaces import Backend, Framework
 
 TRAIN = SCRIPTS / "scalebench" / "train"
+FOLDERS = {"torch": "torch", "tensorflow": "tf"}
+# what every framework has, file for file
+SHARED_ROLES = {"__init__.py", "framework.py", "model.py", "data.py", "runtime.py", "checkpoint.py"}
+# a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
+HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}
+# Written in a parallel branch (issue 15): until it is merged these two modules are missing here,
+# and the tests below that expect them fail in this branch by design.
+PARALLEL_BRANCH = {("torch", "fsdp"), ("torch", "dp")}
+PAIRS = [(framework, backend) for framework, names in backends.REGISTRY.items() for backend in names]
 
 
-def test_the_framework_folders_mirror_each_other_file_for_file():
-    names = {folder: sorted(p.name for p in (TRAIN / folder).glob("*.py")) for folder in ("torch", "tf")}
-    assert names["torch"] == names["tf"]
-    assert {f"{backend}.py" for backend in BACKENDS} <= set(names["torch"])
+def files_of(framework: str) -> set[str]:
+    return {p.name for p in (TRAIN / FOLDERS[framework]).glob("*.py")}
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
+def test_each_framework_has_every_shared_role_and_one_module_per_registered_backend(framework):
+    files = files_of(framework)
+    assert SHARED_ROLES <= files, f"{framework} lacks {sorted(SHARED_ROLES - files)}"
+    modules = files - SHARED_ROLES - HELPERS[framework]
+    assert modules == {f"{name}.py" for name in backends.REGISTRY[framework]}, (
+        f"{FOLDERS[framework]}/ holds backend modules {sorted(modules)}; scalebench/backends.py registers "
+        f"{sorted(backends.REGISTRY[framework])} (expected missing here until the parallel branch is merged: "
+        f"{sorted(b for f, b in PARALLEL_BRANCH if f == framework)})"
+    )
+
+
+def test_the_entry_point_knows_the_registrys_frameworks():
+    assert set(FRAMEWORK_PACKAGES) == set(backends.FRAMEWORKS) == set(FOLDERS)
 
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
@@ -30,8 +54,7 @@ def test_each_framework_implements_every_method_of_the_interface(framework):
     assert not missing, f"{implementation.__name__} lacks {missing}"
 
 
-@pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("framework", "backend"), PAIRS, ids=[f"{f}-{b}" for f, b in PAIRS])
 def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(framework, backend):
     module = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.{backend}")
     classes = [
@@ -44,3 +67,7 @@ def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(frame
     for name in ("setup", "distribute", "broadcast_from_root", "allreduce_sum", "allreduce_max", "allgather_text"):
         assert getattr(backend_class, name) is not getattr(Backend, name), f"{backend_class.__name__}.{name}"
     assert backend_class.name == backend
+    assert callable(module.create)
+    # a backend that drives several devices from one process says so to the launcher and the loop
+    one_process = backends.spec(framework, backend).one_process
+    assert (backend_class.processes is not Backend.processes) == one_process

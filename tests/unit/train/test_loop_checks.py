@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from scalebench.launch import rank_env
 from scalebench.train.loop import LaunchMismatch, check_batch, check_launch
-from scalebench.train.tf.native import StrategyBackend
+from scalebench.train.tf.mirrored import MirroredBackend
 from scalebench.train.torch.native import DDPBackend
 
 TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
@@ -20,8 +20,8 @@ def test_world_size_must_be_the_cells_gpus():
 
 def test_one_process_backends_say_how_many_processes_to_start():
     place = rank_env.detect(TWO_RANKS)
-    mirrored = StrategyBackend(place, "mirrored")
-    with pytest.raises(LaunchMismatch, match=r"native drives from 1 process\(es\).*'\{python\} \{program\}'"):
+    mirrored = MirroredBackend(place)
+    with pytest.raises(LaunchMismatch, match=r"mirrored drives from 1 process\(es\).*'\{python\} \{program\}'"):
         check_launch(2, place.world_size_source, mirrored, 2)
     check_launch(1, place.world_size_source, mirrored, 2)
 

@@ -8,11 +8,12 @@ from conftest import cell_settings
 from scalebench.launch import rank_env
 from scalebench.train import provenance
 from scalebench.train.settings import RunSettings, TrainingSettings
-from scalebench.train.tf.native import StrategyBackend
+from scalebench.train.tf.mirrored import MirroredBackend
+from scalebench.train.tf.native import MultiWorkerBackend
 from scalebench.train.torch.horovod import HorovodTorchBackend
 
 TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
-ELSEWHERE = {"loader", "horovod", "tf_strategy"}  # recorded where the framework or backend has them
+ELSEWHERE = {"loader", "horovod"}  # recorded where the framework or backend has them
 
 
 def settings(framework: str, backend: str, replicas: int, **training) -> RunSettings:
@@ -57,16 +58,27 @@ def test_a_horovod_cell_records_its_batch_rate_precision_and_options_as_resolved
     assert record["loader"]["workers"] == 0 and "tf_strategy" not in record
 
 
-def test_a_tensorflow_native_cell_records_the_strategy_it_resolved_and_no_horovod_or_loader():
-    backend = StrategyBackend(rank_env.detect({}), "auto")  # one process: auto means mirrored
-    record = record_of(settings("tensorflow", "native", 2, tf_strategy="auto"), backend)
-    assert record["tf_strategy"] == "mirrored"
-    assert record["backward_passes_per_step"] == 1 and record["global_batch"] == 8
-    assert not {"horovod", "loader"} & set(record)
+def test_tensorflow_cells_record_their_strategy_and_no_horovod_or_loader():
+    native = record_of(settings("tensorflow", "native", 2), MultiWorkerBackend(rank_env.detect(TWO_RANKS)))
+    mirrored = record_of(settings("tensorflow", "mirrored", 2), MirroredBackend(rank_env.detect({})))
+    assert native["tf_strategy"] == "MultiWorkerMirroredStrategy" and "tf_replica_devices" not in native
+    assert mirrored["tf_strategy"] == "MirroredStrategy" and "tf_replica_devices" in mirrored
+    assert mirrored["backward_passes_per_step"] == 1 and mirrored["global_batch"] == 8
+    assert not {"horovod", "loader"} & (set(native) | set(mirrored))
+
+
+def test_a_one_process_backend_gets_the_threads_of_every_device_it_drives():
+    # threads_per_rank is 1 in tiny_config: the mirrored process drives 2 replicas
+    assert settings("tensorflow", "mirrored", 2).threads == 2
+    assert settings("tensorflow", "native", 2).threads == 1
+    slurm = RunSettings.from_json(
+        cell_settings("tensorflow", "mirrored", 2, threads_per_rank=None), "d", "o", env={"SLURM_CPUS_PER_TASK": "6"}
+    )
+    assert slurm.threads == 6  # the task's CPUs: resources.py gave it those of both devices
 
 
 def test_every_setting_that_changes_training_is_recorded():
-    record = record_of(settings("tensorflow", "native", 1), StrategyBackend(rank_env.detect({}), "multiworker"))
+    record = record_of(settings("tensorflow", "native", 1), MultiWorkerBackend(rank_env.detect({})))
     fields = {f.name for f in dataclasses.fields(TrainingSettings)}
     forgotten = fields - set(record) - ELSEWHERE - set(provenance.NOT_RECORDED) - {"amp_dtype"}  # in precision
     assert not forgotten, f"add {sorted(forgotten)} to provenance.training_record (or to NOT_RECORDED)"

@@ -16,17 +16,25 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
+from scalebench import backends
+from scalebench.backends import BACKENDS, FRAMEWORKS  # noqa: F401 (the rules read them here)
 from scalebench.cell import OWN_SOURCE, Cell  # Cell is also reached as config.Cell
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
-FRAMEWORKS = ("torch", "tensorflow")
-BACKENDS = ("native", "horovod")
+# Keys that existed once: validation refuses them by name, saying what replaced them.
+REMOVED_KEYS = {
+    "training.tf_strategy": (
+        "TensorFlow's MirroredStrategy is a backend of its own now: list mirrored in matrix.backends "
+        "(e.g. matrix.backends: [native, mirrored]); native is MultiWorkerMirroredStrategy"
+    ),
+}
 
 
 class ConfigError(ValueError):
@@ -58,8 +66,10 @@ def _describe(error: jsonschema.ValidationError) -> str:
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
         where = _key(error.absolute_path)
-        names = ", ".join(f"'{where + '.' if error.absolute_path else ''}{e}'" for e in extra)
-        return f"unknown config key {names}; allowed here: {', '.join(allowed)}"
+        full = [f"{where + '.' if error.absolute_path else ''}{e}" for e in extra]
+        names = ", ".join(f"'{name}'" for name in full)
+        hints = "".join(f"; '{name}' was removed: {REMOVED_KEYS[name]}" for name in full if name in REMOVED_KEYS)
+        return f"unknown config key {names}; allowed here: {', '.join(allowed)}{hints}"
     if error.validator == "uniqueItems":
         seen, dups = set(), []
         for item in error.instance:
@@ -191,8 +201,10 @@ def _check_semantics(config: dict) -> None:
     largest = max(matrix["gpus"])
     if largest > cluster["max_gpus"]:
         problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
+    problems += matrix_problems(config)
     if not cluster["allow_uneven"]:
-        for gpus in matrix["gpus"]:
+        # one-process backends never span nodes (left_out), so only the counts of other cells matter
+        for gpus in sorted({cell.gpus for cell in cells(config)}):
             reason = placement_problem(gpus, cluster)
             if reason:
                 problems.append(f"config key 'matrix.gpus': {reason} (or set cluster.allow_uneven: true)")
@@ -201,14 +213,6 @@ def _check_semantics(config: dict) -> None:
             problem = template_problem(template)
             if problem:
                 problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
-    if training["tf_strategy"] == "mirrored" and "tensorflow" in matrix["frameworks"]:
-        too_big = [g for g in matrix["gpus"] if len(node_layout(cluster, g)) > 1]
-        if too_big:
-            problems.append(
-                f"config key 'training.tf_strategy': mirrored runs in one process on one node, but cells "
-                f"of {too_big} GPUs span several nodes ({ranks_per_node_limit(cluster)} per node); "
-                "use auto or multiworker"
-            )
     problems += legacy_label_problems(config["legacy"])
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
@@ -265,14 +269,98 @@ def placement_problem(gpus: int, cluster: dict) -> str | None:
     return None
 
 
+def cell_problem(config: dict, framework: str, backend: str, gpus: int) -> str | None:
+    """Why the matrix leaves the cell framework/backend/g<gpus> out, or None when it runs.
+
+    A pair that does not exist; fewer ranks than the backend needs (fsdp on 1); a backend
+    that drives one node from one process (dp, mirrored) on more devices than a node has;
+    dp on more than one device where the config says there are no GPUs (training.device:
+    cpu, or a CPU-only cluster).
+    """
+    if not backends.exists(framework, backend):
+        name = backends.FRAMEWORK_NAMES[framework]
+        return f"{backend} is not a {name} backend (the backends: {backends.describe_registry()})"
+    spec = backends.spec(framework, backend)
+    if gpus < spec.min_ranks:
+        return spec.min_ranks_reason
+    cluster, device = config["cluster"], config["training"]["device"]
+    if spec.one_process:
+        per_node = ranks_per_node_limit(cluster)
+        if gpus > per_node:
+            key = "cluster.gpus_per_node" if cluster["gpus_per_node"] else "cluster.ranks_per_node, a CPU-only cluster"
+            return f"{backend} drives the devices of one node from one process, and a node has {per_node} ({key})"
+    if spec.cpu_devices is not None and gpus > spec.cpu_devices:
+        if device == "cpu":
+            return f"{spec.cpu_reason} (training.device: cpu)"
+        if cluster["gpus_per_node"] == 0:
+            return f"{spec.cpu_reason} (cluster.gpus_per_node: 0, a CPU-only cluster)"
+    return None
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """Cells of the matrix that do not run: a framework/backend pair, at the GPU counts named, and why."""
+
+    framework: str
+    backend: str
+    gpus: tuple[int, ...]
+    reason: str
+    every_count: bool  # all of the matrix's GPU counts (a pair that does not exist, say)
+
+    @property
+    def item(self) -> str:
+        """'tensorflow/fsdp', or 'torch/fsdp g1' when only some counts are left out."""
+        pair = f"{self.framework}/{self.backend}"
+        return pair if self.every_count else f"{pair} " + ", ".join(f"g{g}" for g in self.gpus)
+
+    def describe(self) -> str:
+        return f"left out: {self.item}: {self.reason}"
+
+
+def left_out(config: dict) -> list[LeftOut]:
+    """The cells of frameworks x backends x gpus that the matrix leaves out, grouped by pair and reason."""
+    matrix = config["matrix"]
+    counts = sorted(matrix["gpus"])
+    entries = []
+    for framework, backend in itertools.product(matrix["frameworks"], matrix["backends"]):
+        reasons: dict[str, list[int]] = {}
+        for gpus in counts:
+            reason = cell_problem(config, framework, backend, gpus)
+            if reason:
+                reasons.setdefault(reason, []).append(gpus)
+        for reason, gpus in reasons.items():
+            entries.append(LeftOut(framework, backend, tuple(gpus), reason, gpus == counts))
+    return entries
+
+
+def matrix_problems(config: dict) -> list[str]:
+    """A backend listed for none of the listed frameworks, or one that leaves no cell to run."""
+    matrix, problems = config["matrix"], []
+    for backend in matrix["backends"]:
+        if not any(backends.exists(framework, backend) for framework in matrix["frameworks"]):
+            owners = ", ".join(backends.FRAMEWORK_NAMES[f] for f in backends.frameworks_of(backend))
+            problems.append(
+                f"config key 'matrix.backends': {backend} exists for none of matrix.frameworks "
+                f"{matrix['frameworks']} (it is a {owners} backend; {backends.describe_registry()})"
+            )
+        elif not any(cell.backend == backend for cell in cells(config)):
+            why = "; ".join(e.describe() for e in left_out(config) if e.backend == backend)
+            problems.append(
+                f"config key 'matrix.backends': no cell of {backend} can run with matrix.gpus {sorted(matrix['gpus'])} "
+                f"({why}); give matrix.gpus a count it can run, or remove {backend}"
+            )
+    return problems
+
+
 def cells(config: dict) -> list[Cell]:
-    """Every cell of the matrix, in a stable order."""
+    """Every cell of the matrix that runs (see left_out for the others), in a stable order."""
     matrix = config["matrix"]
     return [
         Cell(framework, backend, gpus, seed)
         for framework, backend, gpus, seed in itertools.product(
             matrix["frameworks"], matrix["backends"], sorted(matrix["gpus"]), sorted(matrix["seeds"])
         )
+        if cell_problem(config, framework, backend, gpus) is None
     ]
 
 

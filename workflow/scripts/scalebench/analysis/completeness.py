@@ -1,4 +1,5 @@
-"""Which cells are not ok, why, and the exact commands that rerun each one and all of them."""
+"""Which cells are not ok, why, and the exact commands that rerun each one and all of them;
+and which cells the matrix left out (a pair that does not exist, a layout the backend cannot run)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import pandas as pd
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.legacy import Skipped
 from scalebench.cell import Cell
+from scalebench.config import LeftOut
 from scalebench.rerun import Invocation
 
 COLUMNS = ["item", "status", "reason", "rerun"]
 ALL_ITEM = "all of the above"
+LEFT_OUT = "left out"
 
 
 def row_cell(row) -> Cell:
@@ -27,9 +30,12 @@ def needs_force(row) -> bool:
     return row["status"] != "missing" and not row["reason"].startswith("no run.json")
 
 
-def incomplete(runs: pd.DataFrame, skipped: list[Skipped], invocation: Invocation) -> pd.DataFrame:
+def incomplete(
+    runs: pd.DataFrame, skipped: list[Skipped], invocation: Invocation, left_out: list[dict] = ()
+) -> pd.DataFrame:
     """One row per own cell that is not ok (with the command that reruns it as the study was
-    run), one that reruns them all at once, and one per skipped legacy file."""
+    run), one that reruns them all at once, one per skipped legacy file, and one per entry of
+    `left_out` (scalebench.config.LeftOut as a dict: pairs and GPU counts the matrix does not run)."""
     rows = []
     own = runs[(runs["source"] == OWN_SOURCE) & (runs["status"] != "ok")]
     for _, row in own.iterrows():
@@ -42,4 +48,6 @@ def incomplete(runs: pd.DataFrame, skipped: list[Skipped], invocation: Invocatio
         rows.append({"item": ALL_ITEM, "status": "", "reason": reason, "rerun": invocation.command(targets, force)})
     for skip in skipped:
         rows.append({"item": skip.path, "status": "skipped (legacy import)", "reason": skip.reason, "rerun": ""})
+    for entry in (LeftOut(**{**fields, "gpus": tuple(fields["gpus"])}) for fields in left_out):
+        rows.append({"item": entry.item, "status": LEFT_OUT, "reason": entry.reason, "rerun": ""})
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,8 +1,10 @@
 """Speedup and parallel efficiency per (source, framework, backend, gpus), with 95% intervals over seeds.
 
-The base of a framework and backend is its 1-GPU cells, or the smallest world size
-that has cells with status ok (the ``base_gpus`` column says which). Only cells with
-status ok enter the ratios; the others are counted in ``excluded``.
+The base of a framework and backend is its smallest world size that has cells with
+status ok (the ``base_gpus`` column says which): 1 GPU where it ran, 2 for fsdp (which
+needs two ranks, so the matrix leaves its 1-GPU cells out), more where the smaller
+cells failed. Only cells with status ok enter the ratios; the others are counted in
+``excluded``.
 
 Interval, per row (column ``interval``):
 - ``paired t``: every seed at this world size also ran at the base: the speedup is the
@@ -73,15 +75,17 @@ def usable(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[ok]
 
 
+def base_world_size(good: pd.DataFrame) -> float:
+    """The base of one framework and backend: the smallest GPU count among its usable cells (NaN: none)."""
+    return int(good["gpus"].min()) if len(good) else math.nan
+
+
 def scaling(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per (source, framework, backend, gpus); see the module docstring."""
     rows = []
     for (source, framework, backend), group in runs.groupby(GROUP, sort=True, dropna=False):
         good = usable(group)
-        if good.empty:
-            base_gpus = math.nan
-        else:
-            base_gpus = 1 if (good["gpus"] == 1).any() else int(good["gpus"].min())
+        base_gpus = base_world_size(good)
         base = good[good["gpus"] == base_gpus]
         for gpus, cells in group.groupby("gpus", sort=True):
             used = good[good["gpus"] == gpus]

@@ -27,6 +27,7 @@ def collect_study(
     legacy_entries: list[dict],
     invocation: Invocation,
     data_key: str | None = None,
+    left_out: list[dict] | None = None,
 ) -> Summary:
     runs, epochs = analysis.collect(runs_root, cells, target_iou, data_key)
     legacy_runs, legacy_epochs, skipped = legacy.import_all(legacy_entries)
@@ -39,5 +40,5 @@ def collect_study(
         runs=runs,
         epochs=epochs,
         provenance=analysis.provenance(runs[runs["source"] == analysis.OWN_SOURCE]),
-        incomplete=completeness.incomplete(runs, skipped, invocation),
+        incomplete=completeness.incomplete(runs, skipped, invocation, left_out or []),
     )

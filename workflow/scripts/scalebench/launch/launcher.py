@@ -1,7 +1,9 @@
 """Start the ranks of one cell with the launcher template from config.
 
 Locally the templates use torchrun or horovodrun on this host; inside a SLURM
-job (SLURM_JOB_ID is set) they use srun or horovodrun over the allocation.
+job (SLURM_JOB_ID is set) they use srun or horovodrun over the allocation. A
+backend that drives a node's devices from one process (dp, mirrored: see
+scalebench/backends.py) gets one process, on one node.
 
 Inside a SLURM job the command of a Snakemake job runs with a trimmed
 environment: the SLURM jobstep plugin removes every SLURM_* variable except the
@@ -28,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from scalebench import backends
 from scalebench.launch.ports import PortError, reserve_local_block
 from scalebench.launch.slurm import NODE_ADDRESSES, Allocation, SlurmError, block_distribution, slurm_allocation
 from scalebench.train import outcome
@@ -79,9 +82,21 @@ def placeholders(ranks: int, allocation: Allocation, program: str) -> dict[str, 
 
 
 def build_command(template: str, ranks: int, allocation: Allocation, train_args: list[str]) -> str:
-    """The launcher template filled for `ranks` ranks running train.py with `train_args`."""
+    """The launcher template filled for `ranks` processes running train.py with `train_args`."""
     program = " ".join(shlex.quote(a) for a in [str(TRAIN_SCRIPT), *train_args])
     return template.format(**placeholders(ranks, allocation, program))
+
+
+def launch_processes(framework: str, backend: str, gpus: int, allocation: Allocation) -> int:
+    """How many processes the launcher starts for the cell (one for dp and mirrored), or LaunchError."""
+    if not backends.exists(framework, backend):
+        raise LaunchError(f"{backend} is not a backend of {framework} ({backends.describe_registry()})")
+    if backends.spec(framework, backend).one_process and len(allocation.hosts) > 1:
+        raise LaunchError(
+            f"{backend} drives the devices of one node from one process, but the allocation has "
+            f"{len(allocation.hosts)} nodes ({', '.join(allocation.hosts)})"
+        )
+    return backends.processes(framework, backend, gpus)
 
 
 def rank_environment(threads: int, allocation: Allocation) -> dict[str, str]:
@@ -162,15 +177,20 @@ def main(argv: list[str] | None = None) -> int:
     cell = settings["cell"]
     env = dict(os.environ)
     where = executor(env)
-    template = json.loads(args.launchers)[where][f"{cell['framework']}_{cell['backend']}"]
+    framework, backend = cell["framework"], cell["backend"]
+    template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
     train_args = cell_arguments(args.settings, args.data, args.out)
     try:
         allocation = slurm_allocation(env["SLURM_JOB_ID"]) if where == "slurm" else local_allocation()
-        command = build_command(template, cell["gpus"], allocation, train_args)
+        processes = launch_processes(framework, backend, cell["gpus"], allocation)
+        command = build_command(template, processes, allocation, train_args)
     except (LaunchError, SlurmError, PortError) as error:
         print(f"launch ({where}): error: {error}", flush=True)
         return 1
-    threads = settings["training"]["threads_per_rank"] or allocation.cpus_per_rank
+    per_rank = settings["training"]["threads_per_rank"]
+    # a one-process backend's task holds the CPUs of all its devices (resources.py)
+    threads = per_rank * backends.devices_per_process(framework, backend, cell["gpus"]) if per_rank else None
+    threads = threads or allocation.cpus_per_rank
     print(f"launch ({where}): {command}", flush=True)
     if where == "slurm":
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)

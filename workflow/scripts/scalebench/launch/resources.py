@@ -1,5 +1,9 @@
 """How a cell becomes a SLURM job: nodes, tasks, GPUs, CPUs, memory and time.
 
+One task per rank; a backend that drives a node's devices from one process (dp,
+mirrored) is one task on one node with all the cell's GPUs and the CPUs and
+memory of as many ranks.
+
 The values are Snakemake resources that snakemake-executor-plugin-slurm (2.x)
 turns into sbatch options. Every training job carries the plugin's ``mpi``
 resource, so the jobstep plugin runs the rule's command once in the allocation
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+from scalebench import backends
 from scalebench.cell import Cell
 from scalebench.launch.slurm import block_distribution
 
@@ -68,8 +73,12 @@ def node_layout(cluster: dict, gpus: int) -> list[int]:
 def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, object]:
     """Snakemake resources of the train job of `cell`; None means 'leave unset'."""
     cluster = config["cluster"]
-    layout = node_layout(cluster, cell.gpus)
-    nodes, ranks_per_node = len(layout), layout[0]
+    if backends.exists(cell.framework, cell.backend) and backends.spec(cell.framework, cell.backend).one_process:
+        # one task on one node holds every device of the cell, and the CPUs and memory of as many ranks
+        nodes, ranks_per_node, per_task = 1, 1, cell.gpus
+    else:
+        layout = node_layout(cluster, cell.gpus)
+        nodes, ranks_per_node, per_task = len(layout), layout[0], 1
     uses_gpus = cluster["gpus_per_node"] > 0
     extra = [cluster["extra"]] if cluster["extra"] else []
     if cluster["exclusive"]:
@@ -79,9 +88,9 @@ def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, objec
         "tasks": None,
         "tasks_per_node": None,
         "mpi": "srun",
-        "gres": cluster["gres"].format(n=ranks_per_node) if uses_gpus else None,
-        "cpus_per_task": cluster["cpus_per_rank"],
-        "mem_mb": cluster["mem_mb_per_rank"] * ranks_per_node,
+        "gres": cluster["gres"].format(n=ranks_per_node * per_task) if uses_gpus else None,
+        "cpus_per_task": cluster["cpus_per_rank"] * per_task,
+        "mem_mb": cluster["mem_mb_per_rank"] * ranks_per_node * per_task,
         "runtime": runtime_minutes(config, cell, attempt),
         "slurm_partition": cluster["partition"] or None,
         "slurm_account": cluster["account"] or None,

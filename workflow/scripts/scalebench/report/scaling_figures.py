@@ -41,10 +41,24 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE, STATUSES
-from scalebench.analysis.scaling import GROUP, METRICS, interval_summary, usable
+from scalebench.analysis.scaling import GROUP, METRICS, base_world_size, interval_summary, usable
 
-BACKEND_LABELS = {"native": "native", "horovod": "Horovod"}
-BACKEND_COLOURS = {"native": "#1b6ca8", "Horovod": "#d95f02"}
+# The legend's name of each backend (scalebench/backends.py lists them; a test keeps both in step).
+# native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's.
+BACKEND_LABELS = {
+    "native": "native",
+    "horovod": "Horovod",
+    "fsdp": "FSDP",
+    "dp": "DataParallel",
+    "mirrored": "Mirrored",
+}
+BACKEND_COLOURS = {
+    "native": "#1b6ca8",
+    "Horovod": "#d95f02",
+    "FSDP": "#1b9e77",
+    "DataParallel": "#7570b3",
+    "Mirrored": "#e7298a",
+}
 STATUS_COLOURS = {
     "ok": "#4daf4a",
     "stale": "#a6761d",
@@ -118,7 +132,7 @@ def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per usable cell: base time (same seed at the base world size, else the base mean) / its time."""
     rows = []
     for _, group in usable(runs).groupby(GROUP, dropna=False):
-        base_gpus = 1 if (group["gpus"] == 1).any() else group["gpus"].min()
+        base_gpus = base_world_size(group)
         base = group[group["gpus"] == base_gpus]
         by_seed = base.dropna(subset=["seed"]).set_index("seed")[metric]
         for _, cell in group.iterrows():
@@ -151,13 +165,16 @@ def _scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame, kind: str, metric
         + style()
     )
     if kind == "speedup":
+        # one ideal line per base in a panel: fsdp's starts at 2 GPUs where the others start at 1
         ideal = pd.concat(
-            pd.DataFrame({"framework": framework, "gpus": sorted(set(group["gpus"]))})
-            .assign(base=group["base_gpus"].min())
+            pd.DataFrame({"framework": framework, "gpus": sorted(g for g in set(means["gpus"]) if g >= base)})
+            .assign(base=base)
             .eval(f"{column} = gpus / base")
-            for framework, group in means.groupby("framework")
+            for (framework, base), group in means.groupby(["framework", "base_gpus"])
         )
-        figure += geom_line(ideal, aes("gpus", column), inherit_aes=False, linetype="dashed", colour="grey")
+        figure += geom_line(
+            ideal, aes("gpus", column, group="base"), inherit_aes=False, linetype="dashed", colour="grey"
+        )
         values = pd.concat([means[column], points[column], ideal[column]]).dropna()
         low, high = math.floor(math.log2(values.min())), math.ceil(math.log2(values.max()))
         breaks = [2.0**k for k in range(low, high + 1)]
@@ -179,9 +196,22 @@ def _scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame, kind: str, metric
     figure += geom_line(means, aes(linetype="source"))
     figure += geom_point(points, aes(shape="source"), alpha=0.5, size=1.8)
     figure += geom_point(means, aes(shape="source"), size=3)
-    base_note = ", ".join(f"{b:g}" for b in sorted(set(means["base_gpus"].dropna())))
-    caption = f"Relative to {base_note} GPU(s) of the same framework and backend. {interval_summary(scaling)}"
+    caption = f"{base_note(means)} {interval_summary(scaling)}"
     return figure + labs(x="GPUs (ranks)", y=ylab, title=title, caption=wrap(caption))
+
+
+def base_note(means: pd.DataFrame) -> str:
+    """Which GPU count each series is relative to, e.g. 'Relative to the same framework and backend
+    on 1 GPU (native, Horovod) or 2 GPUs (FSDP).' (backend labels, as in the legend)."""
+    bases = means.dropna(subset=["base_gpus"]).groupby("base_gpus")
+    if len(bases) == 1:
+        base = next(iter(bases.groups))
+        return f"Relative to {base:g} GPU(s) of the same framework and backend."
+    parts = []
+    for base, group in bases:
+        series = sorted(set(group["framework"] + " " + group["backend"].astype(str)))
+        parts.append(f"{base:g} GPU{'' if base == 1 else 's'} ({', '.join(series)})")
+    return "Relative to the same framework and backend on " + " or ".join(parts) + "."
 
 
 def speedup_figure(scaling: pd.DataFrame, runs: pd.DataFrame, metric: str = "train_time_s"):

@@ -101,7 +101,7 @@ def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int])
 
 
 # Settings of training that run.json's training record leaves out: they change no step (the
-# report's own choices); loader, horovod and tf_strategy go in where they apply.
+# report's own choices); loader and horovod go in where they apply, a backend's options beside them.
 NOT_RECORDED = ("predictions", "target_iou")
 
 

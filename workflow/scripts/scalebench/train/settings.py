@@ -16,6 +16,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from scalebench import backends
 from scalebench.cell import Cell
 
 
@@ -61,7 +62,6 @@ class TrainingSettings:
     deterministic: bool | None  # deterministic kernels; None: on the CPU yes, on GPUs no
     predictions: int  # test images whose predicted masks are saved for the report
     target_iou: float  # used by the report only
-    tf_strategy: str  # TensorFlow native: mirrored, multiworker or auto
     loader: LoaderSettings
     horovod: HorovodSettings
 
@@ -98,11 +98,12 @@ class RunSettings:
         """The typed settings of scalebench.config.train_settings' JSON."""
         env = os.environ if env is None else env
         training = build(TrainingSettings, settings["training"], "training")
-        threads = training.threads_per_rank or int(env.get("SLURM_CPUS_PER_TASK", 1))
+        cell = build(Cell, settings["cell"], "cell")
+        threads = process_threads(training.threads_per_rank, cell, env)
         # launch.py tells the ranks where the cell runs (a test run inside an allocation is local)
         on_gpu_cluster = settings["gpus_per_node"] > 0 and env.get("SCALEBENCH_EXECUTOR") == "slurm"
         return cls(
-            cell=build(Cell, settings["cell"], "cell"),
+            cell=cell,
             training=training,
             image_size=tuple(settings["dataset"]["image_size"]),
             peak_tflops=settings["peak_tflops"],
@@ -113,6 +114,18 @@ class RunSettings:
             share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
             source=settings,
         )
+
+
+def process_threads(threads_per_rank: int | None, cell: Cell, env: dict[str, str]) -> int:
+    """Compute threads of one process: threads_per_rank for each device it drives (a one-process
+    backend drives all of the cell's, so it gets as many threads as that many ranks would), or
+    under SLURM with null the task's CPUs (one task then holds every device's CPUs)."""
+    devices = 1
+    if backends.exists(cell.framework, cell.backend):
+        devices = backends.devices_per_process(cell.framework, cell.backend, cell.gpus)
+    if threads_per_rank:
+        return threads_per_rank * devices
+    return int(env.get("SLURM_CPUS_PER_TASK") or devices)
 
 
 def build(kind: type, data: dict[str, Any], where: str) -> Any:

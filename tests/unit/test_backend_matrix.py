@@ -1,0 +1,132 @@
+"""Which backends exist per framework, and the cells a matrix leaves out (and why) or refuses."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import tiny_config
+from scalebench import backends
+from scalebench import config as sb_config
+
+EVERY_BACKEND = ["native", "horovod", "fsdp", "dp", "mirrored"]
+
+
+def validated(schema, **sections) -> dict:
+    sections.setdefault("dataset", {"synthetic": {"count": 400}})
+    sections.setdefault("training", {"batch_per_gpu": 2})
+    return sb_config.validate(tiny_config(**sections), schema)
+
+
+def refusal(schema, **sections) -> str:
+    with pytest.raises(sb_config.ConfigError) as error:
+        validated(schema, **sections)
+    return str(error.value)
+
+
+def test_the_registry_names_each_backend_once_and_the_schema_lists_them(schema):
+    names = {name for framework in backends.REGISTRY.values() for name in framework}
+    assert names == set(backends.BACKENDS)
+    assert backends.frameworks_of("fsdp") == ["torch"] and backends.frameworks_of("mirrored") == ["tensorflow"]
+    assert backends.frameworks_of("horovod") == ["torch", "tensorflow"]
+    # every pair has a launcher template per executor, one key per framework_backend as before
+    launchers = sb_config.validate({}, schema)["launchers"]
+    pairs = {f"{f}_{b}" for f, names in backends.REGISTRY.items() for b in names}
+    assert set(launchers["local"]) == set(launchers["slurm"]) == pairs
+
+
+def test_both_frameworks_with_every_backend_run_each_backend_where_it_exists(schema):
+    config = validated(
+        schema,
+        matrix={"frameworks": ["torch", "tensorflow"], "backends": EVERY_BACKEND, "gpus": [1, 2, 4], "seeds": [1]},
+    )
+    pairs = {(c.framework, c.backend) for c in sb_config.cells(config)}
+    assert pairs == {
+        ("torch", "native"),
+        ("torch", "horovod"),
+        ("torch", "fsdp"),
+        ("torch", "dp"),
+        ("tensorflow", "native"),
+        ("tensorflow", "horovod"),
+        ("tensorflow", "mirrored"),
+    }
+    assert sorted(c.gpus for c in sb_config.cells(config) if c.backend == "fsdp") == [2, 4]
+    lines = [entry.describe() for entry in sb_config.left_out(config)]
+    assert lines == [
+        "left out: torch/fsdp g1: fsdp needs at least 2 ranks (with one there is nothing to shard)",
+        "left out: torch/mirrored: mirrored is not a PyTorch backend "
+        "(the backends: PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored)",
+        "left out: tensorflow/fsdp: fsdp is not a TensorFlow backend "
+        "(the backends: PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored)",
+        "left out: tensorflow/dp: dp is not a TensorFlow backend "
+        "(the backends: PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored)",
+    ]
+
+
+def test_one_process_backends_are_left_out_beyond_one_node(schema):
+    config = validated(
+        schema,
+        matrix={"frameworks": ["torch", "tensorflow"], "backends": ["native", "dp", "mirrored"], "gpus": [2, 4, 8]},
+        cluster={"gpus_per_node": 4},
+    )
+    dp = [c.gpus for c in sb_config.cells(config) if c.backend == "dp"]
+    native = [c.gpus for c in sb_config.cells(config) if c.backend == "native"]
+    assert dp == [2, 4] and native == [2, 4, 8, 2, 4, 8]  # torch's, then TensorFlow's
+    left = {entry.item: entry.reason for entry in sb_config.left_out(config)}
+    assert left["torch/dp g8"] == (
+        "dp drives the devices of one node from one process, and a node has 4 (cluster.gpus_per_node)"
+    )
+    assert left["tensorflow/mirrored g8"].startswith("mirrored drives the devices of one node from one process")
+
+
+@pytest.mark.parametrize(
+    ("sections", "why"),
+    [
+        ({"training": {"batch_per_gpu": 2, "device": "cpu"}}, "(training.device: cpu)"),
+        ({"cluster": {"gpus_per_node": 0, "ranks_per_node": 4}}, "(cluster.gpus_per_node: 0, a CPU-only cluster)"),
+    ],
+)
+def test_dp_beyond_one_device_is_left_out_where_the_config_says_there_is_no_gpu(schema, sections, why):
+    config = validated(
+        schema, matrix={"frameworks": ["torch"], "backends": ["dp", "native"], "gpus": [1, 2]}, **sections
+    )
+    assert [c.gpus for c in sb_config.cells(config) if c.backend == "dp"] == [1]
+    [entry] = sb_config.left_out(config)
+    assert entry.item == "torch/dp g2"
+    assert entry.reason == f"dp splits a batch over GPUs only; on the CPU it has one device {why}"
+
+
+def test_mirrored_on_a_cpu_cluster_runs_on_as_many_devices_as_a_node_has_ranks(schema):
+    config = validated(
+        schema,
+        matrix={"frameworks": ["tensorflow"], "backends": ["mirrored"], "gpus": [1, 2, 4]},
+        cluster={"gpus_per_node": 0, "ranks_per_node": 2},
+    )
+    assert [c.gpus for c in sb_config.cells(config)] == [1, 2]
+    [entry] = sb_config.left_out(config)
+    assert "(cluster.ranks_per_node, a CPU-only cluster)" in entry.reason
+
+
+def test_a_backend_of_none_of_the_listed_frameworks_is_refused_naming_the_key(schema):
+    message = refusal(schema, matrix={"frameworks": ["tensorflow"], "backends": ["native", "fsdp"]})
+    assert "config key 'matrix.backends': fsdp exists for none of matrix.frameworks ['tensorflow']" in message
+    assert "it is a PyTorch backend" in message
+
+
+def test_a_backend_with_no_cell_it_can_run_is_refused(schema):
+    message = refusal(schema, matrix={"frameworks": ["torch"], "backends": ["native", "fsdp"], "gpus": [1]})
+    assert "config key 'matrix.backends': no cell of fsdp can run with matrix.gpus [1]" in message
+    assert "fsdp needs at least 2 ranks" in message
+
+
+def test_the_removed_tf_strategy_key_says_what_replaced_it(schema):
+    message = refusal(schema, training={"tf_strategy": "mirrored"})
+    assert "unknown config key 'training.tf_strategy'" in message
+    assert "list mirrored in matrix.backends" in message
+
+
+def test_uneven_placement_does_not_concern_cells_that_are_left_out(schema):
+    # dp on 10 GPUs is left out (one node of 4), so 10 is no placement problem; native on 10 would be
+    config = validated(schema, matrix={"backends": ["dp"], "gpus": [2, 10]}, cluster={"gpus_per_node": 4})
+    assert [c.gpus for c in sb_config.cells(config)] == [2]
+    assert "10 GPUs cannot be spread evenly" in refusal(
+        schema, matrix={"backends": ["native"], "gpus": [2, 10]}, cluster={"gpus_per_node": 4}
+    )

@@ -1,0 +1,80 @@
+"""Which distributed backends exist for which framework, and how each starts its processes.
+
+The one registry: config validation (which pairs of the matrix run), the rules'
+wildcard constraints, the launcher (how many processes a cell starts), the SLURM
+resources and the contract test (one module train/<framework>/<name>.py per entry)
+all read it. Plain Python, no framework imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    summary: str  # what it is, for messages
+    # one process drives every device of its (single) node: nn.DataParallel, MirroredStrategy
+    one_process: bool = False
+    min_ranks: int = 1  # the smallest world size the backend can run
+    min_ranks_reason: str = ""
+    # the most devices it can drive without GPUs (None: as many as the node has ranks), and why
+    cpu_devices: int | None = None
+    cpu_reason: str = ""
+
+
+NATIVE_TORCH = BackendSpec("native", "DistributedDataParallel, one process per GPU")
+NATIVE_TF = BackendSpec("native", "MultiWorkerMirroredStrategy, one process per GPU")
+HOROVOD = BackendSpec("horovod", "Horovod allreduce, one process per GPU")
+FSDP = BackendSpec(
+    "fsdp",
+    "FullyShardedDataParallel, one process per GPU, parameters and gradients sharded across ranks",
+    min_ranks=2,
+    min_ranks_reason="fsdp needs at least 2 ranks (with one there is nothing to shard)",
+)
+DP = BackendSpec(
+    "dp",
+    "nn.DataParallel, one process driving every GPU of one node",
+    one_process=True,
+    cpu_devices=1,
+    cpu_reason="dp splits a batch over GPUs only; on the CPU it has one device",
+)
+MIRRORED = BackendSpec("mirrored", "MirroredStrategy, one process driving every GPU of one node", one_process=True)
+
+REGISTRY: dict[str, dict[str, BackendSpec]] = {
+    "torch": {spec.name: spec for spec in (NATIVE_TORCH, HOROVOD, FSDP, DP)},
+    "tensorflow": {spec.name: spec for spec in (NATIVE_TF, HOROVOD, MIRRORED)},
+}
+FRAMEWORKS = tuple(REGISTRY)
+# every backend name, in the order the schema's enum lists them
+BACKENDS = ("native", "horovod", "fsdp", "dp", "mirrored")
+
+
+def exists(framework: str, backend: str) -> bool:
+    return backend in REGISTRY.get(framework, {})
+
+
+def spec(framework: str, backend: str) -> BackendSpec:
+    return REGISTRY[framework][backend]
+
+
+def frameworks_of(backend: str) -> list[str]:
+    """The frameworks that have `backend`, in registry order."""
+    return [framework for framework, backends in REGISTRY.items() if backend in backends]
+
+
+def describe_registry() -> str:
+    """'PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored', for messages."""
+    return "; ".join(f"{FRAMEWORK_NAMES[f]}: {', '.join(backends)}" for f, backends in REGISTRY.items())
+
+
+def processes(framework: str, backend: str, gpus: int) -> int:
+    """How many processes the launcher starts for a cell of `gpus` devices."""
+    return 1 if spec(framework, backend).one_process else gpus
+
+
+def devices_per_process(framework: str, backend: str, gpus: int) -> int:
+    return gpus // processes(framework, backend, gpus)

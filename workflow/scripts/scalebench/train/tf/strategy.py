@@ -1,0 +1,128 @@
+"""What TensorFlow's two strategies share as backends: MultiWorkerMirroredStrategy (native.py)
+and MirroredStrategy (mirrored.py) reduce, broadcast and run replicas the same way.
+
+A subclass creates its strategy in create_strategy(); everything the loop asks of a
+backend after that goes through the strategy, for one replica per process or several.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+import numpy as np
+import tensorflow as tf
+
+from scalebench.train.interfaces import Backend
+from scalebench.train.settings import RunSettings
+from scalebench.train.tf import runtime
+
+
+class StrategyBackend(Backend):
+    """A tf.distribute strategy as the loop's backend; implementation names its collective."""
+
+    strategy_name: str  # the tf.distribute class
+    implementation: str | None = None  # its collective, known once create_strategy ran
+
+    def create_strategy(self, run: RunSettings):
+        raise NotImplementedError
+
+    def placement(self) -> str:
+        """Where the replicas live, for train.log (a subclass says more where it matters)."""
+        return ""
+
+    def setup(self, run: RunSettings) -> None:
+        self.strategy = self.create_strategy(run)
+        self.replicas = self.strategy.num_replicas_in_sync
+        per_process = self.replicas // self.world_size
+        self.replica_ids = list(range(self.rank * per_process, (self.rank + 1) * per_process))
+        self.checkpoint_on_all_ranks = self.world_size > 1  # saving reads on-read variables across workers
+        self._collectives()
+        print(
+            f"rank {self.rank}/{self.world_size}: {type(self.strategy).__name__} with {self.replicas} replicas "
+            f"({self.implementation}){self.placement()} via {self.place.launcher}",
+            flush=True,
+        )
+
+    def options(self) -> dict:
+        """run.json's training record: the strategy and its collective."""
+        return {"tf_strategy": self.strategy_name, "tf_collective": self.implementation}
+
+    def _collectives(self) -> None:
+        strategy = self.strategy
+
+        def per_replica(x):  # this process's value as its replica's contribution
+            return strategy.experimental_distribute_values_from_function(lambda context: x)
+
+        def replica_broadcast(variables):
+            # In replica context an on-read variable (batch-norm statistics) is this replica's own copy.
+            context = tf.distribute.get_replica_context()
+            is_root = tf.equal(context.replica_id_in_sync_group, 0)
+            for variable in variables:
+                mine = tf.where(is_root, variable, tf.zeros_like(variable))
+                variable.assign(context.all_reduce(tf.distribute.ReduceOp.SUM, mine))
+
+        self._sum = tf.function(lambda x: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica(x), axis=None))
+        self._gather = tf.function(lambda x: strategy.gather(per_replica(x[None]), axis=0))
+        self._broadcast_fn = replica_broadcast
+        self._broadcasts: dict[int, object] = {}
+
+    def scope(self) -> AbstractContextManager:
+        return self.strategy.scope()
+
+    def distribute(self, model, optimizer) -> tuple:
+        return model, optimizer  # tf.distribute created every variable with rank 0's initial value
+
+    def reduce_gradients(self, gradients: list) -> list:
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.MEAN, gradients)
+
+    def run_replicas(self, step, per_replica_args: list[tuple]) -> list:
+        if len(per_replica_args) == 1 and len(self.replica_ids) > 1:
+            # the same inputs on every local replica (evaluation): all replicas are here, so
+            # on-read variables can be read directly
+            return [step(*per_replica_args[0])]
+        if len(per_replica_args) == 1:  # one replica in this process: its own tensors are its inputs
+            result = self.strategy.run(step, args=per_replica_args[0])
+        else:
+            first = self.replica_ids[0]
+            args = tuple(
+                self.strategy.experimental_distribute_values_from_function(
+                    lambda context, i=i: per_replica_args[context.replica_id_in_sync_group - first][i]
+                )
+                for i in range(len(per_replica_args[0]))
+            )
+            result = self.strategy.run(step, args=args)
+        return list(self.strategy.experimental_local_results(result))
+
+    def broadcast_from_root(self, tensors: list) -> None:
+        if not tensors:
+            return
+        key = id(tensors)  # one traced function per variable list, closing over the variables
+        if key not in self._broadcasts:
+
+            def replica():
+                self._broadcast_fn(tensors)
+
+            def all_replicas():
+                self.strategy.run(replica)
+
+            self._broadcasts[key] = tf.function(all_replicas)
+        self._broadcasts[key]()
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
+        if self.world_size == 1:
+            return np.asarray(values, dtype=np.float64)
+        return self._sum(tf.constant(values, dtype=tf.float64)).numpy()
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray:
+        if self.world_size == 1:
+            return np.asarray(values, dtype=np.float64)
+        return self._gather(tf.constant(values, dtype=tf.float64)).numpy().max(axis=0)
+
+    def allgather_text(self, text: str) -> list[str]:
+        if self.world_size == 1:
+            return [text]
+        rows = self._gather(tf.constant(runtime.encode_text(text))).numpy()
+        return [runtime.decode_text(row) for row in rows]
+
+    def versions(self) -> dict:
+        return {"distributed": f"tf.distribute {type(self.strategy).__name__} {self.implementation}"}
