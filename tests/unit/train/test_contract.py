@@ -18,9 +18,6 @@ FOLDERS = {"torch": "torch", "tensorflow": "tf"}
 SHARED_ROLES = {"__init__.py", "framework.py", "model.py", "data.py", "runtime.py", "checkpoint.py"}
 # a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
 HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}
-# Written in a parallel branch (issue 15): until it is merged these two modules are missing here,
-# and the tests below that expect them fail in this branch by design.
-PARALLEL_BRANCH = {("torch", "fsdp"), ("torch", "dp")}
 PAIRS = [(framework, backend) for framework, names in backends.REGISTRY.items() for backend in names]
 
 
@@ -35,8 +32,7 @@ def test_each_framework_has_every_shared_role_and_one_module_per_registered_back
     modules = files - SHARED_ROLES - HELPERS[framework]
     assert modules == {f"{name}.py" for name in backends.REGISTRY[framework]}, (
         f"{FOLDERS[framework]}/ holds backend modules {sorted(modules)}; scalebench/backends.py registers "
-        f"{sorted(backends.REGISTRY[framework])} (expected missing here until the parallel branch is merged: "
-        f"{sorted(b for f, b in PARALLEL_BRANCH if f == framework)})"
+        f"{sorted(backends.REGISTRY[framework])}"
     )
 
 
