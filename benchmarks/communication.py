@@ -16,6 +16,8 @@ Where the framework can tell, the share of the time in the reduction:
   arrays, times each bucket's allreduce future from launch to completion with a DDP comm hook,
   and compares steps with the reduction against steps under no_sync() (no reduction).
 TensorFlow's MultiWorkerMirroredStrategy exposes no such hook; its row has the epoch ratio only.
+A backend that cannot run 1 rank (fsdp) is compared with its framework's native backend on 1
+rank, and its line says so; mirrored's 2 replicas are logical CPU devices in one process.
 
     .venv/bin/python benchmarks/communication.py [--backends torch_native torch_horovod ...] [--epochs 4]
 """
@@ -33,7 +35,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-BACKENDS = ["torch_native", "torch_horovod", "tensorflow_native", "tensorflow_horovod"]
+
+def cpu_backends() -> list[str]:
+    """Every registered framework_backend that can run 2 CPU ranks (dp has one device on the CPU)."""
+    from scalebench import backends
+
+    return [
+        f"{framework}_{name}"
+        for framework, specs in backends.REGISTRY.items()
+        for name, spec in specs.items()
+        if spec.cpu_devices is None or spec.cpu_devices >= 2
+    ]
+
+
+BACKENDS = cpu_backends()
 
 
 def merged_length(intervals: list[tuple[float, float]]) -> float:
@@ -145,6 +160,14 @@ def ddp_probe(args: dict) -> dict:
     return result
 
 
+def single_rank_base(backend: str) -> str:
+    """The 1-rank cell a backend's 2 ranks are compared with: its own, or its framework's native one."""
+    from scalebench import backends
+
+    framework, name = backend.split("_")
+    return backend if backends.spec(framework, name).min_ranks <= 1 else f"{framework}_native"
+
+
 def run_cell(backend: str, ranks: int, options: argparse.Namespace, data: Path, root: Path) -> dict:
     framework, kind = backend.split("_")
     height, width = options.size
@@ -248,10 +271,13 @@ def main() -> None:
         data = _common.prepare_dataset(root, options.count, height, width)
         results = {}
         for backend in options.backends:
-            one, two = (run_cell(backend, ranks, options, data, root) for ranks in (1, 2))
-            results[backend] = {"1": one, "2": two, "ratio": two["steady_s"] / one["steady_s"]}
+            base = single_rank_base(backend)
+            one, two = run_cell(base, 1, options, data, root), run_cell(backend, 2, options, data, root)
+            results[backend] = {"1": one, "2": two, "ratio": two["steady_s"] / one["steady_s"], "base": base}
             line = (
-                f"{backend}: steady epoch 1 rank {one['steady_s']:.2f} s, 2 ranks {two['steady_s']:.2f} s "
+                f"{backend}: steady epoch 1 rank {one['steady_s']:.2f} s"
+                + ("" if base == backend else f" ({base})")
+                + f", 2 ranks {two['steady_s']:.2f} s "
                 f"({two['steps'] // 2} steps of {options.batch} per rank), ratio {results[backend]['ratio']:.3f}"
             )
             if "allreduce_share" in two:
