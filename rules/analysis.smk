@@ -49,6 +49,8 @@ rule derive_scaling:
         "results/logs/derive_scaling.log",
     conda:
         "../envs/pipeline.yaml"
+    params:
+        per_node=sb_resources.ranks_per_node_limit(config["cluster"]),
     script:
         "../workflow/scripts/derive_scaling.py"
 

@@ -125,3 +125,26 @@ def test_fsdp_without_one_gpu_cells_is_relative_to_its_own_smallest_count():
     assert row(table, 2, "fsdp")["speedup_train_time"] == pytest.approx(1.0)
     assert row(table, 4, "fsdp")["speedup_train_time"] == pytest.approx(1.5)
     assert row(table, 4, "fsdp")["efficiency_train_time"] == pytest.approx(1.5 * 2 / 4)
+
+
+def test_scaling_csv_carries_the_model_fit_and_prediction_per_series(tmp_path):
+    # epoch(N) = (100 + 2 [N>1] + 8 (N-1)/N) / N on one node; horovod has too few points
+    epoch = {n: (100 + 2 * (n > 1) + 8 * (n - 1) / n) / n for n in (1, 2, 4, 8)}
+    rows = [("native", n, seed, "ok", 10 * t, t) for n, t in epoch.items() for seed in (1, 2)]
+    rows += [("horovod", 1, 1, "ok", 100.0, 10.0), ("horovod", 2, 1, "ok", 60.0, 6.0)]
+    table = scaling(runs_table(rows).assign(nodes=1), per_node=8)
+    table.to_csv(tmp_path / "scaling.csv", index=False)
+    table = pd.read_csv(tmp_path / "scaling.csv")  # what the report reads
+    four = row(table, 4)
+    assert four["model_status"] == "fitted" and four["model_terms"] == "compute + latency + bandwidth"
+    assert (four["model_compute_s"], four["model_latency_s"], four["model_bandwidth_s"]) == pytest.approx((100, 2, 8))
+    assert four["model_epoch_s"] == pytest.approx(epoch[4]) and four["model_residual"] == pytest.approx(0, abs=1e-9)
+    assert four["model_compute_epoch_s"] == pytest.approx(25.0)
+    assert four["model_communication_epoch_s"] == pytest.approx((2 + 8 * 3 / 4) / 4)
+    assert (four["model_predicted_gpus"], four["model_predicted_nodes"]) == (16, 2)
+    assert "node step unknown" in four["model_note"]
+    assert four["model_predicted_efficiency"] == pytest.approx(100 / (16 * (100 + 2 + 8 * 15 / 16) / 16))
+    assert not four["model_poor_fit"]
+    refused = row(table, 2, "horovod")
+    assert refused["model_status"] == "refused" and "too few to fit" in refused["model_note"]
+    assert math.isnan(refused["model_predicted_efficiency"]) and math.isnan(refused["model_epoch_s"])

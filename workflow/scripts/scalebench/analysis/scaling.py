@@ -12,6 +12,11 @@ Interval, per row (column ``interval``):
 - ``log-ratio t``: seeds differ: ratio of the means, with a Welch t-interval on the
   log of the ratio (delta method);
 - ``none``: one seed (at this size or at the base), so no interval.
+
+The ``model_`` columns: the epoch-time model of the series fitted to its cells (its
+parameters, the prediction at twice the largest GPU count, repeated on each row) and, per
+row, the fit at that GPU count, its compute/communication split and the residual; see
+scaling_model.py.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import math
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from scalebench.analysis.scaling_model import MODEL_COLUMNS, fit_series, row_columns, series_columns
 
 METRICS = {"train_time_s": "train_time", "steady_epoch_s": "epoch_time"}
 GROUP = ["source", "framework", "backend"]
@@ -80,10 +87,13 @@ def base_world_size(good: pd.DataFrame) -> float:
     return int(good["gpus"].min()) if len(good) else math.nan
 
 
-def scaling(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per (source, framework, backend, gpus); see the module docstring."""
+def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
+    """One row per (source, framework, backend, gpus); see the module docstring. `per_node`: GPUs
+    (ranks) a node holds, for the model's node step where a cell does not record its nodes."""
     rows = []
     for (source, framework, backend), group in runs.groupby(GROUP, sort=True, dropna=False):
+        model = fit_series(group, per_node)
+        model_series = series_columns(model)
         good = usable(group)
         base_gpus = base_world_size(good)
         base = good[good["gpus"] == base_gpus]
@@ -119,7 +129,7 @@ def scaling(runs: pd.DataFrame) -> pd.DataFrame:
             iou = t_interval(used["iou"].dropna().to_numpy())
             row.update(iou_mean=iou[0], iou_lo=iou[1], iou_hi=iou[2])
             row["images_per_s_per_gpu_mean"] = used["images_per_s_per_gpu"].mean() if len(used) else math.nan
-            rows.append(row)
+            rows.append(row | model_series | row_columns(model, int(gpus)))
     return pd.DataFrame(rows, columns=scaling_columns())
 
 
@@ -138,7 +148,7 @@ def scaling_columns() -> list[str]:
         columns.append(f"{name}_mean_s")
         for kind in ("speedup", "efficiency"):
             columns += [f"{kind}_{name}", f"{kind}_{name}_lo", f"{kind}_{name}_hi"]
-    return columns + ["iou_mean", "iou_lo", "iou_hi", "images_per_s_per_gpu_mean"]
+    return columns + ["iou_mean", "iou_lo", "iou_hi", "images_per_s_per_gpu_mean", *MODEL_COLUMNS]
 
 
 def interval_summary(table: pd.DataFrame) -> str:
