@@ -135,6 +135,15 @@ rule plot_scaling:
             category="Scaling",
             labels={"figure": "where the time goes", "measure": "seconds per epoch"},
         ),
+        model=report(
+            "results/figures/scaling_model.png",
+            caption="../report/scaling_model.rst",
+            category="Scaling",
+            labels={
+                "figure": "scaling model and prediction",
+                "measure": "steady-state epoch time",
+            },
+        ),
         iou=report(
             "results/figures/iou.png",
             caption="../report/iou.rst",
@@ -151,6 +160,8 @@ rule plot_scaling:
         "results/logs/plot_scaling.log",
     conda:
         "../envs/pipeline.yaml"
+    params:
+        per_node=sb_resources.ranks_per_node_limit(config["cluster"]),
     script:
         "../workflow/scripts/plot_scaling.py"
 

@@ -7,6 +7,7 @@ sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 import pandas as pd
 from scalebench.analysis.summary_csv import read_runs
 from scalebench.report import scaling_figures as plots
+from scalebench.report.model_figures import model_figure
 from scalebench.report.save import save_figure
 
 runs = read_runs(snakemake.input.runs)
@@ -19,4 +20,5 @@ save_figure(plots.efficiency_figure(scaling, runs, "steady_epoch_s"), out.effici
 save_figure(plots.iou_figure(runs), out.iou)
 save_figure(plots.throughput_figure(runs), out.throughput)
 save_figure(plots.time_split_figure(runs), out.time_split)
+save_figure(model_figure(runs, snakemake.params.per_node), out.model)
 save_figure(plots.completeness_figure(runs), out.completeness)
