@@ -133,6 +133,12 @@ rule plot_scaling:
             category="Scaling",
             labels={"figure": "where the time goes", "measure": "seconds per epoch"},
         ),
+        cost=report(
+            "results/figures/cost.png",
+            caption="../report/cost.rst",
+            category="Scaling",
+            labels={"figure": "cost", "measure": "images per kJ and per GPU-hour"},
+        ),
         iou=report(
             "results/figures/iou.png",
             caption="../report/iou.rst",

@@ -67,6 +67,7 @@ FIGURES = [
     "efficiency_epoch",
     "throughput",
     "time_split",
+    "cost",
     "iou",
     "completeness",
     "loss",

@@ -19,4 +19,5 @@ save_figure(plots.efficiency_figure(scaling, runs, "steady_epoch_s"), out.effici
 save_figure(plots.iou_figure(runs), out.iou)
 save_figure(plots.throughput_figure(runs), out.throughput)
 save_figure(plots.time_split_figure(runs), out.time_split)
+save_figure(plots.cost_figure(runs), out.cost)
 save_figure(plots.completeness_figure(runs), out.completeness)

@@ -58,6 +58,7 @@ RUN_COLUMNS = [
     "time_to_target_s",
     "peak_mem_mb",
     "mfu",
+    "images",  # images trained over the epochs, all ranks (the cost figure's numerator)
     "gpu_hours",  # GPUs x train_time_s (the epochs' summed time), in hours
     "energy_j",  # joules over the same epochs, all ranks; empty where not measured (energy_reason says why)
     "energy_source",  # nvml (the GPUs only) or rapl (the nodes' CPU packages)
@@ -229,6 +230,7 @@ def read_cell(
         "time_to_target_s": time_to_target(epochs, final, target_iou),
         "peak_mem_mb": max(memory) if memory else math.nan,
         "mfu": steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
+        "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
         **cost(run, final, epochs),
         "parameters": run.get("parameters"),
         "nodes": run.get("nodes"),
