@@ -144,6 +144,12 @@ rule plot_scaling:
                 "measure": "steady-state epoch time",
             },
         ),
+        cost=report(
+            "results/figures/cost.png",
+            caption="../report/cost.rst",
+            category="Scaling",
+            labels={"figure": "cost", "measure": "images per kJ and per GPU-hour"},
+        ),
         iou=report(
             "results/figures/iou.png",
             caption="../report/iou.rst",

@@ -67,6 +67,8 @@ FIGURES = [
     "efficiency_epoch",
     "throughput",
     "time_split",
+    "cost",
+    "scaling_model",
     "iou",
     "completeness",
     "loss",

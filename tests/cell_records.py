@@ -42,6 +42,8 @@ def write_cell(
     data_key=None,
     settings=None,
     training=None,
+    final_extra=None,
+    run_extra=None,
 ) -> Path:
     folder = root / Cell(framework, backend, gpus, seed).path
     folder.mkdir(parents=True)
@@ -61,6 +63,7 @@ def write_cell(
                 "test_loss": 0.2,
                 "test_time_s": 1.0,
                 "epochs_completed": len(times),
+                **(final_extra or {}),
             }
         )
     text = "".join(json.dumps(r) + "\n" for r in records)
@@ -89,6 +92,7 @@ def write_cell(
             run["settings"] = settings
         if training is not None:
             run["training"] = training
+        run.update(run_extra or {})
         (folder / "run.json").write_text(json.dumps(run))
     return folder
 

@@ -72,6 +72,19 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
         assert record["model_tflops"] > 0 and record["mfu"] is None  # no peak is known for a CPU
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1 and final["setup_s"] > 0
     assert final["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
+    # the cost: GPU-hours over the epochs' time; energy only where a counter is read, else empty
+    # with the reason (never 0): the test machine may or may not expose RAPL to this user
+    assert final["gpu_hours"] == pytest.approx(final["train_time_s"] / 3600)
+    assert final["energy_source"] == "rapl" and run["energy_source"] == "rapl"
+    if final["energy_j"] is None:
+        assert final["energy_reason"] and all(e["energy_j"] is None for e in epochs)
+    else:
+        assert final["energy_j"] == pytest.approx(sum(e["energy_j"] for e in epochs)) and final["energy_j"] > 0
+    assert (run["gpu_hours"], run["energy_j"], run["energy_reason"]) == (
+        final["gpu_hours"],
+        final["energy_j"],
+        final["energy_reason"],
+    )
     for key in (
         "hosts",
         "world_size",

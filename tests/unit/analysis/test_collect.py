@@ -174,3 +174,30 @@ def test_left_out_pairs_and_counts_are_listed_with_their_reason_and_no_command(t
     assert set(rows["status"]) == {completeness.LEFT_OUT} and set(rows["rerun"]) == {""}
     assert rows.loc["torch/fsdp g1", "reason"] == "fsdp needs at least 2 ranks (with one there is nothing to shard)"
     assert rows.loc["tensorflow/fsdp", "reason"].startswith("fsdp is not a TensorFlow backend")
+
+
+def test_cost_columns_gpu_hours_and_energy_of_the_epochs(tmp_path):
+    measured = {n: {"energy_j": 100.0 * n} for n in range(1, 5)}
+    nvml = {"energy_source": "nvml", "energy_reason": ""}
+    write_cell(
+        tmp_path, gpus=4, seed=1, epochs_extra=measured, final_extra={"energy_j": 1000.0, **nvml}, run_extra=nvml
+    )
+    # out of memory: the final record outcome.py writes has no cost; the epochs' sum stands in
+    write_cell(tmp_path, gpus=4, seed=2, status="oom", epochs_extra=measured, run_extra=nvml)
+    unread = "RAPL counter not readable (permission denied)"
+    write_cell(
+        tmp_path,
+        gpus=4,
+        seed=3,
+        epochs_extra={n: {"energy_j": None} for n in range(1, 5)},
+        final_extra={"energy_j": None, "energy_source": "rapl", "energy_reason": unread},
+        run_extra={"energy_source": "rapl", "energy_reason": unread},
+    )
+    write_cell(tmp_path, gpus=4, seed=4)  # written before energy was recorded
+    runs, epochs = analysis.collect(tmp_path, [cell(gpus=4, seed=s) for s in (1, 2, 3, 4)])
+    assert list(runs["gpu_hours"]) == pytest.approx([4 * 25.0 / 3600] * 4)  # GPUs x the epochs' summed time
+    assert runs["energy_j"].iloc[0] == 1000.0 and runs["energy_j"].iloc[1] == 1000.0
+    assert list(runs["energy_source"].iloc[:3]) == ["nvml", "nvml", "rapl"]
+    assert math.isnan(runs["energy_j"].iloc[2]) and runs["energy_reason"].iloc[2] == unread  # empty, never 0
+    assert math.isnan(runs["energy_j"].iloc[3]) and "not recorded" in runs["energy_reason"].iloc[3]
+    assert list(epochs[epochs["seed"] == 1]["energy_j"]) == [100.0, 200.0, 300.0, 400.0]

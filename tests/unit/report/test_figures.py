@@ -26,6 +26,7 @@ def all_figures(runs, epochs, target=0.8) -> dict:
         "iou": plots.iou_figure(runs),
         "throughput": plots.throughput_figure(runs),
         "time_split": plots.time_split_figure(runs),
+        "cost": plots.cost_figure(runs),
         "completeness": plots.completeness_figure(runs),
         "loss": plots_training.loss_figure(epochs),
         "iou_time": plots_training.iou_time_figure(epochs, target),
@@ -70,6 +71,19 @@ def test_nan_values_are_left_out_not_drawn_as_zero(tmp_path):
     assert runs["images_per_s_per_gpu"].isna().sum() == 1
     figure = plots.throughput_figure(runs)
     assert len(figure.data) == 1 and (figure.data["images_per_s_per_gpu"] > 0).all()
+
+
+def test_cost_figure_per_joule_only_where_measured_and_per_gpu_hour_everywhere(tmp_path):
+    measured = {n: {"energy_j": 250.0} for n in range(1, 5)}
+    write_cell(tmp_path / "runs", seed=1, epochs_extra=measured, final_extra={"energy_j": 1000.0})
+    write_cell(tmp_path / "runs", seed=2, final_extra={"energy_j": None, "energy_reason": "no powercap"})
+    runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell(seed=1), cell(seed=2)]), tmp_path)
+    data = plots.cost_figure(runs).data
+    per_kj = data[data["measure"] == "images / kJ"]
+    per_hour = data[data["measure"] == "images / GPU-hour"]
+    assert list(per_kj["seed"]) == [1] and per_kj["value"].iloc[0] == pytest.approx(400.0)  # 400 images / 1 kJ
+    assert list(per_hour["seed"]) == [1, 2] and per_hour["value"].iloc[0] == pytest.approx(400 / (25.0 / 3600))
+    render({"cost": plots.cost_figure(runs)}, tmp_path)
 
 
 def test_imported_studies_appear_beside_the_own_cells(tmp_path):

@@ -17,6 +17,7 @@ import pandas as pd
 
 from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config import settings_changes
+from scalebench.train import energy
 
 KEYS = ["framework", "backend", "gpus", "seed"]
 TRAINING_STATUSES = ["ok", "diverged", "oom"]  # what a rank writes into run.json at the end
@@ -57,6 +58,11 @@ RUN_COLUMNS = [
     "time_to_target_s",
     "peak_mem_mb",
     "mfu",
+    "images",  # images trained over the epochs, all ranks (the cost figure's numerator)
+    "gpu_hours",  # GPUs x train_time_s (the epochs' summed time), in hours
+    "energy_j",  # joules over the same epochs, all ranks; empty where not measured (energy_reason says why)
+    "energy_source",  # nvml (the GPUs only) or rapl (the nodes' CPU packages)
+    "energy_reason",
     "parameters",
     *PROVENANCE_COLUMNS,
 ]
@@ -74,6 +80,7 @@ EPOCH_COLUMNS = [
     "test_iou",
     "test_loss",
     "mfu",
+    "energy_j",
 ]
 
 
@@ -223,6 +230,8 @@ def read_cell(
         "time_to_target_s": time_to_target(epochs, final, target_iou),
         "peak_mem_mb": max(memory) if memory else math.nan,
         "mfu": steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
+        "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
+        **cost(run, final, epochs),
         "parameters": run.get("parameters"),
         "nodes": run.get("nodes"),
         "hosts": ",".join(run.get("hosts") or []),
@@ -243,6 +252,19 @@ def read_cell(
     return row, epoch_rows
 
 
+def cost(run: dict, final: dict, epochs: list[dict]) -> dict:
+    """Energy of a cell's epochs from its records (gpu_hours follows from the row: runs_frame).
+    A final record without the fields (out of memory, killed) falls back to the epochs' sum."""
+    if "energy_j" in final:
+        joules, reason = _number(final["energy_j"]), final.get("energy_reason") or ""
+    elif epochs and all("energy_j" in e for e in epochs):
+        total, reason = energy.cell_total([e["energy_j"] for e in epochs], run.get("energy_reason") or "")
+        joules = _number(total)
+    else:
+        joules, reason = math.nan, "not recorded (the cell predates energy measurement, or has no epoch)"
+    return {"energy_j": joules, "energy_source": run.get("energy_source") or None, "energy_reason": reason or None}
+
+
 def _versions(run: dict) -> str:
     """'python 3.11.7, torch 2.13.0, ...' without the entries that are not there (None)."""
     versions = {"python": run.get("python"), **(run.get("versions") or {})}
@@ -251,6 +273,8 @@ def _versions(run: dict) -> str:
 
 def runs_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    # the one definition, for own, legacy and read-back rows alike
+    frame["gpu_hours"] = pd.to_numeric(frame["gpus"]) * pd.to_numeric(frame["train_time_s"]) / 3600
     for column in ("gpus", "seed", "epochs", "parameters", "nodes"):
         frame[column] = frame[column].astype("Int64")
     return frame

@@ -277,6 +277,41 @@ def throughput_figure(runs: pd.DataFrame):
     )
 
 
+def cost_figure(runs: pd.DataFrame):
+    """Images per kilojoule (where energy was measured) and per GPU-hour (every cell) vs GPUs:
+    what the answer cost. Unmeasured energy is left out, never drawn as zero."""
+    cells = runs[runs["status"].eq("ok")]
+    panels = []
+    for column, label in (("energy_j", "images / kJ"), ("gpu_hours", "images / GPU-hour")):
+        per = 1000 if column == "energy_j" else 1
+        panel = cells.assign(measure=label, value=cells["images"] / cells[column] * per).dropna(subset=["value"])
+        panels.append(panel[panel["value"].map(math.isfinite)])
+    cells = pd.concat(panels, ignore_index=True)
+    title = "Cost: images per kilojoule and per GPU-hour"
+    if cells.empty:
+        return placeholder(title, "No cell with status ok has a training time yet.")
+    cells = tidy(cells)
+    cells["series"] = _series(cells)
+    means = cells.groupby(["measure", "series", *GROUP, "gpus"], as_index=False, observed=True)["value"].mean()
+    means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
+    sources = cells.dropna(subset=["energy_source"])["energy_source"].unique()
+    caption = (
+        "GPU-hours: GPUs x the epochs' summed training time. Energy over the same epochs, summed over ranks: "
+        f"{', '.join(sorted(sources)) or 'not measured in any cell'} (nvml: the GPUs only; rapl: the nodes' CPU "
+        "packages, other jobs on them included). Higher is cheaper. Points: seeds; lines: means."
+    )
+    return (
+        ggplot(cells, aes("gpus", "value", colour="backend", group="series"))
+        + geom_line(means, aes(linetype="source"))
+        + geom_point(aes(shape="source"), alpha=0.6, size=2)
+        + series_scales(cells)
+        + gpu_axis(cells["gpus"])
+        + facet_grid("measure ~ framework", scales="free_y")
+        + labs(x="GPUs (ranks)", y="", title=title, caption=wrap(caption))
+        + style((10, 6))
+    )
+
+
 def time_split_figure(runs: pd.DataFrame):
     """Where an epoch's time goes, per cell: waiting for data vs compute and communication.
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
-from scalebench.train import accumulation, faults, flops, metrics, outcome, provenance
+from scalebench.train import accumulation, energy, faults, flops, metrics, outcome, provenance
 from scalebench.train.interfaces import Backend, Framework
 from scalebench.train.lr_schedule import learning_rate
 from scalebench.train.settings import RunSettings
@@ -160,6 +160,7 @@ class TrainingLoop:
             self.out / "metrics.jsonl", enabled=self.is_root, previous=progress.records
         )
         self.setup_s = time.perf_counter() - self.started
+        self.start_energy_meter()
         self.epoch_times = [record["epoch_time_s"] for record in progress.records]
         try:
             for epoch in range(progress.start_epoch, self.training.epochs):
@@ -181,6 +182,14 @@ class TrainingLoop:
             raise outcome.CellOutOfMemory(str(error)) from error
         return "ok"
 
+    def start_energy_meter(self) -> None:
+        """This rank's energy meter (energy.py): NVML on its own GPUs, RAPL on a node's first CPU rank."""
+        backend = self.backend
+        gpus = energy.process_gpus(backend.local_rank, len(backend.replica_ids))
+        self.energy = energy.meter_for(backend.device_type, gpus, self.run.share_gpu)
+        self.measures_energy = energy.measures_node(backend.device_type, backend.local_rank)
+        self.energy_reason = self.energy.reason
+
     def train_epoch(self, epoch: int, progress: Progress) -> dict:
         framework, backend = self.framework, self.backend
         lr = learning_rate(epoch, self.training, backend.replicas)
@@ -188,6 +197,7 @@ class TrainingLoop:
         faults.check(backend.rank, epoch, progress.start_epoch > 0, framework.out_of_memory_error)
         framework.reset_peak_memory()
         framework.synchronize()
+        self.energy.start()  # after the synchronisation, before the clock: off the epoch's time
         started = time.perf_counter()
         batches = iter(epoch_data)  # on the clock: an iterator starts its loader's prefetching
         wait, seen = 0.0, 0
@@ -206,7 +216,10 @@ class TrainingLoop:
         loss_sum, steps = framework.epoch_loss()
         framework.synchronize()
         elapsed = time.perf_counter() - started
-        loss_total, step_total = backend.allreduce_sum(np.array([loss_sum, steps], dtype=np.float64)).tolist()
+        joules, reason = self.energy.stop()
+        sums = [loss_sum, steps, *energy.contribution(joules, self.measures_energy)]  # one reduction for both
+        loss_total, step_total, *energy_sums = backend.allreduce_sum(np.array(sums, dtype=np.float64)).tolist()
+        energy_j, self.energy_reason = energy.total(energy_sums, reason)
         slowest = backend.allreduce_max(np.array([elapsed, wait, framework.peak_memory_mb()], dtype=np.float64))
         mean_loss = loss_total / max(step_total, 1)
         progress.train_time_s += float(slowest[0])
@@ -221,6 +234,7 @@ class TrainingLoop:
             progress.train_time_s,
             self.provenance,
             sum(part.last for part in self.parts),
+            energy_j,
         )
         if metrics.diverged(mean_loss, self.training.max_loss):
             self.metrics.write(record)
@@ -255,6 +269,7 @@ class TrainingLoop:
 
     def final_evaluation(self, status: str, progress: Progress) -> dict:
         final = metrics.final_record(status, self.setup_s, progress.train_time_s, len(self.epoch_times))
+        final.update(self.cost(progress))
         if status != "ok":
             return final
         self.framework.synchronize()
@@ -268,6 +283,17 @@ class TrainingLoop:
             folder.mkdir(exist_ok=True)
             self.framework.save_predictions(self.manifest["test"][: self.training.predictions], folder)
         return final
+
+    def cost(self, progress: Progress) -> dict:
+        """GPU-hours and energy of the epochs (a resumed run's earlier epochs included)."""
+        epochs = [record for record in self.metrics.records if record["type"] == "epoch"]
+        joules, reason = energy.cell_total([record.get("energy_j") for record in epochs], self.energy_reason)
+        return {
+            "gpu_hours": energy.gpu_hours(self.backend.replicas, progress.train_time_s),
+            "energy_j": joules,
+            "energy_source": self.energy.source or None,
+            "energy_reason": reason,
+        }
 
     def finish(self, final: dict, progress: Progress) -> None:
         self.metrics.write(final)

@@ -55,11 +55,13 @@ def epoch_record(
     train_time_s: float,
     provenance: dict,
     optimizer_steps: int,
+    energy_j: float | None = None,
 ) -> dict:
     """The epoch record of the contract. `slowest` = [epoch time, data wait, peak memory], each the
     maximum over ranks; `steps` = batches summed over replicas (images = steps x batch);
     `optimizer_steps` = optimizer steps of each replica (fewer than its batches when gradients
-    are accumulated); throughput fields from the model FLOPs."""
+    are accumulated); energy_j = the epoch's joules summed over ranks (None where not measured:
+    energy.py); throughput fields from the model FLOPs."""
     epoch_time_s, data_wait_s, peak_mem_mb = slowest
     images_per_s = steps * batch / epoch_time_s
     return {
@@ -74,6 +76,7 @@ def epoch_record(
         "steps": int(steps),
         "optimizer_steps": int(optimizer_steps),
         "train_time_s": train_time_s,
+        "energy_j": energy_j,
         "test_iou": None,
         "test_loss": None,
         **flops.throughput_fields(
@@ -83,7 +86,8 @@ def epoch_record(
 
 
 def final_record(status: str, setup_s: float, train_time_s: float, epochs_completed: int) -> dict:
-    """The final record; evaluation fills test_loss, iou and test_time_s when the run is ok."""
+    """The final record; evaluation fills test_loss, iou and test_time_s when the run is ok, the
+    loop the cost (gpu_hours, energy_j, energy_source, energy_reason: COST_FIELDS)."""
     return {
         "type": "final",
         "status": status,
@@ -94,6 +98,11 @@ def final_record(status: str, setup_s: float, train_time_s: float, epochs_comple
         "iou": None,
         "test_time_s": None,
     }
+
+
+# The cost of a cell, in the final record and run.json: GPU-hours = GPUs x train_time_s (the
+# epochs' summed time); energy_j over the same epochs, None with energy_reason where unmeasured.
+COST_FIELDS = ("gpu_hours", "energy_j", "energy_source", "energy_reason")
 
 
 def format_duration(seconds: float) -> str:

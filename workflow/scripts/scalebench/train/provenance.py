@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from scalebench.files import write_json_atomic
-from scalebench.train import flops
+from scalebench.train import flops, metrics
 from scalebench.train.lr_schedule import scaled_lr
 from scalebench.train.settings import TrainingSettings
 
@@ -156,6 +156,7 @@ def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> N
     provenance.update(
         status=final["status"], end=now_iso(), setup_s=final["setup_s"], resumed_from_epoch=start_epoch or None
     )
+    provenance.update({key: final.get(key) for key in metrics.COST_FIELDS})
     write_json_atomic(run_json, provenance)
 
 
