@@ -13,6 +13,7 @@ import math
 import pytest
 import torch
 from conftest import cell_settings, launch_cell
+from gpu_cells import train_on_gpu
 
 pytestmark = [
     pytest.mark.gpu,
@@ -21,13 +22,7 @@ pytestmark = [
 
 
 def train(prepared_data, out, gpus: int = 1, env: dict | None = None, **training) -> tuple[dict, list[dict], str]:
-    settings = cell_settings("torch", "native", gpus, device="cuda", **training)
-    result = launch_cell(settings, prepared_data, out, timeout=600, **(env or {}))
-    log = result.stdout + result.stderr
-    if result.returncode:
-        return {}, [], log
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return json.loads((out / "run.json").read_text()), records, log
+    return train_on_gpu("native", gpus, prepared_data, out, env, **training)
 
 
 def test_a_cuda_cell_trains_on_its_gpu_with_nccl_and_reports_mfu(prepared_data, tmp_path):

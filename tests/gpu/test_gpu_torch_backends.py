@@ -1,20 +1,17 @@
-"""PyTorch fsdp and dp on real GPUs, their ranks started through the rank entry (workflow/scripts/train.py)
-as tests/integration/test_torch_backends.py starts them on the CPU. Skipped where torch sees no CUDA
+"""PyTorch fsdp and dp on real GPUs, started through launch.py with their launcher templates as the
+train rule starts them. Skipped where torch sees no CUDA
 device; the FSDP test needs two GPUs.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import BIN, cell_settings, rank_command, tool_env
-from scalebench.launch.ports import free_port
+from gpu_cells import train_on_gpu
 
 pytestmark = [
     pytest.mark.gpu,
@@ -23,18 +20,7 @@ pytestmark = [
 
 
 def train(backend: str, gpus: int, data: Path, out: Path, **training) -> tuple[dict, list[dict], str]:
-    settings = cell_settings("torch", "native", gpus, device="cuda", deterministic=True, **training)
-    settings["cell"]["backend"] = backend
-    command = rank_command(settings, data, out)
-    if backend != "dp" and gpus > 1:
-        torchrun = [str(BIN / "torchrun"), "--nnodes=1", f"--nproc-per-node={gpus}", "--master-addr=127.0.0.1"]
-        command = [*torchrun, f"--master-port={free_port()}", *command[1:]]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=tool_env())
-    log = result.stdout + result.stderr
-    if result.returncode:
-        return {}, [], log
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return json.loads((out / "run.json").read_text()), records, log
+    return train_on_gpu(backend, gpus, data, out, deterministic=True, **training)
 
 
 def test_dp_drives_every_visible_gpu_from_one_process_in_bfloat16(prepared_data, tmp_path):
