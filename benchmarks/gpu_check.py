@@ -6,7 +6,7 @@ workflow/scripts/launch.py with the default local launcher (torchrun), records r
 the cell's run.json and metrics.jsonl. Pairs run side by side in one invocation, so their
 ratios compare like with like:
 
-  precision   fp32 vs amp bfloat16 vs amp float16 at 768x1024 (images/s, MFU, peak memory)
+  precision   fp32 vs bf16 vs fp16 at 768x1024 (images/s, MFU, peak memory)
   tf32        fp32 with TF32 (cuDNN's default) vs NVIDIA_TF32_OVERRIDE=0
   determinism training.deterministic true vs the GPU default (off, cuDNN autotuning)
   loader      DataLoader workers 0 vs 4 (data-wait share of the epoch)
@@ -110,8 +110,8 @@ def ratio(a: dict, b: dict, key: str = "images_per_s") -> float:
 
 def check_precision(root, data, options, results) -> None:
     fp32 = run_cell(root, "fp32", data, options)
-    bf16 = run_cell(root, "bf16", data, options, precision="amp", amp_dtype="bfloat16")
-    fp16 = run_cell(root, "fp16", data, options, precision="amp", amp_dtype="float16")
+    bf16 = run_cell(root, "bf16", data, options, precision="bf16")
+    fp16 = run_cell(root, "fp16", data, options, precision="fp16")
     print(f"  bf16/fp32 images/s {ratio(bf16, fp32):.2f}, fp16/fp32 {ratio(fp16, fp32):.2f}", flush=True)
     results["precision"] = [fp32, bf16, fp16]
 

@@ -30,6 +30,9 @@ config.update(_resolved)
 
 CELLS = sb_config.cells(config)
 RUNS = sb_cell.RUNS_PATTERN
+RUNS_VARIANT = sb_cell.RUNS_VARIANT_PATTERN
+# the optional axes of each variant label of the study (one entry '' without optional axes)
+VARIANTS = {sb_cell.variant_label(axes): axes for axes in sb_config.variants(config)}
 # Keyed by the settings that make them: another study's dataset settings prepare
 # beside these arrays, never over them (scalebench/data/keys.py).
 PREPARED = f"results/data/prepared/{sb_keys.prepared_key(config['dataset'])}"
@@ -42,14 +45,26 @@ wildcard_constraints:
     backend="|".join(sb_config.BACKENDS),
     gpus=r"\d+",
     seed=r"\d+",
+    variant=sb_cell.VARIANT_REGEX,
 
 
 def cell_of(wildcards):
     """The cell of a train job; a cell the matrix leaves out is refused before submission."""
+    variant = getattr(wildcards, "variant", "")
+    if variant not in VARIANTS:
+        known = ", ".join(label or "(none)" for label in VARIANTS)
+        raise WorkflowError(
+            f"{variant!r} is not a variant of this study's optional axes (matrix.batch_per_gpu, "
+            f"precision, compression, scaling); its variants: {known}"
+        )
     cell = sb_cell.Cell(
-        wildcards.framework, wildcards.backend, int(wildcards.gpus), int(wildcards.seed)
+        wildcards.framework,
+        wildcards.backend,
+        int(wildcards.gpus),
+        int(wildcards.seed),
+        VARIANTS[variant],
     )
-    reason = sb_config.cell_problem(config, cell.framework, cell.backend, cell.gpus)
+    reason = sb_config.cell_problem(config, cell)
     if reason:
         raise WorkflowError(f"{cell.path} cannot run: {reason}")
     return cell
@@ -119,7 +134,11 @@ def cells_json():
     """Each cell's keys and settings: collect_runs marks a cell trained with other settings stale."""
     return json.dumps(
         [
-            {**dataclasses.asdict(cell), "settings": sb_config.train_settings(config, cell)}
+            {
+                **cell.key(),
+                "axes": dict(cell.axes),
+                "settings": sb_config.train_settings(config, cell),
+            }
             for cell in CELLS
         ],
         sort_keys=True,

@@ -1,4 +1,4 @@
-# One job per cell of the matrix: framework x backend x gpus x seed.
+# One job per cell of the matrix: framework x backend x gpus x seed (x the optional axes).
 
 
 rule train:
@@ -29,3 +29,15 @@ rule train:
         "{params.python} {params.launch} --settings {params.settings:q}"
         " --data {params.data} --out {params.out}"
         " --launchers {params.launchers:q} > {log} 2>&1"
+
+
+# A cell of a study with optional axes: the same job, one folder level more
+# ({framework}/{backend}/{variant}/g{gpus}/s{seed}, e.g. batch8_bf16).
+use rule train as train_variant with:
+    output:
+        metrics=f"{RUNS_VARIANT}/metrics.jsonl",
+        run=f"{RUNS_VARIANT}/run.json",
+    log:
+        f"{RUNS_VARIANT}/train.log",
+    benchmark:
+        f"{RUNS_VARIANT}/benchmark.tsv"

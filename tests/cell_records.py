@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from scalebench.cell import Cell
+from scalebench.cell import cell_path
 
 
 def epoch(number: int, seconds: float, **extra) -> dict:
@@ -44,8 +44,9 @@ def write_cell(
     training=None,
     final_extra=None,
     run_extra=None,
+    variant="",
 ) -> Path:
-    folder = root / Cell(framework, backend, gpus, seed).path
+    folder = root / cell_path(framework, backend, variant, gpus, seed)
     folder.mkdir(parents=True)
     (folder / "train.log").write_text("log\n")
     records, total = [], 0.0
@@ -97,5 +98,7 @@ def write_cell(
     return folder
 
 
-def cell(framework="torch", backend="native", gpus=1, seed=1) -> dict:
-    return {"framework": framework, "backend": backend, "gpus": gpus, "seed": seed}
+def cell(framework="torch", backend="native", gpus=1, seed=1, variant="", settings=None) -> dict:
+    """An entry of the rules' cells_json (settings: the study's for the cell, where given)."""
+    entry = {"framework": framework, "backend": backend, "variant": variant, "gpus": gpus, "seed": seed}
+    return entry if settings is None else {**entry, "settings": settings}

@@ -25,7 +25,7 @@ def train(backend: str, gpus: int, data: Path, out: Path, **training) -> tuple[d
 
 def test_dp_drives_every_visible_gpu_from_one_process_in_bfloat16(prepared_data, tmp_path):
     gpus = torch.cuda.device_count()
-    run, records, log = train("dp", gpus, prepared_data, tmp_path, epochs=2, precision="amp")
+    run, records, log = train("dp", gpus, prepared_data, tmp_path, epochs=2, precision="bf16")
     assert run, log[-3000:]
     assert run["status"] == "ok" and run["device"] == "cuda" and (run["processes"], run["world_size"]) == (1, gpus)
     assert run["training"]["dp"]["device_ids"] == list(range(gpus))

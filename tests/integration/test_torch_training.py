@@ -129,19 +129,17 @@ def test_out_of_memory_is_a_benchmark_outcome(prepared_data, tmp_path):
 
 
 def test_fp16_autocast_on_cpu_is_refused(prepared_data, tmp_path):
-    result = launch_cell(
-        cell_settings("torch", "native", 1, precision="amp", amp_dtype="float16"), prepared_data, tmp_path
-    )
+    result = launch_cell(cell_settings("torch", "native", 1, precision="fp16"), prepared_data, tmp_path)
     assert result.returncode != 0
-    assert "float16 autocast needs a GPU; use bfloat16 on CPU" in result.stderr
+    assert "training.precision: fp16 needs a GPU; use bf16 on the CPU" in result.stderr
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
 
 
 def test_bf16_autocast_trains_on_cpu(prepared_data, tmp_path):
-    result = launch_cell(cell_settings("torch", "native", 1, epochs=1, precision="amp"), prepared_data, tmp_path)
+    result = launch_cell(cell_settings("torch", "native", 1, epochs=1, precision="bf16"), prepared_data, tmp_path)
     assert result.returncode == 0, result.stderr
     _, final, run = read_records(tmp_path)
-    assert run["precision"] == "amp-bfloat16" and final["status"] == "ok"
+    assert run["precision"] == "bf16" and final["status"] == "ok"
 
 
 @pytest.mark.parametrize("backend", ["native", pytest.param("horovod", marks=needs_horovod)])

@@ -118,3 +118,41 @@ def test_tiny_study_runs_to_the_report(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     html = report.read_text()
     assert "speedup.png" in html and "runs.csv" in html
+
+
+def test_a_variant_outside_the_study_is_refused_naming_its_variants(tmp_path):
+    config = tiny_config(matrix={"frameworks": ["torch"], "backends": ["native"], "gpus": [1], "precision": ["bf16"]})
+    refused = run_snakemake(tmp_path, config, "-n", "results/runs/torch/native/fp16/g1/s1/metrics.jsonl")
+    assert refused.returncode != 0
+    assert "'fp16' is not a variant of this study's optional axes" in refused.stdout + refused.stderr
+    assert "its variants: bf16" in refused.stdout + refused.stderr
+
+
+@pytest.mark.integration
+def test_a_study_with_optional_axes_and_strong_scaling_runs_to_the_report(tmp_path):
+    config = tiny_config(
+        matrix={
+            "frameworks": ["torch"],
+            "backends": ["native"],
+            "gpus": [1, 2],
+            "precision": ["bf16"],
+            "scaling": ["weak", "strong"],
+        },
+        training={"epochs": 1, "global_batch": 4, "eval_every": 0},
+    )
+    result = run_snakemake(tmp_path, config, "--cores", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = tmp_path / "results" / "runs" / "torch" / "native"
+    assert sorted(p.name for p in runs.iterdir()) == ["bf16", "bf16_strong_global4"]
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "results" / "summary" / "runs.csv", keep_default_na=False)
+    assert sorted(zip(table["variant"], table["gpus"], table["batch_per_gpu"], table["status"])) == [
+        ("bf16", 1, 4, "ok"),
+        ("bf16", 2, 4, "ok"),
+        ("bf16_strong_global4", 1, 4, "ok"),
+        ("bf16_strong_global4", 2, 2, "ok"),
+    ]
+    assert set(table["precision"]) == {"bf16"} and set(table["scaling"]) == {"weak", "strong"}
+    scaling = pd.read_csv(tmp_path / "results" / "summary" / "scaling.csv", keep_default_na=False)
+    assert set(scaling["variant"]) == {"bf16", "bf16_strong_global4"}

@@ -14,7 +14,7 @@ T_975_DF2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 def runs_table(rows: list[tuple]) -> pd.DataFrame:
     """rows: (backend, gpus, seed, status, train_time_s, steady_epoch_s)."""
     frame = pd.DataFrame(rows, columns=["backend", "gpus", "seed", "status", "train_time_s", "steady_epoch_s"])
-    return frame.assign(source="scalebench", framework="torch", iou=0.9, images_per_s_per_gpu=10.0)
+    return frame.assign(source="scalebench", framework="torch", variant="", iou=0.9, images_per_s_per_gpu=10.0)
 
 
 def row(table: pd.DataFrame, gpus: int, backend: str = "native") -> pd.Series:

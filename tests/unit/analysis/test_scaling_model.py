@@ -29,7 +29,7 @@ def synthetic(
             scatter = 1 + noise * rng.standard_normal() if noise else 1.0
             rows.append({"gpus": n, "nodes": nodes, "seed": seed, "status": status})
             rows[-1]["steady_epoch_s"] = epoch_time(n, nodes, params) * scatter
-    return pd.DataFrame(rows).assign(source="scalebench", framework="torch", backend="native")
+    return pd.DataFrame(rows).assign(source="scalebench", framework="torch", backend="native", variant="")
 
 
 def test_exact_times_give_back_the_parameters():

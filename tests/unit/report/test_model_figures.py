@@ -17,7 +17,7 @@ def cells(backend: str, gpus=(1, 2, 4, 8), slow_at: int | None = None) -> pd.Dat
             seconds = (100 + 2 * (n > 1) + 8 * (n - 1) / n) / n * (1 + 0.005 * rng.standard_normal())
             rows.append({"gpus": n, "seed": seed, "nodes": 1, "status": "ok", "steady_epoch_s": seconds})
             rows[-1]["steady_epoch_s"] *= 1.3 if n == slow_at else 1.0
-    return pd.DataFrame(rows).assign(source="scalebench", framework="torch", backend=backend)
+    return pd.DataFrame(rows).assign(source="scalebench", framework="torch", backend=backend, variant="")
 
 
 def test_the_figure_shows_fit_split_and_a_marked_prediction_and_names_refusals(tmp_path):

@@ -42,13 +42,12 @@ def test_a_horovod_cell_records_its_batch_rate_precision_and_options_as_resolved
         horovod={"backward_passes_per_step": 3},
         base_lr=0.002,
         lr_scaling="sqrt",
-        precision="amp",
-        amp_dtype="bfloat16",
+        precision="bf16",
     )
     record = record_of(run, HorovodTorchBackend(rank_env.detect(TWO_RANKS), run.training.horovod))
     assert (record["batch_per_gpu"], record["backward_passes_per_step"], record["global_batch"]) == (4, 3, 24)
     assert record["lr_scaling"] == "sqrt" and record["scaled_lr"] == 0.002 * 2**0.5
-    assert record["precision"] == "amp-bfloat16" and record["deterministic"] is True
+    assert record["precision"] == "bf16" and record["deterministic"] is True
     assert record["collective_timeout_s"] == 30 and record["threads_per_rank"] == 1 and record["device"] == "cpu"
     assert record["horovod"] == {
         "fp16_compression": False,
@@ -80,5 +79,5 @@ def test_a_one_process_backend_gets_the_threads_of_every_device_it_drives():
 def test_every_setting_that_changes_training_is_recorded():
     record = record_of(settings("tensorflow", "native", 1), MultiWorkerBackend(rank_env.detect({})))
     fields = {f.name for f in dataclasses.fields(TrainingSettings)}
-    forgotten = fields - set(record) - ELSEWHERE - set(provenance.NOT_RECORDED) - {"amp_dtype"}  # in precision
+    forgotten = fields - set(record) - ELSEWHERE - set(provenance.NOT_RECORDED)
     assert not forgotten, f"add {sorted(forgotten)} to provenance.training_record (or to NOT_RECORDED)"

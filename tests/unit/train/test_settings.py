@@ -36,7 +36,7 @@ def test_a_cell_settings_become_typed_once():
     assert run.training.base_lr == 1.0 and isinstance(run.training.base_lr, float)
     assert run.training.loader.workers == 0 and run.training.horovod.backward_passes_per_step == 1
     assert run.image_size == (32, 48) and run.threads == 1
-    assert run.training.precision_label == "fp32" and run.training.autocast_dtype is None
+    assert run.training.precision == "fp32" and run.training.autocast_dtype is None
 
 
 def test_threads_default_to_slurms_cpus_per_task():

@@ -72,7 +72,7 @@ def test_a_participating_rank_writes_nothing_that_stays(tmp_path, monkeypatch):
 
 
 def test_fp16_on_cpu_is_refused_and_bf16_is_the_cpu_policy():
-    with pytest.raises(ValueError, match="float16 autocast needs a GPU"):
+    with pytest.raises(ValueError, match="fp16 needs a GPU"):
         runtime.keras_policy("float16", "cpu")
     assert runtime.keras_policy("bfloat16", "cpu") == "mixed_bfloat16"
     assert runtime.keras_policy("float16", "gpu") == "mixed_float16"

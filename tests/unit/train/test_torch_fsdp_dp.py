@@ -126,7 +126,7 @@ def fake_cuda(monkeypatch):
 
 
 def test_dp_takes_every_gpu_of_its_cell_from_the_first(fake_cuda, monkeypatch):
-    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, precision="amp")
+    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, precision="bf16")
     backend = dp.create(run, rank_env.detect({}))
     torch_framework = framework.create(run, backend)
     monkeypatch.setattr(runtime, "set_determinism", lambda *args: None)

@@ -78,3 +78,19 @@ def processes(framework: str, backend: str, gpus: int) -> int:
 
 def devices_per_process(framework: str, backend: str, gpus: int) -> int:
     return gpus // processes(framework, backend, gpus)
+
+
+# Gradient compression (training.compression): the backends that cannot compress, and why.
+_NO_COMPRESSION = {
+    ("torch", "dp"): "dp has no gradient allreduce to compress (one process gathers the replicas' gradients)",
+    ("tensorflow", "native"): "TensorFlow's MultiWorkerMirroredStrategy has no gradient compression",
+    ("tensorflow", "mirrored"): "TensorFlow's MirroredStrategy has no gradient compression",
+}
+
+
+def compression_problem(framework: str, backend: str, compression: str) -> str | None:
+    """Why `framework`/`backend` cannot reduce its gradients compressed as `compression`, or None."""
+    if compression == "none":
+        return None
+    reason = _NO_COMPRESSION.get((framework, backend))
+    return f"compression {compression}: {reason}" if reason else None

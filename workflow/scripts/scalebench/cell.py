@@ -1,12 +1,40 @@
-"""A cell of the study: one training run of the matrix framework x backend x gpus x seed."""
+"""A cell of the study: one training run of the matrix framework x backend x gpus x seed,
+at the values of the optional axes the study sweeps (batch per GPU, precision, compression,
+strong scaling)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 RUNS_ROOT = "results/runs"
 # The source of this project's own cells in the tables; imported studies carry their legacy label.
 OWN_SOURCE = "scalebench"
+
+# The optional matrix axes, in the order their values appear in a cell's variant label.
+AXES = ("batch_per_gpu", "precision", "compression", "scaling")
+# How each names its value in the label; weak scaling names nothing (today's paths), and a
+# strong cell also carries its global batch (not an axis: one per study).
+_LABELS = {
+    "batch_per_gpu": lambda value: f"batch{value}",
+    "precision": str,
+    "compression": lambda value: f"compress-{value}",
+    "scaling": lambda value: "" if value == "weak" else str(value),
+    "global_batch": lambda value: f"global{value}",
+}
+
+
+def variant_label(axes: tuple[tuple[str, Any], ...]) -> str:
+    """'batch8_bf16_compress-fp16', 'strong_global32', or '' for a cell without optional axes."""
+    parts = [_LABELS[axis](value) for axis, value in axes]
+    return "_".join(part for part in parts if part)
+
+
+def cell_path(framework: str, backend: str, variant: str, gpus: int, seed: int) -> str:
+    """{framework}/{backend}[/{variant}]/g{gpus}/s{seed}: a study without optional axes keeps
+    the paths it always had."""
+    middle = f"/{variant}" if variant else ""
+    return f"{framework}/{backend}{middle}/g{gpus}/s{seed}"
 
 
 @dataclass(frozen=True, order=True)
@@ -15,17 +43,54 @@ class Cell:
     backend: str
     gpus: int
     seed: int
+    # the values that name this cell beyond the four keys, as (axis, value) pairs in AXES
+    # order (plus global_batch for strong scaling); empty for a study without optional axes
+    axes: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def variant(self) -> str:
+        return variant_label(self.axes)
 
     @property
     def path(self) -> str:
-        """The cell's folder below the runs root: {framework}/{backend}/g{gpus}/s{seed}."""
-        return f"{self.framework}/{self.backend}/g{self.gpus}/s{self.seed}"
+        """The cell's folder below the runs root."""
+        return cell_path(self.framework, self.backend, self.variant, self.gpus, self.seed)
 
     @property
     def folder(self) -> str:
         """The cell's folder relative to the working directory."""
         return f"{RUNS_ROOT}/{self.path}"
 
+    def key(self) -> dict:
+        """The columns that identify the cell in the tables."""
+        return {
+            "framework": self.framework,
+            "backend": self.backend,
+            "variant": self.variant,
+            "gpus": self.gpus,
+            "seed": self.seed,
+        }
 
-# The same path as a Snakemake pattern, for the rules' wildcards.
+    def to_json(self) -> dict:
+        """The cell as the settings JSON carries it (axes only where there are some: a study
+        without optional axes keeps the settings its finished cells were trained with)."""
+        data: dict[str, Any] = {
+            "framework": self.framework,
+            "backend": self.backend,
+            "gpus": self.gpus,
+            "seed": self.seed,
+        }
+        if self.axes:
+            data["axes"] = [list(pair) for pair in self.axes]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> Cell:
+        axes = tuple((str(axis), value) for axis, value in data.get("axes", []))
+        return cls(data["framework"], data["backend"], int(data["gpus"]), int(data["seed"]), axes)
+
+
+# The paths as Snakemake patterns, for the rules' wildcards (a variant is one folder level).
 RUNS_PATTERN = f"{RUNS_ROOT}/{{framework}}/{{backend}}/g{{gpus}}/s{{seed}}"
+RUNS_VARIANT_PATTERN = f"{RUNS_ROOT}/{{framework}}/{{backend}}/{{variant}}/g{{gpus}}/s{{seed}}"
+VARIANT_REGEX = r"[a-z0-9][a-z0-9_.-]*"

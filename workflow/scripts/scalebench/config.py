@@ -25,11 +25,19 @@ import yaml
 
 from scalebench import backends
 from scalebench.backends import BACKENDS, FRAMEWORKS  # noqa: F401 (the rules read them here)
-from scalebench.cell import OWN_SOURCE, Cell  # Cell is also reached as config.Cell
+from scalebench.cell import AXES, OWN_SOURCE, Cell  # Cell is also reached as config.Cell
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
 # Keys that existed once: validation refuses them by name, saying what replaced them.
 REMOVED_KEYS = {
+    "training.amp_dtype": (
+        "training.precision names the type now: fp32, bf16 or fp16 (precision amp with amp_dtype "
+        "bfloat16 is bf16); matrix.precision sweeps them"
+    ),
+    "training.horovod.fp16_compression": (
+        "training.compression: fp16 compresses the gradients of every backend that can "
+        "(Horovod, DDP, FSDP); matrix.compression sweeps none and fp16"
+    ),
     "training.tf_strategy": (
         "TensorFlow's MirroredStrategy is a backend of its own now: list mirrored in matrix.backends "
         "(e.g. matrix.backends: [native, mirrored]); native is MultiWorkerMirroredStrategy"
@@ -171,12 +179,7 @@ def validate(config: dict, schema: dict) -> dict:
 
 def _check_semantics(config: dict) -> None:
     problems: list[str] = []
-    dataset, matrix, training, cluster = (
-        config["dataset"],
-        config["matrix"],
-        config["training"],
-        config["cluster"],
-    )
+    dataset, matrix, cluster = config["dataset"], config["matrix"], config["cluster"]
     height, width = dataset["image_size"]
     if height % 16 or width % 16:
         problems.append(
@@ -185,19 +188,11 @@ def _check_semantics(config: dict) -> None:
         )
     if dataset["source"] == "folder" and not dataset["folder"]:
         problems.append("config key 'dataset.folder': required when dataset.source is folder")
+    axes = axis_problems(config)
+    if axes:  # the cells below cannot be built without them
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems + axes))
     if dataset["source"] == "synthetic":
-        count = dataset["synthetic"]["count"]
-        n_test = max(1, round(count * dataset["test_fraction"]))
-        n_train = count - n_test
-        largest = max(matrix["gpus"])
-        shard = n_train // largest
-        if n_train < 1:
-            problems.append(f"config key 'dataset.synthetic.count': {count} pairs leave no training data")
-        elif training["batch_per_gpu"] > shard:
-            problems.append(
-                f"config key 'training.batch_per_gpu': {training['batch_per_gpu']} is larger than the "
-                f"shard of the training set on {largest} ranks ({n_train} training pairs / {largest} = {shard})"
-            )
+        problems += synthetic_batch_problems(config)
     largest = max(matrix["gpus"])
     if largest > cluster["max_gpus"]:
         problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
@@ -216,6 +211,65 @@ def _check_semantics(config: dict) -> None:
     problems += legacy_label_problems(config["legacy"])
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def strong_cells(config: dict) -> bool:
+    """Whether any cell of the study scales strongly (training.scaling or matrix.scaling)."""
+    return "strong" in config["matrix"].get("scaling", [config["training"]["scaling"]])
+
+
+def axis_problems(config: dict) -> list[str]:
+    """The optional axes and the scaling settings, before any cell is built."""
+    matrix, training, problems = config["matrix"], config["training"], []
+    if strong_cells(config):
+        where = "matrix.scaling" if "scaling" in matrix else "training.scaling"
+        global_batch = training["global_batch"]
+        if global_batch is None:
+            problems.append(f"config key 'training.global_batch': required with strong scaling ({where} strong)")
+        else:
+            for gpus in sorted(matrix["gpus"]):
+                if global_batch % gpus:
+                    problems.append(
+                        f"config key 'training.global_batch': {global_batch} does not divide over {gpus} GPUs "
+                        f"(matrix.gpus); strong scaling gives every rank global_batch / GPUs images per step"
+                    )
+        if "batch_per_gpu" in matrix:
+            problems.append(
+                f"config key 'matrix.batch_per_gpu': strong scaling ({where}) divides training.global_batch "
+                "over the ranks, so it has no batch per GPU to sweep; sweep batch sizes in weak scaling only"
+            )
+    if training["device"] == "cpu" and "fp16" in matrix.get("precision", [training["precision"]]):
+        key = "matrix.precision" if "precision" in matrix else "training.precision"
+        problems.append(f"config key '{key}': fp16 needs a GPU (training.device: cpu); bf16 runs on CPUs")
+    return problems
+
+
+def synthetic_batch_problems(config: dict) -> list[str]:
+    """Every cell's batch per rank must fit in its shard of the synthetic training set."""
+    dataset, problems = config["dataset"], []
+    count = dataset["synthetic"]["count"]
+    n_train = count - max(1, round(count * dataset["test_fraction"]))
+    if n_train < 1:
+        return [f"config key 'dataset.synthetic.count': {count} pairs leave no training data"]
+    seen = set()
+    for cell in cells(config):
+        batch = cell_training(config, cell)["batch_per_gpu"]
+        shard = n_train // cell.gpus
+        if batch > shard and (batch, cell.gpus) not in seen:
+            seen.add((batch, cell.gpus))
+            problems.append(
+                f"config key '{batch_key(config, cell)}': {batch} is larger than the shard of the "
+                f"training set on {cell.gpus} ranks ({n_train} training pairs / {cell.gpus} = {shard})"
+            )
+    return problems
+
+
+def batch_key(config: dict, cell: Cell) -> str:
+    """The config key that sets a cell's batch per rank, for messages."""
+    axes = dict(cell.axes)
+    if axes.get("scaling", config["training"]["scaling"]) == "strong":
+        return "training.global_batch"
+    return "matrix.batch_per_gpu" if "batch_per_gpu" in axes else "training.batch_per_gpu"
 
 
 def legacy_label_problems(entries: list[dict]) -> list[str]:
@@ -269,14 +323,16 @@ def placement_problem(gpus: int, cluster: dict) -> str | None:
     return None
 
 
-def cell_problem(config: dict, framework: str, backend: str, gpus: int) -> str | None:
-    """Why the matrix leaves the cell framework/backend/g<gpus> out, or None when it runs.
+def cell_problem(config: dict, cell: Cell) -> str | None:
+    """Why the matrix leaves `cell` out, or None when it runs.
 
     A pair that does not exist; fewer ranks than the backend needs (fsdp on 1); a backend
     that drives one node from one process (dp, mirrored) on more devices than a node has;
     dp on more than one device where the config says there are no GPUs (training.device:
-    cpu, or a CPU-only cluster).
+    cpu, or a CPU-only cluster); a gradient compression the backend does not have; a
+    strong-scaling global batch that does not divide over the cell's GPUs.
     """
+    framework, backend, gpus = cell.framework, cell.backend, cell.gpus
     if not backends.exists(framework, backend):
         name = backends.FRAMEWORK_NAMES[framework]
         return f"{backend} is not a {name} backend (the backends: {backends.describe_registry()})"
@@ -294,48 +350,82 @@ def cell_problem(config: dict, framework: str, backend: str, gpus: int) -> str |
             return f"{spec.cpu_reason} (training.device: cpu)"
         if cluster["gpus_per_node"] == 0:
             return f"{spec.cpu_reason} (cluster.gpus_per_node: 0, a CPU-only cluster)"
+    training = cell_training(config, cell)
+    compression = backends.compression_problem(framework, backend, training["compression"])
+    if compression:
+        return compression
+    if training["scaling"] == "strong" and training["global_batch"] is None:
+        return "training.global_batch is required with strong scaling"
+    if training["scaling"] == "strong" and training["global_batch"] % gpus:
+        return f"training.global_batch {training['global_batch']} does not divide over {gpus} GPUs (strong scaling)"
     return None
 
 
 @dataclass(frozen=True)
 class LeftOut:
-    """Cells of the matrix that do not run: a framework/backend pair, at the GPU counts named, and why."""
+    """Cells of the matrix that do not run: a framework/backend pair (at a variant of the optional
+    axes), at the GPU counts named, and why."""
 
     framework: str
     backend: str
     gpus: tuple[int, ...]
     reason: str
     every_count: bool  # all of the matrix's GPU counts (a pair that does not exist, say)
+    variant: str = ""
 
     @property
     def item(self) -> str:
-        """'tensorflow/fsdp', or 'torch/fsdp g1' when only some counts are left out."""
-        pair = f"{self.framework}/{self.backend}"
+        """'tensorflow/fsdp', 'torch/fsdp g1', or 'tensorflow/native compress-fp16' for a variant."""
+        pair = f"{self.framework}/{self.backend}" + (f" {self.variant}" if self.variant else "")
         return pair if self.every_count else f"{pair} " + ", ".join(f"g{g}" for g in self.gpus)
 
     def describe(self) -> str:
         return f"left out: {self.item}: {self.reason}"
 
 
-def left_out(config: dict) -> list[LeftOut]:
-    """The cells of frameworks x backends x gpus that the matrix leaves out, grouped by pair and reason."""
+def variants(config: dict) -> list[tuple[tuple[str, Any], ...]]:
+    """The axes of every combination of the optional axes the matrix lists, in a stable order:
+    [()] for a study without them. A strong-scaling cell always names itself and its global
+    batch (so it never shares a folder with a weak one); a weak one names only the axes listed."""
+    matrix, training = config["matrix"], config["training"]
+    listed = [axis for axis in AXES if axis in matrix]
+    combos = []
+    for values in itertools.product(*[matrix[axis] for axis in listed]):
+        axes = dict(zip(listed, values, strict=True))
+        if axes.get("scaling", training["scaling"]) == "strong":
+            axes.update(scaling="strong", global_batch=training["global_batch"])
+        combos.append(tuple(axes.items()))
+    return combos
+
+
+def _every_cell(config: dict) -> Iterator[Cell]:
     matrix = config["matrix"]
-    counts = sorted(matrix["gpus"])
-    entries = []
-    for framework, backend in itertools.product(matrix["frameworks"], matrix["backends"]):
-        reasons: dict[str, list[int]] = {}
-        for gpus in counts:
-            reason = cell_problem(config, framework, backend, gpus)
-            if reason:
-                reasons.setdefault(reason, []).append(gpus)
-        for reason, gpus in reasons.items():
-            entries.append(LeftOut(framework, backend, tuple(gpus), reason, gpus == counts))
-    return entries
+    for framework, backend, axes, gpus, seed in itertools.product(
+        matrix["frameworks"], matrix["backends"], variants(config), sorted(matrix["gpus"]), sorted(matrix["seeds"])
+    ):
+        yield Cell(framework, backend, gpus, seed, axes)
+
+
+def left_out(config: dict) -> list[LeftOut]:
+    """The cells of the matrix that do not run, grouped by pair, variant and reason."""
+    counts = sorted(config["matrix"]["gpus"])
+    reasons: dict[tuple, list[int]] = {}
+    for cell in _every_cell(config):
+        reason = cell_problem(config, cell)
+        if reason:
+            counts_of = reasons.setdefault((cell.framework, cell.backend, cell.variant, reason), [])
+            if cell.gpus not in counts_of:
+                counts_of.append(cell.gpus)
+    return [
+        LeftOut(framework, backend, tuple(gpus), reason, gpus == counts, variant)
+        for (framework, backend, variant, reason), gpus in reasons.items()
+    ]
 
 
 def matrix_problems(config: dict) -> list[str]:
     """A backend listed for none of the listed frameworks, or one that leaves no cell to run."""
     matrix, problems = config["matrix"], []
+    runnable = cells(config)
     for backend in matrix["backends"]:
         if not any(backends.exists(framework, backend) for framework in matrix["frameworks"]):
             owners = ", ".join(backends.FRAMEWORK_NAMES[f] for f in backends.frameworks_of(backend))
@@ -343,7 +433,7 @@ def matrix_problems(config: dict) -> list[str]:
                 f"config key 'matrix.backends': {backend} exists for none of matrix.frameworks "
                 f"{matrix['frameworks']} (it is a {owners} backend; {backends.describe_registry()})"
             )
-        elif not any(cell.backend == backend for cell in cells(config)):
+        elif not any(cell.backend == backend for cell in runnable):
             why = "; ".join(e.describe() for e in left_out(config) if e.backend == backend)
             problems.append(
                 f"config key 'matrix.backends': no cell of {backend} can run with matrix.gpus {sorted(matrix['gpus'])} "
@@ -354,21 +444,27 @@ def matrix_problems(config: dict) -> list[str]:
 
 def cells(config: dict) -> list[Cell]:
     """Every cell of the matrix that runs (see left_out for the others), in a stable order."""
-    matrix = config["matrix"]
-    return [
-        Cell(framework, backend, gpus, seed)
-        for framework, backend, gpus, seed in itertools.product(
-            matrix["frameworks"], matrix["backends"], sorted(matrix["gpus"]), sorted(matrix["seeds"])
-        )
-        if cell_problem(config, framework, backend, gpus) is None
-    ]
+    return [cell for cell in _every_cell(config) if cell_problem(config, cell) is None]
+
+
+def cell_training(config: dict, cell: Cell) -> dict:
+    """The training settings of one cell: the study's, with the values of the cell's optional
+    axes, and in strong scaling the batch per rank that divides the global batch."""
+    training = copy.deepcopy(config["training"])
+    axes = dict(cell.axes)
+    for axis in AXES:
+        if axis in axes:
+            training[axis] = axes[axis]
+    if training["scaling"] == "strong" and training["global_batch"] and training["global_batch"] % cell.gpus == 0:
+        training["batch_per_gpu"] = training["global_batch"] // cell.gpus
+    return training
 
 
 def train_settings(config: dict, cell: Cell) -> dict:
     """Everything the training program needs for one cell, as plain JSON."""
     return {
-        "cell": {"framework": cell.framework, "backend": cell.backend, "gpus": cell.gpus, "seed": cell.seed},
-        "training": config["training"],
+        "cell": cell.to_json(),
+        "training": cell_training(config, cell),
         "peak_tflops": config["cluster"]["peak_tflops"],
         "gpus_per_node": config["cluster"]["gpus_per_node"],
         "dataset": {

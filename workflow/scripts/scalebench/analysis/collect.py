@@ -15,11 +15,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalebench.cell import OWN_SOURCE, Cell
+from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.train import energy
 
-KEYS = ["framework", "backend", "gpus", "seed"]
+# variant: the label of the optional axes' values ('' for a study without them; see cell.py)
+KEYS = ["framework", "backend", "variant", "gpus", "seed"]
+# What each cell trained with along the optional axes (and how it scaled), whether or not the
+# study sweeps them: the tables and figures key on the variant, these say what it means.
+SETTING_COLUMNS = ["scaling", "batch_per_gpu", "global_batch", "precision", "compression"]
 TRAINING_STATUSES = ["ok", "diverged", "oom"]  # what a rank writes into run.json at the end
 # A cell's status in the tables: stale cells finished on other prepared data or settings than the study's.
 STATUSES = ["ok", "stale", "diverged", "oom", "failed", "missing"]
@@ -41,6 +45,7 @@ PROVENANCE_COLUMNS = [
 RUN_COLUMNS = [
     "source",
     *KEYS,
+    *SETTING_COLUMNS,
     "status",
     "reason",
     "epochs",
@@ -66,10 +71,7 @@ RUN_COLUMNS = [
     "parameters",
     *PROVENANCE_COLUMNS,
 ]
-EPOCH_COLUMNS = [
-    "source",
-    *KEYS,
-    "epoch",
+EPOCH_VALUES = [
     "loss",
     "lr",
     "epoch_time_s",
@@ -82,6 +84,7 @@ EPOCH_COLUMNS = [
     "mfu",
     "energy_j",
 ]
+EPOCH_COLUMNS = ["source", *KEYS, "epoch", *EPOCH_VALUES]
 
 
 def read_metrics(path: str | Path) -> tuple[list[dict], bool]:
@@ -213,6 +216,7 @@ def read_cell(
     row = {
         "source": OWN_SOURCE,
         **keys,
+        **cell_settings(settings, run, keys),
         "status": status,
         "reason": reason,
         "epochs": len(epochs),
@@ -246,10 +250,22 @@ def read_cell(
         "training": json.dumps(flat_settings(run["training"]), sort_keys=True) if run.get("training") else None,
     }
     epoch_rows = [
-        {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: _number(e.get(k)) for k in EPOCH_COLUMNS[6:]}}
+        {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: _number(e.get(k)) for k in EPOCH_VALUES}}
         for e in epochs
     ]
     return row, epoch_rows
+
+
+def cell_settings(settings: dict | None, run: dict, keys: dict) -> dict:
+    """The SETTING_COLUMNS of a cell: as it trained (run.json), else as the study sets it."""
+    trained = run.get("training") or {}
+    study = (settings or {}).get("training") or {}
+    values = {column: trained.get(column, study.get(column)) for column in SETTING_COLUMNS}
+    if "global_batch" not in trained and study.get("scaling") != "strong" and "batch_per_gpu" in study:
+        # images per step, as run.json would record it (Horovod accumulates several batches per step)
+        passes = study["horovod"]["backward_passes_per_step"] if keys["backend"] == "horovod" else 1
+        values["global_batch"] = study["batch_per_gpu"] * int(keys["gpus"]) * passes
+    return values
 
 
 def cost(run: dict, final: dict, epochs: list[dict]) -> dict:
@@ -271,17 +287,24 @@ def _versions(run: dict) -> str:
     return ", ".join(f"{name} {value}" for name, value in versions.items() if value not in (None, ""))
 
 
+def no_variant_as_empty(variants: pd.Series) -> pd.Series:
+    """'' for the rows without a variant (legacy rows, CSVs read back: NaN), so that they group."""
+    return variants.astype(object).where(variants.notna(), "").astype(str)
+
+
 def runs_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    frame["variant"] = no_variant_as_empty(frame["variant"])
     # the one definition, for own, legacy and read-back rows alike
     frame["gpu_hours"] = pd.to_numeric(frame["gpus"]) * pd.to_numeric(frame["train_time_s"]) / 3600
-    for column in ("gpus", "seed", "epochs", "parameters", "nodes"):
+    for column in ("gpus", "seed", "epochs", "parameters", "nodes", "batch_per_gpu", "global_batch"):
         frame[column] = frame[column].astype("Int64")
     return frame
 
 
 def epochs_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=EPOCH_COLUMNS)
+    frame["variant"] = no_variant_as_empty(frame["variant"])
     for column in ("gpus", "seed", "epoch"):
         frame[column] = frame[column].astype("Int64")
     return frame
@@ -294,8 +317,8 @@ def collect(
     where known) under `runs_root`."""
     rows, epoch_rows = [], []
     for entry in cells:
-        keys = {k: entry[k] for k in KEYS}
-        folder = Path(runs_root) / Cell(**keys).path
+        keys = {k: entry.get(k, "") for k in KEYS}  # entries of older studies have no variant
+        folder = Path(runs_root) / cell_path(**keys)
         row, epochs = read_cell(folder, keys, target_iou, data_key, entry.get("settings"))
         rows.append(row)
         epoch_rows.extend(epochs)

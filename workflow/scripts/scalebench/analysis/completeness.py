@@ -7,7 +7,7 @@ import pandas as pd
 
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.legacy import Skipped
-from scalebench.cell import Cell
+from scalebench.cell import RUNS_ROOT, cell_path
 from scalebench.config import LeftOut
 from scalebench.rerun import Invocation
 
@@ -16,12 +16,13 @@ ALL_ITEM = "all of the above"
 LEFT_OUT = "left out"
 
 
-def row_cell(row) -> Cell:
-    return Cell(row["framework"], row["backend"], int(row["gpus"]), int(row["seed"]))
+def row_path(row) -> str:
+    """The cell's folder below the runs root, from its keys in runs.csv."""
+    return cell_path(row["framework"], row["backend"], row["variant"], int(row["gpus"]), int(row["seed"]))
 
 
 def cell_target(row) -> str:
-    return f"{row_cell(row).folder}/metrics.jsonl"
+    return f"{RUNS_ROOT}/{row_path(row)}/metrics.jsonl"
 
 
 def needs_force(row) -> bool:
@@ -40,7 +41,7 @@ def incomplete(
     own = runs[(runs["source"] == OWN_SOURCE) & (runs["status"] != "ok")]
     for _, row in own.iterrows():
         command = invocation.command([cell_target(row)], force=needs_force(row))
-        rows.append({"item": row_cell(row).path, "status": row["status"], "reason": row["reason"], "rerun": command})
+        rows.append({"item": row_path(row), "status": row["status"], "reason": row["reason"], "rerun": command})
     if len(own) > 1:
         targets = [cell_target(row) for _, row in own.iterrows()]
         force = any(needs_force(row) for _, row in own.iterrows())

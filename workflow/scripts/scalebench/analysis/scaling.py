@@ -1,4 +1,7 @@
-"""Speedup and parallel efficiency per (source, framework, backend, gpus), with 95% intervals over seeds.
+"""Speedup and parallel efficiency per (source, framework, backend, variant, gpus), with 95% intervals over seeds.
+
+A variant (the values of the optional axes: batch per GPU, precision, compression, strong
+scaling) is a series of its own, with its own base.
 
 The base of a framework and backend is its smallest world size that has cells with
 status ok (the ``base_gpus`` column says which): 1 GPU where it ran, 2 for fsdp (which
@@ -27,10 +30,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalebench.analysis.scaling_model import MODEL_COLUMNS, fit_series, row_columns, series_columns
+from scalebench.analysis.scaling_model import GROUP, MODEL_COLUMNS, fit_series, row_columns, series_columns
 
 METRICS = {"train_time_s": "train_time", "steady_epoch_s": "epoch_time"}
-GROUP = ["source", "framework", "backend"]
 LEVEL = 0.95
 
 
@@ -91,7 +93,7 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
     """One row per (source, framework, backend, gpus); see the module docstring. `per_node`: GPUs
     (ranks) a node holds, for the model's node step where a cell does not record its nodes."""
     rows = []
-    for (source, framework, backend), group in runs.groupby(GROUP, sort=True, dropna=False):
+    for series, group in runs.groupby(GROUP, sort=True, dropna=False):
         model = fit_series(group, per_node)
         model_series = series_columns(model)
         good = usable(group)
@@ -100,9 +102,7 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
         for gpus, cells in group.groupby("gpus", sort=True):
             used = good[good["gpus"] == gpus]
             row = {
-                "source": source,
-                "framework": framework,
-                "backend": backend,
+                **dict(zip(GROUP, series, strict=True)),
                 "gpus": int(gpus),
                 "base_gpus": base_gpus,
                 "cells": len(cells),

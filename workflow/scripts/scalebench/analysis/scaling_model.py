@@ -50,7 +50,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-GROUP = ["source", "framework", "backend"]
+# one series per backend and variant of the optional axes ('' without them)
+GROUP = ["source", "framework", "backend", "variant"]
 METRIC = "steady_epoch_s"
 LEVEL = 0.95
 POOR_RESIDUAL = 0.05  # a point mean more than 5% off the fit
@@ -325,7 +326,7 @@ def row_columns(fit: Fit | Refused, gpus: int) -> dict:
 
 
 def fits(runs: pd.DataFrame, per_node: int | None = None) -> dict[tuple, Fit | Refused]:
-    """The model of every (source, framework, backend) series of `runs`."""
+    """The model of every (source, framework, backend, variant) series of `runs`."""
     return {key: fit_series(group, per_node) for key, group in runs.groupby(GROUP, sort=True, dropna=False)}
 
 

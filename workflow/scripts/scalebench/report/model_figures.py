@@ -20,29 +20,35 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE
-from scalebench.analysis.scaling_model import METRIC, Fit, curve, fits, series_columns
+from scalebench.analysis.scaling_model import GROUP, METRIC, Fit, curve, fits, series_columns
 from scalebench.report.scaling_figures import BACKEND_LABELS, gpu_axis, placeholder, style, wrap
 
 PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "communication": "#d95f02"}
 RANGES = {"measured range": "solid", "extrapolated": "dashed"}
 
 
+def series_name(key: tuple) -> str:
+    """'torch/native' or 'torch/native/bf16' for a caption."""
+    return "/".join(str(part) for part in key[1:] if part)
+
+
 def panel_name(key: tuple, fit: Fit) -> str:
-    """'torch / Horovod', with the source where it is not the project's own, and POOR FIT where so."""
-    source, framework, backend = key
-    name = f"{framework} / {BACKEND_LABELS.get(backend, backend)}"
+    """'torch / Horovod' (and the variant: 'torch / Horovod bf16'), with the source where it is not
+    the project's own, and POOR FIT where so."""
+    source, framework, backend, variant = key
+    name = f"{framework} / {BACKEND_LABELS.get(backend, backend)}" + (f" {variant}" if variant else "")
     if source != OWN_SOURCE:
         name += f" ({source})"
     return name + (" — POOR FIT" if fit.poor else "")
 
 
 def model_figure(runs: pd.DataFrame, per_node: int | None = None):
-    """Epoch time against GPUs with the fitted model, per (source, framework, backend)."""
+    """Epoch time against GPUs with the fitted model, per (source, framework, backend, variant)."""
     title = "Why it scales as it does: epoch time, the fitted model and a prediction"
     fitted = {key: fit for key, fit in fits(runs, per_node).items() if isinstance(fit, Fit)}
     refused = {key: fit.reason for key, fit in fits(runs, per_node).items() if not isinstance(fit, Fit)}
     if not fitted:
-        reasons = "; ".join(f"{'/'.join(map(str, k[1:]))}: {r}" for k, r in refused.items()) or "no cells"
+        reasons = "; ".join(f"{series_name(k)}: {r}" for k, r in refused.items()) or "no cells"
         return placeholder(title, wrap(f"No series could be fitted ({reasons}).", 80))
     lines, bands, predicted = [], [], []
     for key, fit in fitted.items():
@@ -80,10 +86,8 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
     predicted = pd.DataFrame(predicted)
     keys = set(fitted)
     cells = runs[runs["status"].eq("ok") & (runs[METRIC] > 0)]  # the cells the fit used
-    cells = cells[[tuple(k) in keys for k in cells[["source", "framework", "backend"]].itertuples(index=False)]]
-    cells = cells.assign(
-        panel=[panel_name(tuple(k), fitted[tuple(k)]) for k in cells[["source", "framework", "backend"]].values]
-    )
+    cells = cells[[tuple(k) in keys for k in cells[GROUP].itertuples(index=False)]]
+    cells = cells.assign(panel=[panel_name(tuple(k), fitted[tuple(k)]) for k in cells[GROUP].values])
     cells["gpus"] = cells["gpus"].astype(int)
 
     figure = (
@@ -116,7 +120,7 @@ def caption(fitted: dict, refused: dict) -> str:
     )
     poor = [k for k, fit in fitted.items() if fit.poor]
     if poor:
-        text += f" Poor fit ({', '.join('/'.join(map(str, k[1:])) for k in poor)}): see model_note in scaling.csv."
+        text += f" Poor fit ({', '.join(series_name(k) for k in poor)}): see model_note in scaling.csv."
     if refused:
-        text += " Not fitted: " + "; ".join(f"{'/'.join(map(str, k[1:]))} ({r})" for k, r in refused.items()) + "."
+        text += " Not fitted: " + "; ".join(f"{series_name(k)} ({r})" for k, r in refused.items()) + "."
     return text

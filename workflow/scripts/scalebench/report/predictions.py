@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from scalebench.analysis.collect import OWN_SOURCE
-from scalebench.cell import Cell
+from scalebench.cell import cell_path
 from scalebench.report.scaling_figures import BACKEND_LABELS
 
 
@@ -23,17 +23,18 @@ def chosen_cells(runs: pd.DataFrame, runs_root: str | Path) -> list[tuple[str, P
     """(title, predictions folder) of the smallest and largest ok cell (lowest seed) per framework and backend."""
     cells = runs[(runs["source"] == OWN_SOURCE) & runs["status"].eq("ok")].copy()
     cells["folder"] = [
-        Path(runs_root) / Cell(r.framework, r.backend, int(r.gpus), int(r.seed)).path / "predictions"
+        Path(runs_root) / cell_path(r.framework, r.backend, r.variant, int(r.gpus), int(r.seed)) / "predictions"
         for r in cells.itertuples()
     ]
     saved = [folder.is_dir() and any(folder.glob("test_*.png")) for folder in cells["folder"]]
     cells = cells.loc[pd.Series(saved, index=cells.index, dtype=bool)]  # a plain empty list would select columns
     chosen = []
-    for (framework, backend), group in cells.groupby(["framework", "backend"], sort=True):
+    for (framework, backend, variant), group in cells.groupby(["framework", "backend", "variant"], sort=True):
         sizes = sorted(set(group["gpus"]))
         for gpus in dict.fromkeys([sizes[0], sizes[-1]]):
             cell = group[group["gpus"] == gpus].sort_values("seed").iloc[0]
-            title = f"{framework} {BACKEND_LABELS.get(backend, backend)}\n{int(gpus)} GPU, seed {int(cell['seed'])}"
+            name = " ".join(filter(None, [framework, BACKEND_LABELS.get(backend, backend), variant]))
+            title = f"{name}\n{int(gpus)} GPU, seed {int(cell['seed'])}"
             chosen.append((title, cell["folder"]))
     return chosen
 

@@ -59,6 +59,8 @@ BACKEND_COLOURS = {
     "DataParallel": "#7570b3",
     "Mirrored": "#e7298a",
 }
+# backends with a variant of the optional axes (batch8_bf16, ...): a colour each, after the plain ones
+VARIANT_COLOURS = ["#66a61e", "#e6ab02", "#a6761d", "#666666", "#a6cee3", "#fb9a99", "#cab2d6", "#b2df8a", "#fdbf6f"]
 STATUS_COLOURS = {
     "ok": "#4daf4a",
     "stale": "#a6761d",
@@ -89,13 +91,38 @@ def wrap(text: str, width: int = 110) -> str:
 
 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:
-    """Readable backend names, sources own-first, integer GPU counts."""
+    """Readable backend names (with the variant of the optional axes where there is one, and
+    'weak' beside strong-scaling series), sources own-first, integer GPU counts."""
     frame = frame.copy()
     frame["backend"] = frame["backend"].map(BACKEND_LABELS).fillna(frame["backend"])
+    if "variant" in frame:
+        frame["backend"] = [
+            " ".join(filter(None, [backend, variant]))
+            for backend, variant in zip(frame["backend"], variant_names(frame))
+        ]
     sources = [OWN_SOURCE] + sorted(set(frame["source"]) - {OWN_SOURCE})
     frame["source"] = pd.Categorical(frame["source"], categories=sources)
     frame["gpus"] = frame["gpus"].astype(int)
     return frame
+
+
+def variant_names(frame: pd.DataFrame) -> list[str]:
+    """Each row's variant for a legend: its label, and 'weak' for weak-scaling rows where the
+    frame also has strong-scaling ones (both in one report, labelled)."""
+    variants = frame["variant"].fillna("").astype(str)
+    strong = variants.str.contains("strong")
+    if not strong.any():
+        return list(variants)
+    return [v if is_strong else " ".join(filter(None, [v, "weak"])) for v, is_strong in zip(variants, strong)]
+
+
+def backend_colours(labels) -> dict[str, str]:
+    """A colour per backend label: the backend's own for a plain one, the next of VARIANT_COLOURS
+    for each label with a variant."""
+    colours, extra = {}, iter(VARIANT_COLOURS * (1 + len(set(labels)) // len(VARIANT_COLOURS)))
+    for label in sorted(set(labels)):
+        colours[label] = BACKEND_COLOURS.get(label) or next(extra)
+    return colours
 
 
 def series_scales(frame: pd.DataFrame) -> list:
@@ -103,9 +130,10 @@ def series_scales(frame: pd.DataFrame) -> list:
     The source legend is left out when there is only the project's own runs."""
     sources = list(frame["source"].cat.categories) if len(frame) else [OWN_SOURCE]
     hide = [guides(shape="none", linetype="none")] if sources == [OWN_SOURCE] else []
+    colours = backend_colours(frame["backend"]) if len(frame) else BACKEND_COLOURS
     return hide + [
-        scale_colour_manual(values=BACKEND_COLOURS, name="backend"),
-        scale_fill_manual(values=BACKEND_COLOURS, name="backend"),
+        scale_colour_manual(values=colours, name="backend"),
+        scale_fill_manual(values=colours, name="backend"),
         scale_shape_manual(values=dict(zip(sources, SHAPES)), name="source", drop=False),
         scale_linetype_manual(values=dict(zip(sources, LINETYPES)), name="source", drop=False),
     ]

@@ -125,7 +125,7 @@ class TrainingLoop:
             shared_gpu=run.share_gpu,
             data_key=Path(run.data_dir).name,  # the prepared arrays' folder is named by their settings
             collective_timeout_s=self.training.collective_timeout_s,
-            precision=self.training.precision_label,
+            precision=self.training.precision,
         )
         record["versions"] = {**record.get("versions", {}), **self.backend.versions()}
         record["settings"] = run.source

@@ -8,7 +8,10 @@ from scalebench.train.settings import TrainingSettings
 
 
 def scaled_lr(training: TrainingSettings, world_size: int) -> float:
-    """Base learning rate scaled for the world size (linear, sqrt or none)."""
+    """Base learning rate scaled for the world size (linear, sqrt or none) in weak scaling; in
+    strong scaling the global batch, and so the rate, is the same at every world size."""
+    if training.scaling == "strong":
+        return training.base_lr
     factor = {"linear": world_size, "sqrt": math.sqrt(world_size), "none": 1}[training.lr_scaling]
     return training.base_lr * factor
 

@@ -122,6 +122,7 @@ def training_record(
     record = {
         "epochs": training.epochs,
         "dataset_repeat": training.dataset_repeat,
+        "scaling": training.scaling,
         "batch_per_gpu": training.batch_per_gpu,
         "backward_passes_per_step": passes,  # batches per optimizer step: 1 unless the backend accumulates
         "global_batch": training.batch_per_gpu * replicas * passes,  # images per optimizer step
@@ -131,7 +132,7 @@ def training_record(
         "warmup_epochs": training.warmup_epochs,
         "decay_every": training.decay_every,
         "decay_factor": training.decay_factor,
-        "precision": training.precision_label,
+        "precision": training.precision,
         "deterministic": deterministic,
         "batch_norm": training.batch_norm,
         "device": device_type,  # gpu or cpu, what training.device resolved to

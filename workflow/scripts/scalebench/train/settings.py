@@ -43,7 +43,9 @@ class TrainingSettings:
     """training: the schedule and the run's options, the same for every backend."""
 
     epochs: int
-    batch_per_gpu: int  # per rank; the global batch is this times the world size
+    batch_per_gpu: int  # per rank (in strong scaling: global_batch / GPUs, set per cell by config.cell_training)
+    scaling: str  # weak or strong
+    global_batch: int | None  # images per step of a strong-scaling cell (unused in weak scaling)
     base_lr: float  # Adam's rate for one rank
     lr_scaling: str  # linear, sqrt or none: how the rate grows with the world size
     warmup_epochs: int  # linear warm-up from base_lr to the scaled rate (0 = none)
@@ -52,8 +54,8 @@ class TrainingSettings:
     dataset_repeat: int  # passes over the training set per epoch
     eval_every: int  # test IOU every this many epochs (0 = only at the end)
     checkpoint_every: int  # a resumable checkpoint every this many epochs (0 = never)
-    precision: str  # fp32 or amp
-    amp_dtype: str  # bfloat16 or float16, for amp
+    precision: str  # fp32, bf16 or fp16
+    compression: str  # none or fp16: gradient compression for the reduction
     batch_norm: bool
     device: str  # auto, cpu or cuda
     threads_per_rank: int | None  # None: SLURM_CPUS_PER_TASK under SLURM, else 1
@@ -67,13 +69,8 @@ class TrainingSettings:
 
     @property
     def autocast_dtype(self) -> str | None:
-        """The reduced-precision type of amp runs (bfloat16 or float16), None for fp32."""
-        return self.amp_dtype if self.precision == "amp" else None
-
-    @property
-    def precision_label(self) -> str:
-        """fp32, amp-bfloat16 or amp-float16, as run.json records it."""
-        return f"amp-{self.amp_dtype}" if self.precision == "amp" else self.precision
+        """The type of the forward and backward pass (bfloat16 or float16), None for fp32."""
+        return {"bf16": "bfloat16", "fp16": "float16"}.get(self.precision)
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ class RunSettings:
         """The typed settings of scalebench.config.train_settings' JSON."""
         env = os.environ if env is None else env
         training = build(TrainingSettings, settings["training"], "training")
-        cell = build(Cell, settings["cell"], "cell")
+        cell = Cell.from_json(settings["cell"])
         threads = process_threads(training.threads_per_rank, cell, env)
         # launch.py tells the ranks where the cell runs (a test run inside an allocation is local)
         on_gpu_cluster = settings["gpus_per_node"] > 0 and env.get("SCALEBENCH_EXECUTOR") == "slurm"

@@ -112,11 +112,11 @@ def device_name(device_type: str) -> str:
 
 
 def keras_policy(autocast_dtype: str | None, device_type: str) -> str | None:
-    """The Keras mixed-precision policy of amp runs (None for fp32); float16 needs a GPU."""
+    """The Keras mixed-precision policy of bf16 and fp16 runs (None for fp32); float16 needs a GPU."""
     if autocast_dtype is None:
         return None
     if autocast_dtype == "float16" and device_type == "cpu":
-        raise ValueError("training.amp_dtype: float16 autocast needs a GPU; use bfloat16 on CPU")
+        raise ValueError("training.precision: fp16 needs a GPU; use bf16 on the CPU")
     return {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[autocast_dtype]
 
 

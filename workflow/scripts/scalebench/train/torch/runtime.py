@@ -49,11 +49,11 @@ def choose_device(run: RunSettings, local_rank: int, ranks_on_node: int, per_pro
 
 
 def autocast_dtype(name: str | None, device: torch.device) -> torch.dtype | None:
-    """The autocast type of amp runs (None for fp32); float16 needs a GPU."""
+    """The autocast type of bf16 and fp16 runs (None for fp32); float16 needs a GPU."""
     if name is None:
         return None
     if name == "float16" and device.type == "cpu":
-        raise ValueError("training.amp_dtype: float16 autocast needs a GPU; use bfloat16 on CPU")
+        raise ValueError("training.precision: fp16 needs a GPU; use bf16 on the CPU")
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 

@@ -1,0 +1,152 @@
+"""The optional matrix axes (batch per GPU, precision, compression) and strong scaling: the cells
+they make, their paths and settings, the bad input refused naming the key, and the tables keyed
+on them."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from cell_records import cell, write_cell
+from conftest import tiny_config
+from scalebench import config as sb_config
+from scalebench.analysis import study as summary
+from scalebench.analysis.scaling import scaling
+from scalebench.report.scaling_figures import tidy
+from scalebench.rerun import Invocation
+from scalebench.train.lr_schedule import scaled_lr
+from scalebench.train.settings import RunSettings
+
+STUDY = Invocation(("snakemake",), "/work/study", ("--configfile", "/s.yaml"))
+
+
+def resolved(schema, matrix=None, training=None, **sections):
+    base = {"frameworks": ["torch", "tensorflow"], "backends": ["native", "horovod"], "gpus": [1, 2], "seeds": [1]}
+    return sb_config.validate(
+        tiny_config(matrix={**base, **(matrix or {})}, training=training or {}, **sections), schema
+    )
+
+
+def test_a_study_without_optional_axes_keeps_its_paths_and_settings(schema):
+    config = resolved(schema)
+    cells = sb_config.cells(config)
+    assert [c.path for c in cells[:2]] == ["torch/native/g1/s1", "torch/native/g2/s1"]
+    assert all(c.variant == "" for c in cells)
+    settings = sb_config.train_settings(config, cells[0])
+    assert settings["cell"] == {"framework": "torch", "backend": "native", "gpus": 1, "seed": 1}
+
+
+def test_axes_name_their_values_in_the_paths_and_set_each_cells_training(schema):
+    config = resolved(schema, {"batch_per_gpu": [2, 4], "precision": ["fp32", "bf16"], "frameworks": ["torch"]})
+    cells = sb_config.cells(config)
+    assert len(cells) == 2 * 2 * 2 * 2  # backends x batches x precisions x gpus
+    paths = {c.path for c in cells}
+    assert "torch/native/batch2_fp32/g1/s1" in paths and "torch/horovod/batch4_bf16/g2/s1" in paths
+    chosen = next(c for c in cells if c.path == "torch/horovod/batch4_bf16/g2/s1")
+    settings = sb_config.train_settings(config, chosen)
+    assert settings["training"]["batch_per_gpu"] == 4 and settings["training"]["precision"] == "bf16"
+    run = RunSettings.from_json(settings, "/data", "/out", env={})
+    assert run.cell == chosen and run.training.autocast_dtype == "bfloat16"
+
+
+def test_a_compression_a_backend_lacks_is_left_out_with_the_reason(schema):
+    config = resolved(schema, {"compression": ["none", "fp16"]})
+    paths = {c.path for c in sb_config.cells(config)}
+    assert "torch/native/compress-fp16/g2/s1" in paths and "tensorflow/horovod/compress-fp16/g2/s1" in paths
+    assert "tensorflow/native/compress-none/g2/s1" in paths
+    assert "tensorflow/native/compress-fp16/g2/s1" not in paths
+    [entry] = sb_config.left_out(config)
+    assert entry.item == "tensorflow/native compress-fp16"
+    assert "no gradient compression" in entry.describe()
+
+
+def test_strong_scaling_divides_the_global_batch_and_keeps_the_rate(schema):
+    config = resolved(schema, {"gpus": [1, 2, 4]}, {"scaling": "strong", "global_batch": 8, "batch_per_gpu": 1})
+    cells = [c for c in sb_config.cells(config) if c.framework == "torch" and c.backend == "native"]
+    assert [c.path for c in cells] == [f"torch/native/strong_global8/g{g}/s1" for g in (1, 2, 4)]
+    runs = [RunSettings.from_json(sb_config.train_settings(config, c), "/d", "/o", env={}) for c in cells]
+    assert [r.training.batch_per_gpu for r in runs] == [8, 4, 2]
+    assert [scaled_lr(r.training, c.gpus) for r, c in zip(runs, cells)] == [runs[0].training.base_lr] * 3
+
+
+def test_weak_and_strong_in_one_study_weak_cells_keep_todays_paths(schema):
+    config = resolved(
+        schema, {"scaling": ["weak", "strong"], "frameworks": ["torch"], "backends": ["native"]}, {"global_batch": 8}
+    )
+    assert [c.path for c in sb_config.cells(config)] == [
+        "torch/native/g1/s1",
+        "torch/native/g2/s1",
+        "torch/native/strong_global8/g1/s1",
+        "torch/native/strong_global8/g2/s1",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("matrix", "training", "message"),
+    [
+        ({"precision": ["fp32", "fp8"]}, {}, "config key 'matrix.precision[1]': 'fp8' is not one of"),
+        ({"compression": ["gzip"]}, {}, "config key 'matrix.compression[0]'"),
+        (
+            {"gpus": [1, 2, 3]},
+            {"scaling": "strong", "global_batch": 8},
+            "config key 'training.global_batch': 8 does not divide over 3 GPUs",
+        ),
+        ({}, {"scaling": "strong"}, "config key 'training.global_batch': required with strong scaling"),
+        (
+            {"scaling": ["strong"], "batch_per_gpu": [2]},
+            {"global_batch": 8},
+            "config key 'matrix.batch_per_gpu': strong scaling",
+        ),
+        ({"precision": ["bf16", "fp16"]}, {"device": "cpu"}, "config key 'matrix.precision': fp16 needs a GPU"),
+        ({"batch_per_gpu": [2, 500]}, {}, "config key 'matrix.batch_per_gpu': 500 is larger than the shard"),
+    ],
+)
+def test_bad_axes_are_refused_naming_the_key(schema, matrix, training, message):
+    with pytest.raises(sb_config.ConfigError) as error:
+        resolved(schema, matrix, training)
+    assert message in str(error.value)
+
+
+def test_removed_precision_keys_say_what_replaced_them(schema):
+    with pytest.raises(sb_config.ConfigError, match="'training.amp_dtype' was removed: training.precision names"):
+        resolved(schema, training={"precision": "bf16", "amp_dtype": "bfloat16"})
+
+
+def test_tables_key_on_the_variant_and_rerun_commands_name_its_folder(tmp_path):
+    settings = {
+        "training": {
+            "scaling": "weak",
+            "batch_per_gpu": 8,
+            "precision": "bf16",
+            "compression": "none",
+            "horovod": {"backward_passes_per_step": 1},
+        }
+    }
+    for gpus, times in ((1, (10.0, 8.0, 8.0)), (2, (6.0, 4.0, 4.0))):
+        write_cell(tmp_path, gpus=gpus, variant="batch8_bf16", times=times)
+        write_cell(tmp_path, gpus=gpus, times=(10.0, 10.0, 10.0))
+    entries = [cell(gpus=g, variant=v, settings=settings if v else None) for g in (1, 2) for v in ("", "batch8_bf16")]
+    entries.append(cell(gpus=4, variant="batch8_bf16", settings=settings))
+    collected = summary.collect_study(str(tmp_path), entries, 0.8, [], STUDY)
+    runs = collected.runs
+    named = runs[runs["variant"] == "batch8_bf16"]
+    assert list(named["batch_per_gpu"]) == [8, 8, 8] and list(named["precision"]) == ["bf16"] * 3
+    assert list(named["global_batch"]) == [8, 16, 32]
+    table = scaling(runs)
+    two = table[table["gpus"] == 2].set_index("variant")
+    assert two.loc["batch8_bf16", "speedup_epoch_time"] == pytest.approx(2.0)  # against its own 1-GPU base
+    assert two.loc["", "speedup_epoch_time"] == pytest.approx(1.0)
+    missing = collected.incomplete[collected.incomplete["item"] == "torch/native/batch8_bf16/g4/s1"]
+    assert missing["rerun"].iloc[0].endswith("results/runs/torch/native/batch8_bf16/g4/s1/metrics.jsonl")
+
+
+def test_figures_label_each_variant_and_weak_beside_strong():
+    frame = pd.DataFrame(
+        {
+            "source": "scalebench",
+            "framework": "torch",
+            "backend": ["native", "native", "horovod"],
+            "variant": ["", "strong_global8", "bf16"],
+            "gpus": [1, 1, 2],
+        }
+    )
+    assert list(tidy(frame)["backend"]) == ["native weak", "native strong_global8", "Horovod bf16 weak"]
