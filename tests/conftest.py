@@ -173,6 +173,46 @@ def read_records(out: Path) -> tuple[list[dict], dict, dict]:
     return epochs, final, json.loads((out / "run.json").read_text())
 
 
+def read_curves(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Each scalar tag of the event files in `folder`: its (step, value) points, as TensorBoard reads them."""
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
+    accumulator = event_accumulator.EventAccumulator(str(folder))
+    accumulator.Reload()
+    tags = accumulator.Tags()
+    found = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in tags["scalars"]}  # PyTorch
+    for tag in tags["tensors"]:  # tf.summary.scalar writes a scalar tensor
+        found[tag] = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in accumulator.Tensors(tag)]
+    return found
+
+
+def expected_curves(epochs: list[dict]) -> dict[str, list[tuple[int, float]]]:
+    """The curves metrics.jsonl's epoch records give: the evaluation's tags name it as the records
+    do, with points in the epochs that evaluated (none without training.eval_every)."""
+    evaluation = "validation" if "val_iou" in epochs[0] else "test"
+    key = "val" if evaluation == "validation" else "test"
+    fields = {
+        "loss/train": lambda e: e["loss"],
+        "learning_rate": lambda e: e["lr"],
+        "throughput/images_per_s": lambda e: e["images_per_s"],
+        "data_wait/share": lambda e: e["data_wait_s"] / e["epoch_time_s"],
+        f"loss/{evaluation}": lambda e: e[f"{key}_loss"],
+        f"iou/{evaluation}": lambda e: e[f"{key}_iou"],
+    }
+    curves = {tag: [(e["epoch"], value(e)) for e in epochs if value(e) is not None] for tag, value in fields.items()}
+    return {tag: points for tag, points in curves.items() if points}
+
+
+def assert_curves_equal_records(folder: Path, epochs: list[dict]) -> None:
+    found, expected = read_curves(folder), expected_curves(epochs)
+    assert sorted(found) == sorted(expected)
+    for tag, points in expected.items():
+        assert [step for step, _ in found[tag]] == [step for step, _ in points], tag
+        # event files hold float32
+        assert [value for _, value in found[tag]] == pytest.approx([value for _, value in points], rel=1e-6), tag
+
+
 def allreduce_counts(timeline: Path) -> dict[str, int]:
     """How often Horovod allreduced each named tensor, from the timeline HOROVOD_TIMELINE wrote.
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import (
     PYTHON,
+    assert_curves_equal_records,
     cell_settings,
     launch_cell,
     rank_pids,
@@ -71,6 +72,7 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
         assert 0 <= record["test_iou"] <= 1 and record["peak_mem_mb"] > 0
         assert record["model_tflops"] > 0 and record["mfu"] is None  # no peak is known for a CPU
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1 and final["setup_s"] > 0
+    assert not (tmp_path / "tensorboard").exists(), "TensorBoard curves are off by default"
     assert final["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
     # the cost: GPU-hours over the epochs' time; energy only where a counter is read, else empty
     # with the reason (never 0): the test machine may or may not expose RAPL to this user
@@ -167,7 +169,7 @@ def test_killed_rank_fails_the_cell_quickly_and_leaves_no_process(prepared_data,
 
 
 def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
-    settings = cell_settings("torch", "native", 2, epochs=4, dataset_repeat=8)
+    settings = cell_settings("torch", "native", 2, epochs=4, dataset_repeat=8, tensorboard=True)
     reference = launch_cell(settings, prepared_data, tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
     # Interrupt like SLURM at a time limit: SIGTERM to the launcher after epoch 2's checkpoint.
@@ -189,6 +191,10 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
     assert [e["loss"] for e in epochs_res] == [e["loss"] for e in epochs_ref]
     assert (final_res["iou"], final_res["test_loss"]) == (final_ref["iou"], final_ref["test_loss"])
     assert not checkpoint.exists(), "a finished cell keeps no checkpoint (a forced rerun starts fresh)"
+    # the TensorBoard curves hold every epoch once, as metrics.jsonl does: the resumed run rewrote
+    # epochs 1-2 into new event files in place of the interrupted run's
+    assert len(list((out / "tensorboard").iterdir())) == 1
+    assert_curves_equal_records(out / "tensorboard", epochs_res)
 
 
 def _checkpoint_epoch(path: Path) -> int | None:

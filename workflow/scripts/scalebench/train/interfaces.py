@@ -19,6 +19,7 @@ import numpy as np
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.accumulation import Part
 from scalebench.train.settings import RunSettings
+from scalebench.train.summaries import EpochWriter
 
 
 class Backend:
@@ -170,6 +171,9 @@ class Framework(Protocol):
         """Write a checkpoint with the loop's `state` (rank 0 writes; others take part where needed)."""
 
     def remove_checkpoint(self, directory: Path) -> None: ...
+
+    def summary_writer(self, folder: Path) -> EpochWriter:
+        """The framework's own TensorBoard writer into `folder` (rank 0, training.tensorboard)."""
 
     def out_of_memory_error(self, message: str) -> BaseException:
         """The framework's own out-of-memory error (for the fault-injection hook)."""

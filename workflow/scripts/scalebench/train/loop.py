@@ -18,7 +18,7 @@ import numpy as np
 
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
-from scalebench.train import accumulation, energy, faults, flops, metrics, outcome, provenance
+from scalebench.train import accumulation, energy, faults, flops, metrics, outcome, provenance, summaries
 from scalebench.train.interfaces import Backend, Framework
 from scalebench.train.lr_schedule import learning_rate
 from scalebench.train.settings import RunSettings
@@ -156,10 +156,16 @@ class TrainingLoop:
         return progress
 
     def run_epochs(self, progress: Progress) -> str:
-        self.metrics = metrics.MetricsWriter(
-            self.out / "metrics.jsonl", enabled=self.is_root, previous=progress.records
-        )
         self.setup_s = time.perf_counter() - self.started
+        # TensorBoard's writer is instrumentation: opened after setup_s, written between epochs
+        curves = (
+            summaries.start(self.out, self.training.tensorboard, self.framework.summary_writer)
+            if self.is_root
+            else None
+        )
+        self.metrics = metrics.MetricsWriter(
+            self.out / "metrics.jsonl", enabled=self.is_root, previous=progress.records, curves=curves
+        )
         self.start_energy_meter()
         self.epoch_times = [record["epoch_time_s"] for record in progress.records]
         try:
@@ -180,6 +186,8 @@ class TrainingLoop:
         except self.framework.out_of_memory as error:
             outcome.mark(self.out, self.backend.rank, f"{type(error).__name__}: {error}")
             raise outcome.CellOutOfMemory(str(error)) from error
+        finally:
+            self.metrics.close_curves()
         return "ok"
 
     def start_energy_meter(self) -> None:

@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from scalebench.files import json_safe
 from scalebench.train import flops
+
+if TYPE_CHECKING:
+    from scalebench.train.summaries import Curves
 
 
 def diverged(loss: float, max_loss: float) -> bool:
@@ -21,11 +25,15 @@ def diverged(loss: float, max_loss: float) -> bool:
 
 
 class MetricsWriter:
-    """Appends records to metrics.jsonl (rank 0) and keeps them for checkpoints."""
+    """Appends records to metrics.jsonl (rank 0) and keeps them for checkpoints; with `curves`
+    (training.tensorboard, summaries.py), each epoch record goes to TensorBoard too."""
 
-    def __init__(self, path: str | Path, enabled: bool, previous: list[dict] | None = None):
+    def __init__(
+        self, path: str | Path, enabled: bool, previous: list[dict] | None = None, curves: Curves | None = None
+    ):
         self.path = Path(path)
         self.enabled = enabled
+        self.curves = curves
         self.records: list[dict] = []
         if enabled:
             self.path.write_text("")
@@ -36,6 +44,12 @@ class MetricsWriter:
         self.records.append(record)
         if self.enabled:
             append_record(self.path, record)
+        if self.curves is not None:
+            self.curves.write(record)
+
+    def close_curves(self) -> None:
+        if self.curves is not None:
+            self.curves.close()
 
 
 def append_record(path: str | Path, record: dict) -> None:
@@ -110,9 +124,14 @@ def format_duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def data_wait_share(record: dict) -> float:
+    """The share of an epoch's time spent waiting for data (train.log, TensorBoard)."""
+    return record["data_wait_s"] / record["epoch_time_s"] if record["epoch_time_s"] else 0.0
+
+
 def progress_line(record: dict, epochs: int, remaining_s: float) -> str:
     """The line train.log gets per epoch."""
-    wait_share = record["data_wait_s"] / record["epoch_time_s"] if record["epoch_time_s"] else 0.0
+    wait_share = data_wait_share(record)
     line = (
         f"epoch {record['epoch']}/{epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}  "
         f"{record['epoch_time_s']:.2f} s  {record['images_per_s']:.1f} img/s  "

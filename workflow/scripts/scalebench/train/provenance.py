@@ -101,8 +101,9 @@ def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int])
 
 
 # Settings of training that run.json's training record leaves out: they change no step (the
-# report's own choices); loader and horovod go in where they apply, a backend's options beside them.
-NOT_RECORDED = ("predictions", "target_iou")
+# report's own choices, the TensorBoard curves); loader and horovod go in where they apply, a
+# backend's options beside them.
+NOT_RECORDED = ("predictions", "target_iou", "tensorboard")
 
 
 def training_record(

@@ -64,6 +64,7 @@ class TrainingSettings:
     deterministic: bool | None  # deterministic kernels; None: on the CPU yes, on GPUs no
     predictions: int  # test images whose predicted masks are saved for the report
     target_iou: float  # used by the report only
+    tensorboard: bool  # rank 0 writes the epoch records as TensorBoard curves (summaries.py)
     loader: LoaderSettings
     horovod: HorovodSettings
 

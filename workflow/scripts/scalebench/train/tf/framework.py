@@ -20,9 +20,11 @@ from scalebench.train import devices, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.settings import RunSettings
+from scalebench.train.summaries import EpochWriter
 from scalebench.train.tf import checkpoint, data, runtime
 from scalebench.train.tf.checkpoint import Checkpoint
 from scalebench.train.tf.model import build_unet, parameter_count
+from scalebench.train.tf.summaries import TensorFlowEpochWriter
 
 
 def bce_terms(logits: tf.Tensor, masks: tf.Tensor) -> tf.Tensor:
@@ -247,6 +249,9 @@ class TensorFlowFramework:
 
     def remove_checkpoint(self, directory: Path) -> None:
         checkpoint.remove(directory)
+
+    def summary_writer(self, folder: Path) -> EpochWriter:
+        return TensorFlowEpochWriter(folder)
 
     def out_of_memory_error(self, message: str) -> BaseException:
         return tf.errors.ResourceExhaustedError(None, None, f"OOM: {message}")

@@ -17,6 +17,7 @@ from scalebench.train import devices, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.settings import RunSettings
+from scalebench.train.summaries import EpochWriter
 from scalebench.train.torch import checkpoint, data, runtime
 from scalebench.train.torch.checkpoint import Checkpoint
 from scalebench.train.torch.model import UNet, parameter_count
@@ -216,6 +217,13 @@ class TorchFramework:
 
     def remove_checkpoint(self, directory: Path) -> None:
         checkpoint.remove(directory)
+
+    def summary_writer(self, folder: Path) -> EpochWriter:
+        # imported only where training.tensorboard is on: it needs the tensorboard package, which
+        # loads TensorFlow where that is installed
+        from scalebench.train.torch.summaries import TorchEpochWriter
+
+        return TorchEpochWriter(folder)
 
     def out_of_memory_error(self, message: str) -> BaseException:
         return torch.OutOfMemoryError(f"CUDA {message}")
