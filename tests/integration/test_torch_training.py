@@ -234,6 +234,20 @@ def test_ddp_and_horovod_agree_without_batch_norm(prepared_data, tmp_path):
 
 
 @needs_horovod
+def test_ddp_and_horovod_with_fp16_gradients_train_and_record_it(prepared_data, tmp_path):
+    losses = {}
+    for backend in ("native", "horovod"):
+        settings = cell_settings("torch", backend, 2, epochs=2, batch_norm=False, compression="fp16")
+        result = launch_cell(settings, prepared_data, tmp_path / backend)
+        assert result.returncode == 0, result.stdout + result.stderr
+        epochs, final, run = read_records(tmp_path / backend)
+        losses[backend] = [e["loss"] for e in epochs] + [final["test_loss"]]
+        assert run["status"] == "ok" and run["training"]["compression"] == "fp16"
+    # the two round differently (DDP's hook divides each gradient before the sum, Horovod after it)
+    np.testing.assert_allclose(losses["native"], losses["horovod"], rtol=0, atol=2e-3)
+
+
+@needs_horovod
 def test_horovod_with_batch_norm_learns(prepared_data, tmp_path):
     result = launch_cell(cell_settings("torch", "horovod", 2, **LEARN), prepared_data, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

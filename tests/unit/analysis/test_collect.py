@@ -129,7 +129,7 @@ def test_the_provenance_table_shows_the_training_settings_that_differ_between_ce
     def settings(gpus: int, backend: str) -> dict:
         record = {"epochs": 3, "batch_per_gpu": 4, "global_batch": 4 * gpus, "precision": "fp32"}
         if backend == "horovod":
-            record["horovod"] = {"fp16_compression": False, "backward_passes_per_step": gpus}
+            record["horovod"] = {"allow_cpu_reductions": False, "backward_passes_per_step": gpus}
         return record
 
     cells = [cell(gpus=1), cell(gpus=2), cell(backend="horovod", gpus=1), cell(backend="horovod", gpus=2)]

@@ -30,6 +30,7 @@ def record_of(run: RunSettings, backend) -> dict:
         threads=run.threads,
         deterministic=True,
         passes=backend.backward_passes_per_step,
+        compression=backend.gradient_compression,
         backend_options=backend.options(),
     )
 
@@ -50,7 +51,6 @@ def test_a_horovod_cell_records_its_batch_rate_precision_and_options_as_resolved
     assert record["precision"] == "bf16" and record["deterministic"] is True
     assert record["collective_timeout_s"] == 30 and record["threads_per_rank"] == 1 and record["device"] == "cpu"
     assert record["horovod"] == {
-        "fp16_compression": False,
         "backward_passes_per_step": 3,
         "allow_cpu_reductions": False,
     }

@@ -24,10 +24,22 @@ class BackendSpec:
     # the most devices it can drive without GPUs (None: as many as the node has ranks), and why
     cpu_devices: int | None = None
     cpu_reason: str = ""
+    # why it cannot reduce gradients in fp16 (training.compression: fp16); "" where it can
+    compression_reason: str = ""
 
+
+# TensorFlow's all-reduce takes tf.distribute.experimental.CommunicationOptions, which has
+# bytes_per_pack, timeout_seconds and implementation: no option to send gradients in another type
+TF_COLLECTIVES_REASON = (
+    "TensorFlow's collectives have no gradient compression: tf.distribute.experimental.CommunicationOptions "
+    "has bytes_per_pack, timeout_seconds and implementation, and no compression option it would need; "
+    "use backend horovod (hvd.Compression.fp16) to compare fp16 gradients"
+)
 
 NATIVE_TORCH = BackendSpec("native", "DistributedDataParallel, one process per GPU")
-NATIVE_TF = BackendSpec("native", "MultiWorkerMirroredStrategy, one process per GPU")
+NATIVE_TF = BackendSpec(
+    "native", "MultiWorkerMirroredStrategy, one process per GPU", compression_reason=TF_COLLECTIVES_REASON
+)
 HOROVOD = BackendSpec("horovod", "Horovod allreduce, one process per GPU")
 FSDP = BackendSpec(
     "fsdp",
@@ -41,8 +53,17 @@ DP = BackendSpec(
     one_process=True,
     cpu_devices=1,
     cpu_reason="dp splits a batch over GPUs only; on the CPU it has one device",
+    compression_reason=(
+        "nn.DataParallel is one process: its replicas' gradients are added up on the first GPU in "
+        "backward, with no allreduce between ranks to compress"
+    ),
 )
-MIRRORED = BackendSpec("mirrored", "MirroredStrategy, one process driving every GPU of one node", one_process=True)
+MIRRORED = BackendSpec(
+    "mirrored",
+    "MirroredStrategy, one process driving every GPU of one node",
+    one_process=True,
+    compression_reason=TF_COLLECTIVES_REASON,
+)
 
 REGISTRY: dict[str, dict[str, BackendSpec]] = {
     "torch": {spec.name: spec for spec in (NATIVE_TORCH, HOROVOD, FSDP, DP)},
@@ -51,6 +72,7 @@ REGISTRY: dict[str, dict[str, BackendSpec]] = {
 FRAMEWORKS = tuple(REGISTRY)
 # every backend name, in the order the schema's enum lists them
 BACKENDS = ("native", "horovod", "fsdp", "dp", "mirrored")
+COMPRESSIONS = ("none", "fp16")  # training.compression
 
 
 def exists(framework: str, backend: str) -> bool:
@@ -66,6 +88,16 @@ def frameworks_of(backend: str) -> list[str]:
     return [framework for framework, backends in REGISTRY.items() if backend in backends]
 
 
+def compression_problem(framework: str, backend: str, compression: str) -> str | None:
+    """Why `backend` of `framework` cannot reduce its gradients with `compression`; None where it can."""
+    if compression not in COMPRESSIONS:
+        return f"compression {compression!r} is unknown (one of {', '.join(COMPRESSIONS)})"
+    reason = spec(framework, backend).compression_reason
+    if compression == "none" or not reason:
+        return None
+    return f"compression {compression} is not available for {FRAMEWORK_NAMES[framework]} backend {backend}: {reason}"
+
+
 def describe_registry() -> str:
     """'PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored', for messages."""
     return "; ".join(f"{FRAMEWORK_NAMES[f]}: {', '.join(backends)}" for f, backends in REGISTRY.items())
@@ -78,19 +110,3 @@ def processes(framework: str, backend: str, gpus: int) -> int:
 
 def devices_per_process(framework: str, backend: str, gpus: int) -> int:
     return gpus // processes(framework, backend, gpus)
-
-
-# Gradient compression (training.compression): the backends that cannot compress, and why.
-_NO_COMPRESSION = {
-    ("torch", "dp"): "dp has no gradient allreduce to compress (one process gathers the replicas' gradients)",
-    ("tensorflow", "native"): "TensorFlow's MultiWorkerMirroredStrategy has no gradient compression",
-    ("tensorflow", "mirrored"): "TensorFlow's MirroredStrategy has no gradient compression",
-}
-
-
-def compression_problem(framework: str, backend: str, compression: str) -> str | None:
-    """Why `framework`/`backend` cannot reduce its gradients compressed as `compression`, or None."""
-    if compression == "none":
-        return None
-    reason = _NO_COMPRESSION.get((framework, backend))
-    return f"compression {compression}: {reason}" if reason else None

@@ -35,8 +35,8 @@ REMOVED_KEYS = {
         "bfloat16 is bf16); matrix.precision sweeps them"
     ),
     "training.horovod.fp16_compression": (
-        "training.compression: fp16 compresses the gradients of every backend that can "
-        "(Horovod, DDP, FSDP); matrix.compression sweeps none and fp16"
+        "gradient compression is a setting of every backend now: training.compression: fp16 "
+        "(true here) or none (false); Horovod applies it as hvd.Compression.fp16; matrix.compression sweeps both"
     ),
     "training.tf_strategy": (
         "TensorFlow's MirroredStrategy is a backend of its own now: list mirrored in matrix.backends "

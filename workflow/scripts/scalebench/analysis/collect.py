@@ -331,8 +331,8 @@ def sort_runs(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def flat_settings(settings: dict, prefix: str = "") -> dict:
-    """Nested settings as one level with dotted keys: {"horovod": {"fp16_compression": x}} ->
-    {"horovod.fp16_compression": x}."""
+    """Nested settings as one level with dotted keys: {"horovod": {"allow_cpu_reductions": x}} ->
+    {"horovod.allow_cpu_reductions": x}."""
     flat = {}
     for key, value in settings.items():
         if isinstance(value, dict):

@@ -21,6 +21,7 @@ import time
 import traceback
 from pathlib import Path
 
+from scalebench import backends
 from scalebench.data.preprocess import read_manifest
 from scalebench.launch import rank_env
 from scalebench.train import outcome, provenance
@@ -43,6 +44,9 @@ def cell_hash(settings: dict, data_dir: str) -> str:
 
 def create_framework(run: RunSettings, place: rank_env.RankInfo) -> Framework:
     """The framework of the cell with its backend (modules train/<framework>/framework.py, <backend>.py)."""
+    problem = backends.compression_problem(run.cell.framework, run.cell.backend, run.training.compression)
+    if problem:  # config validation refuses such a cell first; a rank started by hand is refused here
+        raise ValueError(f"training.compression: {problem}")
     package = FRAMEWORK_PACKAGES[run.cell.framework]
     backend_module = importlib.import_module(f"{package}.{run.cell.backend}")
     framework_module = importlib.import_module(f"{package}.framework")

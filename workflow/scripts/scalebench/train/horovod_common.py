@@ -36,11 +36,14 @@ def check_gpu_reductions(hvd, device_type: str, allowed: bool) -> None:
 class HorovodBackend(Backend):
     name = "horovod"
 
-    def __init__(self, place: RankInfo, hvd, settings: HorovodSettings) -> None:
+    def __init__(self, place: RankInfo, hvd, settings: HorovodSettings, compression: str = "none") -> None:
         super().__init__(place)
         check_build(hvd)
         self.hvd = hvd
         self.settings = settings
+        self.gradient_compression = compression
+        # fp16: each gradient is cast to float16 for the allreduce and back to its type after it
+        self.compression = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
         self.backward_passes_per_step = settings.backward_passes_per_step
 
     def join(self, run: RunSettings) -> None:

@@ -45,6 +45,9 @@ class Backend:
     # (accumulation.py); only a backend with one replica per process may set more than 1
     backward_passes_per_step = 1
     device_type = "cpu"  # "gpu" or "cpu": set by framework.start before setup()
+    # the type gradients are reduced in between ranks (training.compression: none or fp16), as
+    # this backend applies it: run.json records it, and the loop checks it is the one asked for
+    gradient_compression = "none"
 
     def __init__(self, place: RankInfo) -> None:
         self.place = place

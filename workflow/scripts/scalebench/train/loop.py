@@ -64,6 +64,16 @@ def check_launch(place_world_size: int, source: str, backend: Backend, gpus: int
     raise LaunchMismatch(message)
 
 
+def check_compression(backend: Backend, compression: str) -> None:
+    """The backend reduces gradients with the compression the cell asked for (entry.py refuses a
+    backend that has none before it starts; this catches one that forgot to apply it)."""
+    if backend.gradient_compression != compression:
+        raise RuntimeError(
+            f"training.compression: the cell asks for {compression}, but backend {backend.name} "
+            f"reduces its gradients with {backend.gradient_compression}"
+        )
+
+
 def check_batch(batch: int, train_pairs: int, replicas: int) -> None:
     shard = train_pairs // replicas
     if batch > shard:
@@ -94,6 +104,7 @@ class TrainingLoop:
         self.write_provenance()
         progress = self.resume()
         self.framework.distribute()
+        check_compression(self.backend, self.training.compression)
         train_indices = self.manifest["train"] * self.training.dataset_repeat
         self.framework.prepare_data(train_indices)
         batches = accumulation.batches_per_epoch(len(train_indices), self.backend.replicas, self.training.batch_per_gpu)
@@ -137,6 +148,7 @@ class TrainingLoop:
             threads=run.threads,
             deterministic=record["deterministic"],
             passes=self.backend.backward_passes_per_step,
+            compression=self.backend.gradient_compression,
             backend_options=self.backend.options(),
         )
         hosts = self.backend.allgather_text(provenance.host_name())

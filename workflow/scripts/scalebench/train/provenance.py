@@ -115,10 +115,12 @@ def training_record(
     threads: int,
     deterministic: bool,
     passes: int,
+    compression: str,
     backend_options: dict,
 ) -> dict:
     """run.json's "training": the settings the cell trained with, as it resolved them (the world
-    size's batch and rate, precision, determinism, threads, the backend's options), so that a
+    size's batch and rate, precision, gradient compression, determinism, threads, the backend's
+    options), so that a
     cell describes itself without its train.log."""
     record = {
         "epochs": training.epochs,
@@ -134,6 +136,7 @@ def training_record(
         "decay_every": training.decay_every,
         "decay_factor": training.decay_factor,
         "precision": training.precision,
+        "compression": compression,  # the gradients' type in the reduction, as the backend applied it
         "deterministic": deterministic,
         "batch_norm": training.batch_norm,
         "device": device_type,  # gpu or cpu, what training.device resolved to

@@ -33,7 +33,6 @@ class LoaderSettings:
 class HorovodSettings:
     """training.horovod: options of the Horovod backends of both frameworks."""
 
-    fp16_compression: bool  # compress gradients to fp16 for the allreduce
     backward_passes_per_step: int  # local gradient accumulation steps per allreduce
     allow_cpu_reductions: bool  # a GPU cell may run with a Horovod built without NCCL
 
@@ -55,7 +54,7 @@ class TrainingSettings:
     eval_every: int  # test IOU every this many epochs (0 = only at the end)
     checkpoint_every: int  # a resumable checkpoint every this many epochs (0 = never)
     precision: str  # fp32, bf16 or fp16
-    compression: str  # none or fp16: gradient compression for the reduction
+    compression: str  # none or fp16: the gradients' type for the reduction between ranks
     batch_norm: bool
     device: str  # auto, cpu or cuda
     threads_per_rank: int | None  # None: SLURM_CPUS_PER_TASK under SLURM, else 1

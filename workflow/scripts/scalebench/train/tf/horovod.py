@@ -26,9 +26,8 @@ def _import_horovod():
 
 
 class HorovodTFBackend(HorovodBackend):
-    def __init__(self, place: RankInfo, horovod: HorovodSettings) -> None:
-        super().__init__(place, _import_horovod(), horovod)
-        self.compression = self.hvd.Compression.fp16 if horovod.fp16_compression else self.hvd.Compression.none
+    def __init__(self, place: RankInfo, horovod: HorovodSettings, compression: str = "none") -> None:
+        super().__init__(place, _import_horovod(), horovod, compression)
 
     def setup(self, run: RunSettings) -> None:
         self.join(run)
@@ -55,4 +54,4 @@ class HorovodTFBackend(HorovodBackend):
 
 
 def create(run: RunSettings, place: RankInfo) -> HorovodTFBackend:
-    return HorovodTFBackend(place, run.training.horovod)
+    return HorovodTFBackend(place, run.training.horovod, run.training.compression)

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from scalebench.launch.rank_env import RankInfo
@@ -36,13 +36,13 @@ class FSDPBackend(DDPBackend):
     checkpoint_on_all_ranks = True  # gathering the shards is a collective
     shards_parameters = True
 
-    def __init__(self, place: RankInfo, gpus: int) -> None:
+    def __init__(self, place: RankInfo, gpus: int, compression: str = "none") -> None:
         if gpus < 2:
             raise ValueError(
                 f"backend fsdp shards the model across ranks, but this cell has matrix.gpus = {gpus}: "
                 "one rank has nothing to shard with; use backend native for one GPU"
             )
-        super().__init__(place)
+        super().__init__(place, compression)
 
     def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
         restored = optimizer.state_dict() if optimizer.state else None  # a resumed optimizer's whole tensors
@@ -52,10 +52,11 @@ class FSDPBackend(DDPBackend):
         # (sharding keeps each rank's own slice of its own tensors)
         self.broadcast_from_root([tensor.data for tensor in [*model.parameters(), *model.buffers()]])
         mesh = init_device_mesh("cuda" if self.device_type == "gpu" else "cpu", (self.world_size,))
+        policy = reduce_policy(self.gradient_compression)
         for unit in model.modules():
             if isinstance(unit, DoubleConv):
-                fully_shard(unit, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD)
-        fully_shard(model, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD)
+                fully_shard(unit, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD, mp_policy=policy)
+        fully_shard(model, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD, mp_policy=policy)
         held = sum(parameter.to_local().numel() for parameter in model.parameters())
         total = sum(parameter.numel() for parameter in model.parameters())
         print(f"rank {self.rank}/{self.world_size}: FSDP holds {held} of the model's {total} parameters", flush=True)
@@ -81,6 +82,13 @@ class FSDPBackend(DDPBackend):
                 "parameter_layout": "contiguous",
             }
         }
+
+
+def reduce_policy(compression: str) -> MixedPrecisionPolicy:
+    """FSDP2's mixed precision for training.compression: fp16 reduce-scatters each unit's gradients
+    as float16 (cast from the parameters' float32, cast back after); parameters and compute keep
+    their own types either way (amp is autocast's, outside FSDP)."""
+    return MixedPrecisionPolicy(reduce_dtype=torch.float16 if compression == "fp16" else None)
 
 
 def whole_tensors(value):
@@ -110,4 +118,4 @@ def shard_optimizer_state(state: dict, parameters: list) -> dict:
 
 
 def create(run: RunSettings, place: RankInfo) -> FSDPBackend:
-    return FSDPBackend(place, run.cell.gpus)
+    return FSDPBackend(place, run.cell.gpus, run.training.compression)

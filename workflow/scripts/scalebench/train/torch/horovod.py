@@ -55,11 +55,9 @@ class DenseLayout:
 
 
 class HorovodTorchBackend(HorovodBackend):
-    def __init__(self, place: RankInfo, horovod: HorovodSettings) -> None:
-        super().__init__(place, _import_horovod(), horovod)
-        self.compression = DenseLayout(
-            self.hvd.Compression.fp16 if horovod.fp16_compression else self.hvd.Compression.none
-        )
+    def __init__(self, place: RankInfo, horovod: HorovodSettings, compression: str = "none") -> None:
+        super().__init__(place, _import_horovod(), horovod, compression)
+        self.compression = DenseLayout(self.compression)
 
     def setup(self, run: RunSettings) -> None:
         self.join(run)
@@ -108,4 +106,4 @@ class HorovodTorchBackend(HorovodBackend):
 
 
 def create(run: RunSettings, place: RankInfo) -> HorovodTorchBackend:
-    return HorovodTorchBackend(place, run.training.horovod)
+    return HorovodTorchBackend(place, run.training.horovod, run.training.compression)

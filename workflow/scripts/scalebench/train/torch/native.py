@@ -8,6 +8,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.interfaces import Backend
@@ -16,6 +17,10 @@ from scalebench.train.settings import RunSettings
 
 class DDPBackend(Backend):
     name = "native"
+
+    def __init__(self, place: RankInfo, compression: str = "none") -> None:
+        super().__init__(place)
+        self.gradient_compression = compression
 
     def setup(self, run: RunSettings) -> None:
         place = self.place
@@ -42,7 +47,11 @@ class DDPBackend(Backend):
         # averages gradients in backward(); the optimizer stays as it is.
         device = next(model.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
-        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids), optimizer
+        wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        if self.gradient_compression == "fp16":
+            # each gradient bucket is cast to float16, divided by the world size, allreduced and cast back
+            wrapped.register_comm_hook(state=None, hook=fp16_compress_hook)
+        return wrapped, optimizer
 
     def broadcast_from_root(self, tensors: list) -> None:
         for tensor in tensors:
@@ -75,4 +84,4 @@ class DDPBackend(Backend):
 
 
 def create(run: RunSettings, place: RankInfo) -> DDPBackend:
-    return DDPBackend(place)
+    return DDPBackend(place, run.training.compression)
