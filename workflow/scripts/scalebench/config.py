@@ -26,6 +26,7 @@ import yaml
 from scalebench import backends
 from scalebench.backends import BACKENDS, FRAMEWORKS  # noqa: F401 (the rules read them here)
 from scalebench.cell import OWN_SOURCE, Cell  # Cell is also reached as config.Cell
+from scalebench.data.split import split_counts
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
 # Keys that existed once: validation refuses them by name, saying what replaced them.
@@ -187,12 +188,14 @@ def _check_semantics(config: dict) -> None:
         problems.append("config key 'dataset.folder': required when dataset.source is folder")
     if dataset["source"] == "synthetic":
         count = dataset["synthetic"]["count"]
-        n_test = max(1, round(count * dataset["test_fraction"]))
-        n_train = count - n_test
+        n_train, n_val, n_test = split_counts(count, dataset["test_fraction"], dataset["val_fraction"])
         largest = max(matrix["gpus"])
         shard = n_train // largest
         if n_train < 1:
-            problems.append(f"config key 'dataset.synthetic.count': {count} pairs leave no training data")
+            problems.append(
+                f"config key 'dataset.synthetic.count': {count} pairs leave no training data after "
+                f"{n_test} test and {n_val} validation pairs (dataset.test_fraction, dataset.val_fraction)"
+            )
         elif training["batch_per_gpu"] > shard:
             problems.append(
                 f"config key 'training.batch_per_gpu': {training['batch_per_gpu']} is larger than the "
