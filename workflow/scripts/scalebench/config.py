@@ -201,6 +201,11 @@ def _check_semantics(config: dict) -> None:
                 f"config key 'training.batch_per_gpu': {training['batch_per_gpu']} is larger than the "
                 f"shard of the training set on {largest} ranks ({n_train} training pairs / {largest} = {shard})"
             )
+    if training["stop_at_target"] and not training["eval_every"]:
+        problems.append(
+            "config key 'training.stop_at_target': needs training.eval_every > 0 (the target is checked on "
+            "the validation IOU of the evaluated epochs)"
+        )
     largest = max(matrix["gpus"])
     if largest > cluster["max_gpus"]:
         problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
