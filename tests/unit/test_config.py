@@ -66,6 +66,10 @@ BAD_CONFIGS = [
         "(28 training pairs / 2 = 14)",
     ),
     (
+        {"training": {"stop_at_target": True, "eval_every": 0}},
+        "config key 'training.stop_at_target': needs training.eval_every > 0",
+    ),
+    (
         {"dataset": {"val_fraction": 0.8}},
         "config key 'dataset.synthetic.count': 40 pairs leave no training data after 8 test and 32 validation",
     ),
