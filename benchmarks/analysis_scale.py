@@ -66,8 +66,8 @@ def write_cell(folder: Path, cell: dict, rng: np.random.Generator, fate: str) ->
             "peak_mem_mb": 4000.0,
             "steps": 250 // gpus,
             "train_time_s": total,
-            "test_iou": float(iou) if epoch % 10 == 0 else None,
-            "test_loss": 0.2 if epoch % 10 == 0 else None,
+            "val_iou": float(iou) if epoch % 10 == 0 else None,
+            "val_loss": 0.2 if epoch % 10 == 0 else None,
         }
         lines.append(json.dumps(record))
         if fate == "diverged" and epoch == 50:

@@ -123,6 +123,18 @@ rule plot_scaling:
             category="Scaling",
             labels={"figure": "parallel efficiency", "measure": "steady-state epoch time"},
         ),
+        speedup_target=report(
+            "results/figures/speedup_target.png",
+            caption="../report/speedup_target.rst",
+            category="Scaling",
+            labels={"figure": "speedup", "measure": "time to target IOU"},
+        ),
+        efficiency_target=report(
+            "results/figures/efficiency_target.png",
+            caption="../report/efficiency_target.rst",
+            category="Scaling",
+            labels={"figure": "parallel efficiency", "measure": "time to target IOU"},
+        ),
         throughput=report(
             "results/figures/throughput.png",
             caption="../report/throughput.rst",
@@ -187,7 +199,7 @@ rule plot_training:
             "results/figures/iou_time.png",
             caption="../report/iou_time.rst",
             category="Quality",
-            labels={"figure": "test IOU vs training time"},
+            labels={"figure": "validation IOU vs training time"},
         ),
         time_to_target=report(
             "results/figures/time_to_target.png",

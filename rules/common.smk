@@ -80,6 +80,8 @@ FIGURES = [
     "speedup_epoch",
     "efficiency",
     "efficiency_epoch",
+    "speedup_target",
+    "efficiency_target",
     "throughput",
     "time_split",
     "cost",

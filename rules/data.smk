@@ -83,6 +83,7 @@ rule preprocess_dataset:
         provenance=dataset_provenance,
         image_size=config["dataset"]["image_size"],
         test_fraction=config["dataset"]["test_fraction"],
+        val_fraction=config["dataset"]["val_fraction"],
         split_seed=config["dataset"]["split_seed"],
         max_nonbinary_fraction=config["dataset"]["max_nonbinary_fraction"],
     script:

@@ -20,8 +20,8 @@ def epoch(number: int, seconds: float, **extra) -> dict:
         "peak_mem_mb": 100.0 + number,
         "steps": 10,
         "train_time_s": None,
-        "test_iou": None,
-        "test_loss": None,
+        "val_iou": None,
+        "val_loss": None,
     }
     record.update(extra)
     return record
@@ -64,6 +64,7 @@ def write_cell(
                 "test_loss": 0.2,
                 "test_time_s": 1.0,
                 "epochs_completed": len(times),
+                "stopped_at_target": False,
                 **(final_extra or {}),
             }
         )

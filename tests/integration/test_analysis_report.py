@@ -32,8 +32,8 @@ def finished_cell(folder, gpus: int) -> None:
             "peak_mem_mb": 300.0,
             "steps": 8,
             "train_time_s": 2.0 * e / gpus,
-            "test_iou": None,
-            "test_loss": None,
+            "val_iou": None,
+            "val_loss": None,
         }
         for e in (1, 2)
     ]
@@ -47,6 +47,7 @@ def finished_cell(folder, gpus: int) -> None:
             "test_loss": 0.3,
             "test_time_s": 0.2,
             "epochs_completed": 2,
+            "stopped_at_target": False,
         }
     )
     (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))

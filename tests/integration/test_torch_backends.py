@@ -60,7 +60,7 @@ def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path):
         runs[backend] = result
     np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(tmp_path / "native"), **PARITY)
     epochs, final, run = read_records(tmp_path / "fsdp")
-    assert epochs[1]["test_iou"] is not None and final["status"] == "ok"  # evaluation of a sharded model
+    assert epochs[1]["val_iou"] is not None and final["status"] == "ok"  # evaluation of a sharded model
     assert run["status"] == "ok" and (run["world_size"], run["processes"]) == (2, 2)
     assert run["parameters"] == UNET_PARAMETERS
     assert "FSDP2" in run["versions"]["distributed"] and run["training"]["fsdp"]["reshard_after_forward"]

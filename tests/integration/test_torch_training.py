@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -21,10 +22,11 @@ from conftest import (
     start_cell,
     wait_for,
 )
+from scalebench.analysis import collect
 
 pytestmark = pytest.mark.integration
 
-# Enough steps on the tiny data to learn: four passes over the 32 training pairs per epoch.
+# Enough steps on the tiny data to learn: four passes over the 28 training pairs per epoch.
 LEARN = {"epochs": 4, "dataset_repeat": 4}
 
 
@@ -69,7 +71,7 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
     assert [e["epoch"] for e in epochs] == [1, 2]
     for record in epochs:
         assert record["epoch_time_s"] > 0 and record["images_per_s"] > 0 and record["data_wait_s"] >= 0
-        assert 0 <= record["test_iou"] <= 1 and record["peak_mem_mb"] > 0
+        assert 0 <= record["val_iou"] <= 1 and record["peak_mem_mb"] > 0
         assert record["model_tflops"] > 0 and record["mfu"] is None  # no peak is known for a CPU
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1 and final["setup_s"] > 0
     assert not (tmp_path / "tensorboard").exists(), "TensorBoard curves are off by default"
@@ -111,6 +113,37 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
     assert "horovod" not in training and training["loader"]["workers"] == 0
     assert all(e["optimizer_steps"] == e["steps"] for e in epochs)  # DDP steps on every batch
     assert run["layout"] == "channels_last"  # as TensorFlow's: the layouts do not differ between frameworks
+
+
+def test_a_cell_stops_once_its_validation_iou_reaches_the_target(prepared_data, tmp_path):
+    # a target the tiny model passes within a few of the 8 epochs asked, checked after every epoch
+    target = foreground_iou(prepared_data)
+    training = {**LEARN, "epochs": 8, "eval_every": 1, "stop_at_target": True, "target_iou": target}
+    result = launch_cell(cell_settings("torch", "native", 2, **training), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    epochs, final, run = read_records(tmp_path)
+    ious = [e["val_iou"] for e in epochs]
+    assert len(epochs) < 8 and ious[-1] >= target and all(iou < target for iou in ious[:-1])
+    assert (final["status"], final["stopped_at_target"], final["epochs_completed"]) == ("ok", True, len(epochs))
+    assert final["iou"] is not None  # the test pairs are evaluated as in any finished cell
+    assert (run["status"], run["stopped_at_target"], run["epochs_completed"]) == ("ok", True, len(epochs))
+    assert (run["training"]["stop_at_target"], run["training"]["target_iou"]) == (True, target)
+    assert "training stops" in result.stdout + result.stderr
+    row, _ = collect.read_cell(tmp_path, {"framework": "torch", "backend": "native", "gpus": 2, "seed": 1}, target)
+    assert row["status"] == "ok" and row["stopped_at_target"] is True
+    assert row["time_to_target_s"] == pytest.approx(final["train_time_s"])
+
+
+def test_a_target_never_reached_trains_every_epoch_and_leaves_time_to_target_empty(prepared_data, tmp_path):
+    training = {"epochs": 2, "eval_every": 1, "stop_at_target": True, "target_iou": 1.0}
+    result = launch_cell(cell_settings("torch", "native", 1, **training), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    epochs, final, run = read_records(tmp_path)
+    assert len(epochs) == 2 and all(e["val_iou"] < 1 for e in epochs)
+    assert (final["status"], final["stopped_at_target"], run["stopped_at_target"]) == ("ok", False, False)
+    row, _ = collect.read_cell(tmp_path, {"framework": "torch", "backend": "native", "gpus": 1, "seed": 1}, 1.0)
+    assert row["status"] == "ok" and row["stopped_at_target"] is False and math.isnan(row["time_to_target_s"])
+    assert row["time_to_target_reason"].startswith("never reached 1 (best 0.")
 
 
 def test_huge_learning_rate_ends_as_diverged_not_as_an_error(prepared_data, tmp_path):

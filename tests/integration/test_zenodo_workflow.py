@@ -78,7 +78,7 @@ def test_zenodo_source_downloads_extracts_and_preprocesses(zenodo, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     manifest = prepared_manifest(work)
     assert manifest["source"] == "zenodo" and manifest["record"] == RECORD
-    assert manifest["pairing"] == "stem" and manifest["counts"] == {"pairs": 10, "train": 8, "test": 2}
+    assert manifest["pairing"] == "stem" and manifest["counts"] == {"pairs": 10, "train": 7, "val": 1, "test": 2}
     assert manifest["files"][0] == {"image": "SEM_images/Indents/indent_000.png", "mask": "masks/masks/indent_000.png"}
     assert manifest["archives"] == [
         {"name": name, "md5": hashlib.md5(files[name].data).hexdigest(), "size": len(files[name].data)}

@@ -60,6 +60,19 @@ BAD_CONFIGS = [
     ({"dataset": {"image_size": [100, 128]}}, "config key 'dataset.image_size': 100 x 128 is not divisible by 16"),
     ({"dataset": {"source": "s3"}}, "config key 'dataset.source': 's3' is not one of"),
     ({"training": {"batch_per_gpu": 32}}, "config key 'training.batch_per_gpu': 32 is larger than the shard"),
+    (  # 40 pairs less 8 test and 4 validation, on 2 ranks (without validation 32 / 2 = 16 would fit)
+        {"training": {"batch_per_gpu": 15}},
+        "config key 'training.batch_per_gpu': 15 is larger than the shard of the training set on 2 ranks "
+        "(28 training pairs / 2 = 14)",
+    ),
+    (
+        {"training": {"stop_at_target": True, "eval_every": 0}},
+        "config key 'training.stop_at_target': needs training.eval_every > 0",
+    ),
+    (
+        {"dataset": {"val_fraction": 0.8}},
+        "config key 'dataset.synthetic.count': 40 pairs leave no training data after 8 test and 32 validation",
+    ),
     ({"training": {"base_lr": 0}}, "config key 'training.base_lr': 0 is less than or equal to the minimum"),
     ({"dataset": {"source": "folder"}}, "config key 'dataset.folder': required when dataset.source is folder"),
     ({"cluster": {"gres": "gpu:4"}}, "config key 'cluster.gres': 'gpu:4' does not match"),

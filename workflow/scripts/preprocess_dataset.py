@@ -26,4 +26,5 @@ preprocess(
     {**provenance, "pairing": rule},
     root=snakemake.input.raw,
     max_nonbinary_fraction=params.max_nonbinary_fraction,
+    val_fraction=params.val_fraction,
 )

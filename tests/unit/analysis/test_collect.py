@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 from cell_records import cell, write_cell
 from scalebench.analysis import collect as analysis
-from scalebench.analysis import completeness
+from scalebench.analysis import completeness, summary_csv
 from scalebench.analysis import study as summary
 from scalebench.rerun import Invocation
 
@@ -68,16 +69,45 @@ def test_unknown_numbers_stay_nan_never_zero(tmp_path):
     runs, epochs = analysis.collect(tmp_path, [cell()])
     row = runs.iloc[0]
     assert math.isnan(row["peak_mem_mb"]) and math.isnan(row["data_wait_share"])
-    assert epochs["test_iou"].isna().all() and math.isnan(row["time_to_target_s"])
+    assert epochs["val_iou"].isna().all() and math.isnan(row["time_to_target_s"])
 
 
-def test_time_to_target_is_the_training_time_of_the_first_epoch_at_the_target(tmp_path):
-    write_cell(tmp_path, epochs_extra={2: {"test_iou": 0.5}, 3: {"test_iou": 0.85}, 4: {"test_iou": 0.9}})
+def test_time_to_target_is_the_training_time_of_the_first_epoch_at_the_target_validation_iou(tmp_path):
+    write_cell(tmp_path, epochs_extra={2: {"val_iou": 0.5}, 3: {"val_iou": 0.85}, 4: {"val_iou": 0.9}})
     runs, epochs = analysis.collect(tmp_path, [cell()], target_iou=0.8)
     assert runs.iloc[0]["time_to_target_s"] == 20.0  # 10 + 4 + 6
-    assert list(epochs["test_iou"].dropna()) == [0.5, 0.85, 0.9]
+    assert pd.isna(runs.iloc[0]["time_to_target_reason"])
+    assert list(epochs["val_iou"].dropna()) == [0.5, 0.85, 0.9]
+
+
+def test_a_target_never_reached_leaves_time_to_target_empty_with_the_best_iou(tmp_path):
+    write_cell(tmp_path, epochs_extra={2: {"val_iou": 0.5}, 4: {"val_iou": 0.9}})  # the final test IOU is 0.9 too
     runs, _ = analysis.collect(tmp_path, [cell()], target_iou=0.95)
-    assert math.isnan(runs.iloc[0]["time_to_target_s"])  # never reached
+    row = runs.iloc[0]
+    assert math.isnan(row["time_to_target_s"]) and row["status"] == "ok"
+    assert row["time_to_target_reason"] == "never reached 0.95 (best 0.9 in 2 evaluations)"
+
+
+def test_without_validation_during_training_the_reason_names_eval_every(tmp_path):
+    write_cell(tmp_path, seed=1, training={"eval_every": 0})
+    write_cell(tmp_path, seed=2, epochs_extra={2: {"test_iou": 0.9}})  # a cell from before the validation split
+    runs, _ = analysis.collect(tmp_path, [cell(seed=1), cell(seed=2)], target_iou=0.8)
+    assert runs["time_to_target_s"].isna().all() and list(runs["status"]) == ["ok", "ok"]
+    assert runs.iloc[0]["time_to_target_reason"] == "no validation evaluation during training (training.eval_every: 0)"
+    assert "not validation pairs" in runs.iloc[1]["time_to_target_reason"]
+
+
+def test_a_cell_stopped_at_the_target_is_ok_and_says_so_through_the_csv(tmp_path):
+    write_cell(
+        tmp_path, times=(10.0, 4.0), epochs_extra={2: {"val_iou": 0.85}}, final_extra={"stopped_at_target": True}
+    )
+    write_cell(tmp_path, seed=2, final=False)
+    runs, _ = analysis.collect(tmp_path, [cell(), cell(seed=2)], target_iou=0.8)
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    runs = summary_csv.read_runs(tmp_path / "runs.csv")
+    assert list(runs["status"]) == ["ok", "failed"] and runs.iloc[0]["epochs"] == 2
+    assert runs["stopped_at_target"].tolist()[0] is True and pd.isna(runs.iloc[1]["stopped_at_target"])
+    assert runs.iloc[0]["time_to_target_s"] == 14.0
 
 
 STUDY = Invocation(("snakemake",), "/work/study", ("--profile", "/repo/profiles/slurm", "--configfile", "/s.yaml"))

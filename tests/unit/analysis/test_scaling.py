@@ -12,8 +12,9 @@ T_975_DF2 = 4.302652729911275  # scipy.stats.t.ppf(0.975, 2)
 
 
 def runs_table(rows: list[tuple]) -> pd.DataFrame:
-    """rows: (backend, gpus, seed, status, train_time_s, steady_epoch_s)."""
-    frame = pd.DataFrame(rows, columns=["backend", "gpus", "seed", "status", "train_time_s", "steady_epoch_s"])
+    """rows: (backend, gpus, seed, status, train_time_s, steady_epoch_s[, time_to_target_s])."""
+    columns = ["backend", "gpus", "seed", "status", "train_time_s", "steady_epoch_s", "time_to_target_s"]
+    frame = pd.DataFrame([row + (math.nan,) * (len(columns) - len(row)) for row in rows], columns=columns)
     return frame.assign(source="scalebench", framework="torch", variant="", iou=0.9, images_per_s_per_gpu=10.0)
 
 
@@ -47,6 +48,48 @@ def test_paired_speedup_efficiency_and_interval():
     assert four["speedup_epoch_time_lo"] == pytest.approx(4.0)  # no spread, no width
     one = row(table, 1)
     assert (one["speedup_train_time"], one["efficiency_train_time"], one["base_gpus"]) == (1.0, 1.0, 1)
+
+
+def test_time_to_target_has_its_own_speedup_and_interval_and_a_cell_short_of_it_still_counts():
+    table = scaling(
+        runs_table(
+            [
+                ("native", 1, 1, "ok", 100.0, 10.0, 80.0),
+                ("native", 1, 2, "ok", 110.0, 11.0, 88.0),
+                ("native", 1, 3, "ok", 90.0, 9.0, 72.0),
+                ("native", 4, 1, "ok", 50.0, 2.5, 40.0),
+                ("native", 4, 2, "ok", 55.0, 2.75, 44.0),
+                ("native", 4, 3, "ok", 50.0, 2.25, math.nan),  # never reached the target
+            ]
+        )
+    )
+    four = row(table, 4)
+    assert (four["used"], four["interval"], four["speedup_train_time"]) == (3, "paired t", pytest.approx(5.8 / 3))
+    assert four["time_to_target_used"] == 2 and four["time_to_target_interval"] == "paired t"
+    assert four["speedup_time_to_target"] == pytest.approx(2.0)  # 80/40, 88/44: no spread
+    assert (four["speedup_time_to_target_lo"], four["speedup_time_to_target_hi"]) == pytest.approx((2.0, 2.0))
+    assert four["efficiency_time_to_target"] == pytest.approx(0.5)
+    assert four["time_to_target_mean_s"] == pytest.approx(42.0)
+    assert "1 ok cell(s) never reached the target" in interval_summary(table, "time_to_target")
+    assert "never reached" not in interval_summary(table)
+
+
+def test_no_time_to_target_anywhere_leaves_its_ratios_empty_and_the_others_intact():
+    table = scaling(runs_table([("native", 1, 1, "ok", 100.0, 10.0), ("native", 2, 1, "ok", 50.0, 5.0)]))
+    two = row(table, 2)
+    assert two["speedup_train_time"] == pytest.approx(2.0) and two["used"] == 1
+    assert math.isnan(two["speedup_time_to_target"]) and two["time_to_target_used"] == 0
+    assert two["time_to_target_interval"] == "no cell reached it"
+    assert interval_summary(table, "time_to_target") == "No cell with status ok reached the target yet."
+
+
+def test_a_base_that_never_reached_the_target_gives_no_time_to_target_ratio():
+    table = scaling(
+        runs_table([("native", 1, 1, "ok", 100.0, 10.0, math.nan), ("native", 2, 1, "ok", 50.0, 5.0, 30.0)])
+    )
+    two = row(table, 2)
+    assert two["base_gpus"] == 1 and two["speedup_train_time"] == pytest.approx(2.0)
+    assert two["time_to_target_used"] == 1 and math.isnan(two["speedup_time_to_target"])
 
 
 def test_cells_not_ok_are_excluded_and_counted():

@@ -24,9 +24,10 @@ def test_the_prepared_key_is_readable_and_stable():
     [
         {"image_size": [64, 48]},
         {"test_fraction": 0.3},
+        {"val_fraction": 0.2},
         {"split_seed": 7},
         {"max_nonbinary_fraction": 0.5},
-        {"synthetic": {"count": 41}},
+        {"synthetic": {"count": 201}},
         {"synthetic": {"seed": 3}},
         {"source": "zenodo"},
         {"source": "zenodo", "zenodo": {"record": 1}},

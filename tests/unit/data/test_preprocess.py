@@ -41,8 +41,8 @@ def test_manifest_records_source_files_checksums_split_and_rule(raw, tmp_path):
     assert manifest["archives"] == [{"name": "masks.tar.gz", "md5": "0" * 32}]
     assert manifest["pairing"] == "stem"
     assert manifest["files"][0] == {"image": "images/sem_0000.png", "mask": "masks/sem_0000.png"}
-    assert manifest["counts"] == {"pairs": 8, "train": 6, "test": 2}
-    assert sorted(manifest["train"] + manifest["test"]) == list(range(8))
+    assert manifest["counts"] == {"pairs": 8, "train": 5, "val": 1, "test": 2}
+    assert sorted(manifest["train"] + manifest["val"] + manifest["test"]) == list(range(8))
     for name in ("images.npy", "masks.npy"):
         assert manifest["sha256"][name] == hashlib.sha256((tmp_path / "out" / name).read_bytes()).hexdigest()
     assert json.loads((tmp_path / "out" / "manifest.json").read_text()) == manifest
@@ -64,6 +64,8 @@ def test_aspect_preserving_padding_and_zero_one_masks(tmp_path):
     Image.fromarray(np.ones((16, 64), np.uint8)).save(root / "masks" / "a.png")  # a 0/1 mask
     Image.fromarray(np.full((16, 64), 90, np.uint8)).save(root / "images" / "b.png")
     Image.fromarray(np.zeros((16, 64), np.uint8)).save(root / "masks" / "b.png")
+    Image.fromarray(np.full((16, 64), 90, np.uint8)).save(root / "images" / "c.png")  # a third: one for each split
+    Image.fromarray(np.zeros((16, 64), np.uint8)).save(root / "masks" / "c.png")
     run(root, tmp_path / "out")
     images, masks, _ = preprocess.load_arrays(tmp_path / "out")
     # 16 x 64 scaled by 0.75 -> 12 x 48, centred in 32 rows: rows 10..21 hold the image.
@@ -75,7 +77,7 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path):
     root = tmp_path / "raw"
     (root / "images").mkdir(parents=True)
     (root / "masks").mkdir()
-    for name in ("a", "b"):
+    for name in ("a", "b", "c"):
         Image.fromarray(np.full((32, 48), 32768, np.uint16)).save(root / "images" / f"{name}.png")
         Image.fromarray(np.full((32, 48), 255, np.uint8)).save(root / "masks" / f"{name}.png")
     run(root, tmp_path / "out")
@@ -104,11 +106,32 @@ def test_a_png_that_fails_to_decode_is_named_and_nothing_is_left(raw, tmp_path):
     assert list((tmp_path / "out").iterdir()) == []
 
 
-def test_split_is_80_20_fixed_by_the_split_seed():
-    train, test = preprocess.split_indices(100, 0.2, split_seed=42)
-    assert (len(train), len(test)) == (80, 20) and sorted(train + test) == list(range(100))
-    assert preprocess.split_indices(100, 0.2, split_seed=42) == (train, test)
-    assert preprocess.split_indices(100, 0.2, split_seed=7)[1] != test
+def test_split_is_70_10_20_disjoint_and_fixed_by_the_split_seed():
+    train, val, test = preprocess.split_indices(100, 0.2, split_seed=42, val_fraction=0.1)
+    assert (len(train), len(val), len(test)) == (70, 10, 20)
+    assert sorted(train + val + test) == list(range(100))  # disjoint and complete
+    assert preprocess.split_indices(100, 0.2, split_seed=42, val_fraction=0.1) == (train, val, test)
+    other = preprocess.split_indices(100, 0.2, split_seed=7, val_fraction=0.1)
+    assert other[1] != val and other[2] != test
+
+
+def test_the_validation_split_leaves_the_test_pairs_of_a_seed_as_they_were():
+    small = preprocess.split_indices(100, 0.2, split_seed=42, val_fraction=0.05)
+    large = preprocess.split_indices(100, 0.2, split_seed=42, val_fraction=0.3)
+    assert small[2] == large[2] and set(small[1]) < set(large[1])
+
+
+def test_tiny_counts_hold_out_one_pair_each_or_fail_naming_the_keys():
+    assert [len(part) for part in preprocess.split_indices(3, 0.01, split_seed=0, val_fraction=0.01)] == [1, 1, 1]
+    with pytest.raises(DatasetError, match=r"2 pairs leave no training data.*dataset\.val_fraction"):
+        preprocess.split_indices(2, 0.01, split_seed=0, val_fraction=0.01)
+
+
+def test_too_few_pairs_for_the_split_write_nothing(tmp_path):
+    synthetic.write_dataset(tmp_path / "raw", 2, 48, 64, seed=3)
+    with pytest.raises(DatasetError, match="no training data"):
+        run(tmp_path / "raw", tmp_path / "out")
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
 def test_synthetic_images_are_grayscale_with_a_dark_mark_and_binary_masks(tmp_path):

@@ -23,6 +23,8 @@ def all_figures(runs, epochs, target=0.8) -> dict:
         "speedup": plots.speedup_figure(table, runs),
         "speedup_epoch": plots.speedup_figure(table, runs, "steady_epoch_s"),
         "efficiency": plots.efficiency_figure(table, runs),
+        "speedup_target": plots.speedup_figure(table, runs, "time_to_target_s"),
+        "efficiency_target": plots.efficiency_figure(table, runs, "time_to_target_s"),
         "iou": plots.iou_figure(runs),
         "throughput": plots.throughput_figure(runs),
         "time_split": plots.time_split_figure(runs),
@@ -50,7 +52,7 @@ def through_csv(runs, epochs, folder):
 
 
 def test_a_single_cell_study_renders_every_figure(tmp_path):
-    write_cell(tmp_path / "runs", epochs_extra={3: {"test_iou": 0.85}})
+    write_cell(tmp_path / "runs", epochs_extra={3: {"val_iou": 0.85}})
     runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell()], 0.8), tmp_path)
     render(all_figures(runs, epochs), tmp_path)
 

@@ -26,6 +26,7 @@ import yaml
 from scalebench import backends
 from scalebench.backends import BACKENDS, FRAMEWORKS  # noqa: F401 (the rules read them here)
 from scalebench.cell import AXES, OWN_SOURCE, Cell  # Cell is also reached as config.Cell
+from scalebench.data.split import split_counts
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
 # Keys that existed once: validation refuses them by name, saying what replaced them.
@@ -193,6 +194,11 @@ def _check_semantics(config: dict) -> None:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems + axes))
     if dataset["source"] == "synthetic":
         problems += synthetic_batch_problems(config)
+    if config["training"]["stop_at_target"] and not config["training"]["eval_every"]:
+        problems.append(
+            "config key 'training.stop_at_target': needs training.eval_every > 0 (the target is checked on "
+            "the validation IOU of the evaluated epochs)"
+        )
     largest = max(matrix["gpus"])
     if largest > cluster["max_gpus"]:
         problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
@@ -248,9 +254,12 @@ def synthetic_batch_problems(config: dict) -> list[str]:
     """Every cell's batch per rank must fit in its shard of the synthetic training set."""
     dataset, problems = config["dataset"], []
     count = dataset["synthetic"]["count"]
-    n_train = count - max(1, round(count * dataset["test_fraction"]))
+    n_train, n_val, n_test = split_counts(count, dataset["test_fraction"], dataset["val_fraction"])
     if n_train < 1:
-        return [f"config key 'dataset.synthetic.count': {count} pairs leave no training data"]
+        return [
+            f"config key 'dataset.synthetic.count': {count} pairs leave no training data after "
+            f"{n_test} test and {n_val} validation pairs (dataset.test_fraction, dataset.val_fraction)"
+        ]
     seen = set()
     for cell in cells(config):
         batch = cell_training(config, cell)["batch_per_gpu"]

@@ -60,7 +60,9 @@ RUN_COLUMNS = [
     "data_wait_share",
     "iou",
     "test_loss",
-    "time_to_target_s",
+    "time_to_target_s",  # training time until validation IOU first reached training.target_iou
+    "time_to_target_reason",  # why time_to_target_s is empty
+    "stopped_at_target",  # training stopped there (training.stop_at_target): fewer epochs than asked
     "peak_mem_mb",
     "mfu",
     "images",  # images trained over the epochs, all ranks (the cost figure's numerator)
@@ -79,8 +81,8 @@ EPOCH_VALUES = [
     "data_wait_s",
     "peak_mem_mb",
     "train_time_s",
-    "test_iou",
-    "test_loss",
+    "val_iou",  # the validation pairs, every training.eval_every epochs
+    "val_loss",
     "mfu",
     "energy_j",
 ]
@@ -122,17 +124,25 @@ def steady_epoch_time(epoch_times: list[float]) -> float:
     return float(np.median(times[1:])) if len(times) > 1 else times[0]
 
 
-def time_to_target(epochs: list[dict], final: dict, target: float | None) -> float:
-    """Training time until test IOU first reached `target` (NaN: never, or no evaluations during training)."""
-    evaluated = [e for e in epochs if not math.isnan(_number(e.get("test_iou")))]
-    if target is None or not evaluated:
-        return math.nan
+def time_to_target(epochs: list[dict], target: float | None, training: dict | None = None) -> tuple[float, str]:
+    """Training time until validation IOU first reached `target`, and why it is NaN where it is
+    (never reached, no validation during training). `training`: run.json's training settings."""
+    if target is None:
+        return math.nan, "no target IOU given"
+    if not epochs:
+        return math.nan, "no epoch record"
+    evaluated = [e for e in epochs if not math.isnan(_number(e.get("val_iou")))]
+    if not evaluated:
+        if any(not math.isnan(_number(e.get("test_iou"))) for e in epochs):
+            return math.nan, "evaluated the test pairs during training, not validation pairs (predates val_fraction)"
+        every = (training or {}).get("eval_every")
+        setting = f"training.eval_every: {every}" if every is not None else "training.eval_every"
+        return math.nan, f"no validation evaluation during training ({setting})"
     for record in evaluated:
-        if _number(record["test_iou"]) >= target:
-            return _number(record.get("train_time_s"))
-    if _number(final.get("iou")) >= target:
-        return _number(final.get("train_time_s"))
-    return math.nan
+        if _number(record["val_iou"]) >= target:
+            return _number(record.get("train_time_s")), ""
+    best = max(_number(record["val_iou"]) for record in evaluated)
+    return math.nan, f"never reached {target:g} (best {best:.3g} in {len(evaluated)} evaluations)"
 
 
 def cell_status(run: dict | None, has_metrics: bool, has_log: bool, final: dict, complete: bool) -> tuple[str, str]:
@@ -213,6 +223,7 @@ def read_cell(
     train_time = _number(final.get("train_time_s"))
     if math.isnan(train_time) and epochs:
         train_time = _number(epochs[-1].get("train_time_s"))
+    to_target, to_target_reason = time_to_target(epochs, target_iou, run.get("training"))
     row = {
         "source": OWN_SOURCE,
         **keys,
@@ -231,7 +242,9 @@ def read_cell(
         "data_wait_share": total_wait / total_time if total_time else math.nan,
         "iou": _number(final.get("iou")),
         "test_loss": _number(final.get("test_loss")),
-        "time_to_target_s": time_to_target(epochs, final, target_iou),
+        "time_to_target_s": to_target,
+        "time_to_target_reason": to_target_reason or None,
+        "stopped_at_target": bool(final.get("stopped_at_target")) if final else None,
         "peak_mem_mb": max(memory) if memory else math.nan,
         "mfu": steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
         "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
@@ -299,6 +312,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
     frame["gpu_hours"] = pd.to_numeric(frame["gpus"]) * pd.to_numeric(frame["train_time_s"]) / 3600
     for column in ("gpus", "seed", "epochs", "parameters", "nodes", "batch_per_gpu", "global_batch"):
         frame[column] = frame[column].astype("Int64")
+    frame["stopped_at_target"] = frame["stopped_at_target"].astype("boolean")  # empty where no final record
     return frame
 
 

@@ -9,6 +9,12 @@ needs two ranks, so the matrix leaves its 1-GPU cells out), more where the small
 cells failed. Only cells with status ok enter the ratios; the others are counted in
 ``excluded``.
 
+Metrics: the total training time, the steady-state epoch time and the time to the target
+validation IOU (training.target_iou). A cell that never reached the target is still used
+for the other two; its time-to-target ratios just leave it out (``time_to_target_used``
+counts the cells that entered them, ``time_to_target_interval`` is their interval method,
+and the base is the base world size's cells that reached the target).
+
 Interval, per row (column ``interval``):
 - ``paired t``: every seed at this world size also ran at the base: the speedup is the
   mean of the per-seed ratios base/cell, with a t-interval of those ratios;
@@ -32,7 +38,11 @@ from scipy import stats
 
 from scalebench.analysis.scaling_model import GROUP, MODEL_COLUMNS, fit_series, row_columns, series_columns
 
-METRICS = {"train_time_s": "train_time", "steady_epoch_s": "epoch_time"}
+METRICS = {"train_time_s": "train_time", "steady_epoch_s": "epoch_time", "time_to_target_s": "time_to_target"}
+# Every usable cell has these; a cell may lack the others (a target never reached) and still count.
+TIMINGS = ("train_time_s", "steady_epoch_s")
+# Metrics a usable cell may lack: their own count of cells used and interval method.
+PARTIAL = [name for metric, name in METRICS.items() if metric not in TIMINGS]
 LEVEL = 0.95
 
 
@@ -76,11 +86,18 @@ def interval_method(base_seeds: set, cell_seeds: list) -> str:
     return "log-ratio t"
 
 
-def usable(runs: pd.DataFrame) -> pd.DataFrame:
-    """Cells that enter the ratios: status ok and both times known."""
+def known(runs: pd.DataFrame, metric: str) -> pd.Series:
+    return runs[metric].notna() & (runs[metric] > 0)
+
+
+def usable(runs: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
+    """Cells that enter the ratios: status ok and both timings known; with `metric`, those
+    that know it too (a cell without a time to target still counts for the timings)."""
     ok = runs["status"].eq("ok")
-    for metric in METRICS:
-        ok &= runs[metric].notna() & (runs[metric] > 0)
+    for timing in TIMINGS:
+        ok &= known(runs, timing)
+    if metric is not None:
+        ok &= known(runs, metric)
     return runs[ok]
 
 
@@ -113,16 +130,24 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
                     for status, count in cells.loc[~cells.index.isin(used.index), "status"].value_counts().items()
                 ),
             }
-            method = interval_method(set(base["seed"].dropna()), list(used["seed"]))
-            row["interval"] = method if len(used) else "no usable cells"
+            row["interval"] = interval_method(set(base["seed"].dropna()), list(used["seed"]))
+            if used.empty:
+                row["interval"] = "no usable cells"
             for metric, name in METRICS.items():
-                row[f"{name}_mean_s"] = used[metric].mean() if len(used) else math.nan
-                if used.empty or base.empty:
+                metric_base, metric_used = base[known(base, metric)], used[known(used, metric)]
+                method = interval_method(set(metric_base["seed"].dropna()), list(metric_used["seed"]))
+                if name in PARTIAL:
+                    row[f"{name}_used"] = len(metric_used)
+                    row[f"{name}_interval"] = method if len(metric_used) else "no cell reached it"
+                row[f"{name}_mean_s"] = metric_used[metric].mean() if len(metric_used) else math.nan
+                if metric_used.empty or metric_base.empty:
                     speedup = (math.nan, math.nan, math.nan)
                 elif method == "paired t":
-                    speedup = paired_speedup(base.set_index("seed")[metric], used.set_index("seed")[metric])
+                    speedup = paired_speedup(
+                        metric_base.set_index("seed")[metric], metric_used.set_index("seed")[metric]
+                    )
                 else:
-                    speedup = unpaired_speedup(base[metric].to_numpy(), used[metric].to_numpy())
+                    speedup = unpaired_speedup(metric_base[metric].to_numpy(), metric_used[metric].to_numpy())
                 for suffix, value in zip(("", "_lo", "_hi"), speedup):
                     row[f"speedup_{name}{suffix}"] = value
                     row[f"efficiency_{name}{suffix}"] = value * base_gpus / gpus
@@ -145,18 +170,22 @@ def scaling_columns() -> list[str]:
         "interval",
     ]
     for name in METRICS.values():
+        if name in PARTIAL:
+            columns += [f"{name}_used", f"{name}_interval"]
         columns.append(f"{name}_mean_s")
         for kind in ("speedup", "efficiency"):
             columns += [f"{kind}_{name}", f"{kind}_{name}_lo", f"{kind}_{name}_hi"]
     return columns + ["iou_mean", "iou_lo", "iou_hi", "images_per_s_per_gpu_mean", *MODEL_COLUMNS]
 
 
-def interval_summary(table: pd.DataFrame) -> str:
-    """A sentence for a figure's caption: which intervals the figure shows."""
-    used = table[table["used"] > 0]
+def interval_summary(table: pd.DataFrame, name: str = "train_time") -> str:
+    """A sentence for a figure's caption: which intervals the figure of metric `name` shows."""
+    partial = name in PARTIAL
+    counted = f"{name}_used" if partial else "used"
+    used = table[table[counted] > 0]
     if used.empty:
-        return "No cell with status ok yet."
-    methods = set(used["interval"])
+        return "No cell with status ok reached the target yet." if partial else "No cell with status ok yet."
+    methods = set(used[f"{name}_interval" if partial else "interval"])
     parts = []
     if "paired t" in methods:
         parts.append("95% t-interval of seed-paired ratios")
@@ -169,4 +198,8 @@ def interval_summary(table: pd.DataFrame) -> str:
     text = text[0].upper() + text[1:] + "."
     if excluded:
         text += f" {excluded} cell(s) excluded (not ok)."
+    if partial:
+        never = int((table["used"] - table[counted]).sum())
+        if never:
+            text += f" {never} ok cell(s) never reached the target: left out here, used in the other figures."
     return text

@@ -44,6 +44,7 @@ def prepared_key(dataset: dict) -> str:
         "source": source_description(dataset),
         "image_size": [height, width],
         "test_fraction": dataset["test_fraction"],
+        "val_fraction": dataset["val_fraction"],
         "split_seed": dataset["split_seed"],
         "max_nonbinary_fraction": dataset["max_nonbinary_fraction"],
     }

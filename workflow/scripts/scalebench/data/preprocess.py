@@ -4,7 +4,7 @@ Output, in one directory:
   images.npy     uint8 [N, H, W], grayscale, resized with aspect-preserving padding
   masks.npy      uint8 [N, H, W], 0 or 1 (mask / its maximum, resized, > 0.5)
   manifest.json  source, record, archives' md5, file names, arrays' sha256,
-                 the train/test split by the split seed, counts, pairing rule
+                 the train/validation/test split by the split seed, counts, pairing rule
 
 Pairs are decoded one at a time and appended to the .npy files, so memory
 stays at one image whatever the dataset's size (writing through a memory map
@@ -26,6 +26,7 @@ from PIL import Image, UnidentifiedImageError
 
 from scalebench import files
 from scalebench.data.pairing import DatasetError, Pair, summary, to_gray
+from scalebench.data.split import split_counts
 
 __all__ = ["DatasetError", "Pair", "preprocess", "read_manifest", "load_arrays", "split_indices", "fit_with_padding"]
 
@@ -33,11 +34,23 @@ MASK_THRESHOLD = 0.5
 MAX_NONBINARY_FRACTION = 0.05
 
 
-def split_indices(count: int, test_fraction: float, split_seed: int) -> tuple[list[int], list[int]]:
-    """A fixed train/test split: the same seed gives the same split everywhere."""
-    n_test = max(1, round(count * test_fraction))
+def split_indices(
+    count: int, test_fraction: float, split_seed: int, val_fraction: float
+) -> tuple[list[int], list[int], list[int]]:
+    """A fixed train/validation/test split: the same seed gives the same split everywhere.
+
+    The test pairs are the permutation's first ones, so adding a validation split leaves
+    the test set of a seed as it was; validation takes the next ones, training the rest.
+    """
+    n_train, n_val, n_test = split_counts(count, test_fraction, val_fraction)
+    if n_train < 1:
+        raise DatasetError(
+            f"{count} pairs leave no training data after {n_test} test and {n_val} validation pairs "
+            "(dataset.test_fraction, dataset.val_fraction)"
+        )
     order = np.random.default_rng(split_seed).permutation(count)
-    return sorted(int(i) for i in order[n_test:]), sorted(int(i) for i in order[:n_test])
+    test, val, train = order[:n_test], order[n_test : n_test + n_val], order[n_test + n_val :]
+    return tuple(sorted(int(i) for i in part) for part in (train, val, test))
 
 
 def fit_with_padding(image: Image.Image, height: int, width: int, resample: int) -> np.ndarray:
@@ -108,6 +121,7 @@ def preprocess(
     provenance: dict,
     root: str | Path | None = None,
     max_nonbinary_fraction: float = MAX_NONBINARY_FRACTION,
+    val_fraction: float = 0.1,
 ) -> dict:
     """Write images.npy, masks.npy and manifest.json; return the manifest.
 
@@ -122,6 +136,7 @@ def preprocess(
     root = Path(root) if root else Path(os.path.commonpath([p for pair in pairs for p in (pair.image, pair.mask)]))
     height, width = image_size
     count = len(pairs)
+    train, val, test = split_indices(count, test_fraction, split_seed, val_fraction)  # before any file is written
     images = _NpyStream(out / "images.npy", (count, height, width))
     masks = _NpyStream(out / "masks.npy", (count, height, width))
     unreadable, not_binary = [], []
@@ -159,20 +174,21 @@ def preprocess(
         masks.discard()
         raise
     checksums = {"images.npy": images.finish(), "masks.npy": masks.finish()}
-    train, test = split_indices(count, test_fraction, split_seed)
     fraction = nonbinary_total / pixels_total if pixels_total else 0.0
     print(f"preprocess: {fraction:.4%} of mask pixels were neither 0 nor the mask's maximum", flush=True)
     manifest = {
         **provenance,
         "image_size": [height, width],
         "count": count,
-        "counts": {"pairs": count, "train": len(train), "test": len(test)},
+        "counts": {"pairs": count, "train": len(train), "val": len(val), "test": len(test)},
         "files": [{"image": _relative(p.image, root), "mask": _relative(p.mask, root)} for p in pairs],
         "mask_threshold": MASK_THRESHOLD,
         "mask_nonbinary_fraction": round(fraction, 8),
         "split_seed": split_seed,
         "test_fraction": test_fraction,
+        "val_fraction": val_fraction,
         "train": train,
+        "val": val,  # evaluated during training; the test pairs only at the end
         "test": test,
         "sha256": checksums,
     }
@@ -181,7 +197,7 @@ def preprocess(
 
 
 def read_manifest(data_dir: str | Path) -> dict:
-    """The manifest of prepared arrays: sources, checksums and the train/test split."""
+    """The manifest of prepared arrays: sources, checksums and the train/validation/test split."""
     with open(Path(data_dir) / "manifest.json") as handle:
         return json.load(handle)
 

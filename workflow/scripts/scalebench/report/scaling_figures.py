@@ -41,7 +41,7 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE, STATUSES
-from scalebench.analysis.scaling import GROUP, METRICS, base_world_size, interval_summary, usable
+from scalebench.analysis.scaling import GROUP, METRICS, base_world_size, interval_summary, known, usable
 
 # The legend's name of each backend (scalebench/backends.py lists them; a test keeps both in step).
 # native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's.
@@ -157,10 +157,12 @@ def _series(frame: pd.DataFrame) -> pd.Series:
 
 
 def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per usable cell: base time (same seed at the base world size, else the base mean) / its time."""
+    """Per usable cell that knows `metric`: base time (same seed at the base world size, else the
+    base mean) / its time. The base world size is that of the timings, as in scaling.csv."""
     rows = []
-    for _, group in usable(runs).groupby(GROUP, dropna=False):
-        base_gpus = base_world_size(group)
+    for _, all_usable in usable(runs).groupby(GROUP, dropna=False):
+        base_gpus = base_world_size(all_usable)
+        group = all_usable[known(all_usable, metric)]
         base = group[group["gpus"] == base_gpus]
         by_seed = base.dropna(subset=["seed"]).set_index("seed")[metric]
         for _, cell in group.iterrows():
@@ -175,10 +177,16 @@ def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 def _scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame, kind: str, metric: str):
     name = METRICS[metric]
     column = f"{kind}_{name}"
-    measure = {"train_time": "total training time", "epoch_time": "steady-state epoch time"}[name]
+    measure = {
+        "train_time": "total training time",
+        "epoch_time": "steady-state epoch time",
+        "time_to_target": "time to the target validation IOU",
+    }[name]
     title = f"{'Speedup' if kind == 'speedup' else 'Parallel efficiency'} of the {measure}"
     means = scaling.dropna(subset=[column])
     if means.empty:
+        if name == "time_to_target":
+            return placeholder(title, "No ratio: no cell with status ok reached the target at two GPU counts.")
         return placeholder(title, "No cell with status ok: nothing to compare yet.")
     means = tidy(means)
     points = tidy(seed_speedups(runs, metric).rename(columns={kind: column}).dropna(subset=[column]))
@@ -224,7 +232,7 @@ def _scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame, kind: str, metric
     figure += geom_line(means, aes(linetype="source"))
     figure += geom_point(points, aes(shape="source"), alpha=0.5, size=1.8)
     figure += geom_point(means, aes(shape="source"), size=3)
-    caption = f"{base_note(means)} {interval_summary(scaling)}"
+    caption = f"{base_note(means)} {interval_summary(scaling, name)}"
     return figure + labs(x="GPUs (ranks)", y=ylab, title=title, caption=wrap(caption))
 
 

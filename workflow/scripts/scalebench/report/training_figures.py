@@ -1,5 +1,5 @@
-"""Figures of the training runs themselves (plotnine): loss curves, test IOU against
-wall-clock time, and time to reach the target IOU. Same conventions as scaling_figures.py."""
+"""Figures of the training runs themselves (plotnine): loss curves, validation IOU against
+wall-clock time, and time to reach the target validation IOU. Same conventions as scaling_figures.py."""
 
 from __future__ import annotations
 
@@ -78,19 +78,22 @@ def loss_figure(epochs: pd.DataFrame):
     return figure
 
 
+NO_VALIDATION = "No epoch record carries a validation IOU (set training.eval_every > 0)."
+
+
 def iou_time_figure(epochs: pd.DataFrame, target_iou: float):
-    """Test IOU against training wall-clock time, colour by GPUs (needs training.eval_every > 0)."""
-    data = epochs.dropna(subset=["test_iou", "train_time_s"])
-    title = "Test IOU against training time"
+    """Validation IOU against training wall-clock time, colour by GPUs (needs training.eval_every > 0)."""
+    data = epochs.dropna(subset=["val_iou", "train_time_s"])
+    title = "Validation IOU against training time"
     if data.empty:
-        return placeholder(title, "No epoch record carries a test IOU (set training.eval_every > 0).")
+        return placeholder(title, NO_VALIDATION)
     data = _gpu_colours(tidy(data))
     data["cell"] = _cell_group(data)
     # Many GPU counts span orders of magnitude in time: a log axis keeps the large cells visible.
     wide = data["train_time_s"].max() > 20 * data["train_time_s"].min() > 0
     xlab = "training time (s, cumulative; evaluation excluded" + ("; log scale)" if wide else ")")
     return (
-        ggplot(data, aes("train_time_s", "test_iou", colour="gpu_label", group="cell"))
+        ggplot(data, aes("train_time_s", "val_iou", colour="gpu_label", group="cell"))
         + (scale_x_log10() if wide else scale_x_continuous())
         + geom_hline(yintercept=target_iou, linetype="dashed", colour="grey")
         + geom_line(alpha=0.8)
@@ -99,7 +102,7 @@ def iou_time_figure(epochs: pd.DataFrame, target_iou: float):
         + scale_colour_cmap_d("viridis", name="GPUs")
         + labs(
             x=xlab,
-            y="test IOU",
+            y="validation IOU",
             title=title,
             caption=f"Dashed: the target IOU {target_iou:g} (training.target_iou). One line per cell.",
         )
@@ -108,21 +111,24 @@ def iou_time_figure(epochs: pd.DataFrame, target_iou: float):
 
 
 def time_to_target_figure(runs: pd.DataFrame, epochs: pd.DataFrame, target_iou: float):
-    """Training time until test IOU first reached the target, per cell, against GPUs."""
-    title = f"Time to reach test IOU {target_iou:g}"
-    evaluated = epochs.dropna(subset=["test_iou"])
+    """Training time until validation IOU first reached the target, per cell, against GPUs."""
+    title = f"Time to reach validation IOU {target_iou:g}"
+    evaluated = epochs.dropna(subset=["val_iou"])
     if evaluated.empty:
-        return placeholder(title, "No epoch record carries a test IOU (set training.eval_every > 0).")
+        return placeholder(title, NO_VALIDATION)
     own = runs[(runs["source"] == OWN_SOURCE) & runs["status"].eq("ok")]
     keys = ["source", "framework", "backend", "gpus", "seed"]
     was_evaluated = own.merge(evaluated[keys].drop_duplicates(), on=keys)
     never = int(was_evaluated["time_to_target_s"].isna().sum())
-    caption = f"Points: one per seed; line: mean. {never} evaluated cell(s) never reached the target and are not drawn."
+    caption = (
+        f"Points: one per seed; line: mean. {never} evaluated cell(s) never reached the target and are not "
+        "drawn (runs.csv time_to_target_reason says why)."
+    )
     return _per_cell_figure(
         runs,
         "time_to_target_s",
         title,
         "training time to target (s)",
-        f"No cell reached test IOU {target_iou:g} (training.target_iou); {never} cell(s) evaluated.",
+        f"No cell reached validation IOU {target_iou:g} (training.target_iou); {never} cell(s) evaluated.",
         caption,
     )

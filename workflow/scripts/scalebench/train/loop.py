@@ -2,8 +2,8 @@
 
 Everything measured happens here, the same way for all: the clock (device
 synchronised before it is read, the slowest rank's time), the time spent
-waiting for data, the records, divergence, the evaluation and checkpoint
-cadence, the final test. A Framework (train/torch, train/tf) builds the model
+waiting for data, the records, divergence, the validation and checkpoint
+cadence, the stop at the target IOU, the final test (the only look at the test pairs). A Framework (train/torch, train/tf) builds the model
 and takes the steps; its Backend starts the ranks and reduces.
 """
 
@@ -180,13 +180,18 @@ class TrainingLoop:
         )
         self.start_energy_meter()
         self.epoch_times = [record["epoch_time_s"] for record in progress.records]
+        self.stopped_at_target = False
         try:
             for epoch in range(progress.start_epoch, self.training.epochs):
                 record = self.train_epoch(epoch, progress)
                 if self.evaluates_after(epoch):
-                    record["test_loss"], record["test_iou"] = self.evaluate()
+                    record["val_loss"], record["val_iou"] = self.evaluate(self.manifest["val"])
                 self.metrics.write(record)
                 self.report(record, epoch)
+                if self.reached_target(record):  # every rank has the reduced IOU, so all stop together
+                    self.stopped_at_target = True
+                    print(f"validation IOU reached {self.training.target_iou:g}: training stops", flush=True)
+                    break
                 if self.checkpoints_after(epoch):
                     self.framework.sync_buffers()  # the checkpoint holds rank 0's statistics
                     self.framework.save_checkpoint(
@@ -265,15 +270,20 @@ class TrainingLoop:
         every = self.training.eval_every
         return bool(every) and (epoch + 1) % every == 0
 
+    def reached_target(self, record: dict) -> bool:
+        """training.stop_at_target and this epoch's validation IOU reached training.target_iou."""
+        iou = record.get("val_iou")
+        return self.training.stop_at_target and iou is not None and iou >= self.training.target_iou
+
     def checkpoints_after(self, epoch: int) -> bool:
         every = self.training.checkpoint_every
         return bool(every) and (epoch + 1) % every == 0 and epoch + 1 < self.training.epochs
 
-    def evaluate(self) -> tuple[float, float]:
-        """Test loss and IOU over the whole test set: process r takes every world_size-th sample
-        (none dropped or repeated), and the sums are reduced across processes."""
+    def evaluate(self, indices: list[int]) -> tuple[float, float]:
+        """Loss and IOU over all of `indices` (the validation or the test pairs): process r takes
+        every world_size-th sample (none dropped or repeated), and the sums are reduced across processes."""
         self.framework.sync_buffers()
-        shard = self.manifest["test"][self.backend.rank :: self.backend.world_size]
+        shard = indices[self.backend.rank :: self.backend.world_size]
         sums = self.backend.allreduce_sum(self.framework.evaluate(shard))
         loss, pixels, intersection, union = sums.tolist()
         return loss / max(pixels, 1), (intersection / union if union else 1.0)
@@ -288,13 +298,15 @@ class TrainingLoop:
         )
 
     def final_evaluation(self, status: str, progress: Progress) -> dict:
-        final = metrics.final_record(status, self.setup_s, progress.train_time_s, len(self.epoch_times))
+        final = metrics.final_record(
+            status, self.setup_s, progress.train_time_s, len(self.epoch_times), self.stopped_at_target
+        )
         final.update(self.cost(progress))
         if status != "ok":
             return final
         self.framework.synchronize()
         started = time.perf_counter()
-        final["test_loss"], final["iou"] = self.evaluate()
+        final["test_loss"], final["iou"] = self.evaluate(self.manifest["test"])
         self.framework.synchronize()
         elapsed = np.array([time.perf_counter() - started], dtype=np.float64)
         final["test_time_s"] = float(self.backend.allreduce_max(elapsed)[0])

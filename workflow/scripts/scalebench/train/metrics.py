@@ -91,23 +91,28 @@ def epoch_record(
         "optimizer_steps": int(optimizer_steps),
         "train_time_s": train_time_s,
         "energy_j": energy_j,
-        "test_iou": None,
-        "test_loss": None,
+        "val_iou": None,  # the validation pairs, every training.eval_every epochs
+        "val_loss": None,
         **flops.throughput_fields(
             images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"], provenance["world_size"]
         ),
     }
 
 
-def final_record(status: str, setup_s: float, train_time_s: float, epochs_completed: int) -> dict:
-    """The final record; evaluation fills test_loss, iou and test_time_s when the run is ok, the
-    loop the cost (gpu_hours, energy_j, energy_source, energy_reason: COST_FIELDS)."""
+def final_record(
+    status: str, setup_s: float, train_time_s: float, epochs_completed: int, stopped_at_target: bool = False
+) -> dict:
+    """The final record; evaluation fills test_loss, iou and test_time_s (the test pairs) when the
+    run is ok, the loop the cost (gpu_hours, energy_j, energy_source, energy_reason: COST_FIELDS).
+    stopped_at_target: training ended early, after epoch epochs_completed, because its validation
+    IOU reached training.target_iou (training.stop_at_target)."""
     return {
         "type": "final",
         "status": status,
         "setup_s": setup_s,
         "train_time_s": train_time_s,
         "epochs_completed": epochs_completed,
+        "stopped_at_target": stopped_at_target,
         "test_loss": None,
         "iou": None,
         "test_time_s": None,
@@ -137,6 +142,6 @@ def progress_line(record: dict, epochs: int, remaining_s: float) -> str:
         f"{record['epoch_time_s']:.2f} s  {record['images_per_s']:.1f} img/s  "
         f"data-wait {100 * wait_share:.1f}%  left {format_duration(remaining_s)}"
     )
-    if record.get("test_iou") is not None:
-        line += f"  test IOU {record['test_iou']:.3f}"
+    if record.get("val_iou") is not None:
+        line += f"  val IOU {record['val_iou']:.3f}"
     return line

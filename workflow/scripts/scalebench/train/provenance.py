@@ -144,6 +144,9 @@ def training_record(
         "collective_timeout_s": training.collective_timeout_s,
         "max_loss": training.max_loss,
         "eval_every": training.eval_every,
+        "stop_at_target": training.stop_at_target,
+        # the target decides where training ends only when it stops there; otherwise it is the report's
+        "target_iou": training.target_iou if training.stop_at_target else None,
         "checkpoint_every": training.checkpoint_every,
     }
     if framework == "torch":  # the DataLoader is PyTorch's; TensorFlow's pipeline has no settings
@@ -153,13 +156,19 @@ def training_record(
 
 def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> None:
     """Rank 0 at the end: one summary line and the cell's outcome in run.json."""
+    stopped = "  (stopped at the target IOU)" if final["stopped_at_target"] else ""
     print(
-        f"final: status {final['status']}  test loss {final['test_loss']}  IOU {final['iou']}  "
+        f"final: status {final['status']}{stopped}  test loss {final['test_loss']}  IOU {final['iou']}  "
         f"train {final['train_time_s']:.1f} s",
         flush=True,
     )
     provenance.update(
-        status=final["status"], end=now_iso(), setup_s=final["setup_s"], resumed_from_epoch=start_epoch or None
+        status=final["status"],
+        end=now_iso(),
+        setup_s=final["setup_s"],
+        resumed_from_epoch=start_epoch or None,
+        epochs_completed=final["epochs_completed"],
+        stopped_at_target=final["stopped_at_target"],
     )
     provenance.update({key: final.get(key) for key in metrics.COST_FIELDS})
     write_json_atomic(run_json, provenance)

@@ -51,7 +51,7 @@ class TrainingSettings:
     decay_every: int  # multiply the rate by decay_factor every this many epochs (0 = never)
     decay_factor: float
     dataset_repeat: int  # passes over the training set per epoch
-    eval_every: int  # test IOU every this many epochs (0 = only at the end)
+    eval_every: int  # validation loss and IOU every this many epochs (0 = none during training)
     checkpoint_every: int  # a resumable checkpoint every this many epochs (0 = never)
     precision: str  # fp32, bf16 or fp16
     compression: str  # none or fp16: the gradients' type for the reduction between ranks
@@ -62,7 +62,8 @@ class TrainingSettings:
     collective_timeout_s: float | None  # a rank waiting longer than this for the others fails the job
     deterministic: bool | None  # deterministic kernels; None: on the CPU yes, on GPUs no
     predictions: int  # test images whose predicted masks are saved for the report
-    target_iou: float  # used by the report only
+    target_iou: float  # the report's time to target; the end of training with stop_at_target
+    stop_at_target: bool  # stop once an epoch's validation IOU reaches target_iou
     tensorboard: bool  # rank 0 writes the epoch records as TensorBoard curves (summaries.py)
     loader: LoaderSettings
     horovod: HorovodSettings

@@ -20,13 +20,11 @@ from scalebench.train.metrics import data_wait_share
 
 FOLDER = "tensorboard"
 
-# record key -> tag; the in-training evaluation is recorded as test_* or val_* (whichever the
-# record has), and its tags say which
+# record key -> tag; the in-training evaluation is on the validation split (the test split is
+# only for the final figures)
 TAGS = {
     "loss": "loss/train",
-    "test_loss": "loss/test",
     "val_loss": "loss/validation",
-    "test_iou": "iou/test",
     "val_iou": "iou/validation",
     "lr": "learning_rate",
     "images_per_s": "throughput/images_per_s",
