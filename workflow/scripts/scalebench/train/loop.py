@@ -3,8 +3,9 @@
 Everything measured happens here, the same way for all: the clock (device
 synchronised before it is read, the slowest rank's time), the time spent
 waiting for data, the records, divergence, the validation and checkpoint
-cadence, the stop at the target IOU, the final test (the only look at the test pairs). A Framework (train/torch, train/tf) builds the model
-and takes the steps; its Backend starts the ranks and reduces.
+cadence, the stop at the target IOU, the final test (the only look at the test
+pairs). A Framework (train/torch, train/tf) builds the model and takes the
+steps; its Backend starts the ranks and reduces.
 """
 
 from __future__ import annotations
