@@ -150,3 +150,19 @@ def test_figures_label_each_variant_and_weak_beside_strong():
         }
     )
     assert list(tidy(frame)["backend"]) == ["native weak", "native strong_global8", "Horovod bf16 weak"]
+
+
+def test_the_variant_and_settings_survive_the_csv_round_trip(tmp_path):
+    from scalebench.analysis.summary_csv import read_epochs, read_runs
+
+    settings = {"training": {"scaling": "weak", "batch_per_gpu": 4, "precision": "fp16", "compression": "none"}}
+    write_cell(tmp_path, variant="fp16")
+    write_cell(tmp_path)
+    entries = [cell(variant="fp16", settings=settings), cell()]
+    collected = summary.collect_study(str(tmp_path), entries, 0.8, [], STUDY)
+    collected.runs.to_csv(tmp_path / "runs.csv", index=False)
+    collected.epochs.to_csv(tmp_path / "epochs.csv", index=False)
+    runs, epochs = read_runs(tmp_path / "runs.csv"), read_epochs(tmp_path / "epochs.csv")
+    assert sorted(runs["variant"]) == ["", "fp16"] and sorted(set(epochs["variant"])) == ["", "fp16"]
+    assert runs.set_index("variant").loc["fp16", "compression"] == "none"
+    assert pd.isna(runs.set_index("variant").loc["", "precision"])  # not recorded: empty, not a guess

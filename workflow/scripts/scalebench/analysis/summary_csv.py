@@ -8,7 +8,17 @@ import pandas as pd
 
 from scalebench.analysis.collect import EPOCH_COLUMNS, RUN_COLUMNS, epochs_frame, runs_frame
 
-TEXT = {"source": str, "framework": str, "backend": str, "status": str, "reason": str}
+TEXT = {
+    "source": str,
+    "framework": str,
+    "backend": str,
+    "variant": str,
+    "status": str,
+    "reason": str,
+    "scaling": str,
+    "precision": str,
+    "compression": str,
+}
 
 
 def read_runs(path: str | Path) -> pd.DataFrame:
