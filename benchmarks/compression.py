@@ -76,7 +76,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--workdir", help="keep the cells here (default: a temporary folder)")
     options = parser.parse_args()
-    with _common.workspace(options.workdir, "compression-", _common.machine_line()) as root:
+    height, width = options.size
+    header = f"  2 ranks, {height}x{width}, batch {options.batch}, {options.epochs} epochs, {options.device}"
+    with _common.workspace(options.workdir, "compression_", header) as root:
         data = _common.prepare_dataset(root / "data", options.count, *options.size)
         print(f"{'backend':22} {'none s/epoch':>13} {'fp16 s/epoch':>13} {'fp16/none':>10} {'loss diff':>10}")
         for backend in options.backends:
