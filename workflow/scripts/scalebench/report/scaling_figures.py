@@ -27,6 +27,7 @@ from plotnine import (
     geom_ribbon,
     geom_tile,
     ggplot,
+    guide_legend,
     guides,
     labs,
     scale_colour_manual,
@@ -131,6 +132,8 @@ def series_scales(frame: pd.DataFrame) -> list:
     sources = list(frame["source"].cat.categories) if len(frame) else [OWN_SOURCE]
     hide = [guides(shape="none", linetype="none")] if sources == [OWN_SOURCE] else []
     colours = backend_colours(frame["backend"]) if len(frame) else BACKEND_COLOURS
+    if len(colours) > 4:  # variants' long labels: two columns, so the legend stays inside the figure
+        hide.append(guides(colour=guide_legend(ncol=2), fill=guide_legend(ncol=2)))
     return hide + [
         scale_colour_manual(values=colours, name="backend"),
         scale_fill_manual(values=colours, name="backend"),
