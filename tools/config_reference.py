@@ -38,8 +38,11 @@ def rows(schema: dict, prefix: str = "") -> list[tuple[str, str, str, str]]:
             out.append((key, "section", "", " ".join(sub.get("description", "").split())))
             out.extend(rows(sub, key + "."))
         else:
-            default = json.dumps(sub["default"]) if "default" in sub else "required"
-            out.append((key, _type(sub), f"`{default}`", " ".join(sub.get("description", "").split())))
+            if "default" in sub:
+                default = f"`{json.dumps(sub['default'])}`"
+            else:  # a key without default is required where its section says so, else optional (unset)
+                default = "required" if name in schema.get("required", []) else "unset"
+            out.append((key, _type(sub), default, " ".join(sub.get("description", "").split())))
     return out
 
 

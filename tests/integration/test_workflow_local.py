@@ -143,16 +143,16 @@ def test_a_study_with_optional_axes_and_strong_scaling_runs_to_the_report(tmp_pa
     result = run_snakemake(tmp_path, config, "--cores", "2")
     assert result.returncode == 0, result.stderr[-3000:]
     runs = tmp_path / "results" / "runs" / "torch" / "native"
-    assert sorted(p.name for p in runs.iterdir()) == ["bf16", "bf16_strong_global4"]
+    assert sorted(p.name for p in runs.iterdir()) == ["bf16_strong_global4", "bf16_weak"]
     import pandas as pd
 
     table = pd.read_csv(tmp_path / "results" / "summary" / "runs.csv", keep_default_na=False)
     assert sorted(zip(table["variant"], table["gpus"], table["batch_per_gpu"], table["status"])) == [
-        ("bf16", 1, 4, "ok"),
-        ("bf16", 2, 4, "ok"),
         ("bf16_strong_global4", 1, 4, "ok"),
         ("bf16_strong_global4", 2, 2, "ok"),
+        ("bf16_weak", 1, 4, "ok"),
+        ("bf16_weak", 2, 4, "ok"),
     ]
     assert set(table["precision"]) == {"bf16"} and set(table["scaling"]) == {"weak", "strong"}
     scaling = pd.read_csv(tmp_path / "results" / "summary" / "scaling.csv", keep_default_na=False)
-    assert set(scaling["variant"]) == {"bf16", "bf16_strong_global4"}
+    assert set(scaling["variant"]) == {"bf16_weak", "bf16_strong_global4"}

@@ -68,13 +68,13 @@ def test_strong_scaling_divides_the_global_batch_and_keeps_the_rate(schema):
     assert [scaled_lr(r.training, c.gpus) for r, c in zip(runs, cells)] == [runs[0].training.base_lr] * 3
 
 
-def test_weak_and_strong_in_one_study_weak_cells_keep_todays_paths(schema):
+def test_weak_and_strong_in_one_study_each_cell_names_its_scaling(schema):
     config = resolved(
         schema, {"scaling": ["weak", "strong"], "frameworks": ["torch"], "backends": ["native"]}, {"global_batch": 8}
     )
     assert [c.path for c in sb_config.cells(config)] == [
-        "torch/native/g1/s1",
-        "torch/native/g2/s1",
+        "torch/native/weak/g1/s1",
+        "torch/native/weak/g2/s1",
         "torch/native/strong_global8/g1/s1",
         "torch/native/strong_global8/g2/s1",
     ]
@@ -139,17 +139,17 @@ def test_tables_key_on_the_variant_and_rerun_commands_name_its_folder(tmp_path):
     assert missing["rerun"].iloc[0].endswith("results/runs/torch/native/batch8_bf16/g4/s1/metrics.jsonl")
 
 
-def test_figures_label_each_variant_and_weak_beside_strong():
+def test_figures_label_each_variant():
     frame = pd.DataFrame(
         {
             "source": "scalebench",
             "framework": "torch",
             "backend": ["native", "native", "horovod"],
-            "variant": ["", "strong_global8", "bf16"],
+            "variant": ["", "strong_global8", "bf16_weak"],
             "gpus": [1, 1, 2],
         }
     )
-    assert list(tidy(frame)["backend"]) == ["native weak", "native strong_global8", "Horovod bf16 weak"]
+    assert list(tidy(frame)["backend"]) == ["native", "native strong_global8", "Horovod bf16_weak"]
 
 
 def test_the_variant_and_settings_survive_the_csv_round_trip(tmp_path):

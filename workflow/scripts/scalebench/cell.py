@@ -13,13 +13,13 @@ OWN_SOURCE = "scalebench"
 
 # The optional matrix axes, in the order their values appear in a cell's variant label.
 AXES = ("batch_per_gpu", "precision", "compression", "scaling")
-# How each names its value in the label; weak scaling names nothing (today's paths), and a
-# strong cell also carries its global batch (not an axis: one per study).
+# How each names its value in the label. A strong-scaling cell also carries its global batch
+# (not an axis: one per study); weak scaling is named only where matrix.scaling lists it.
 _LABELS = {
     "batch_per_gpu": lambda value: f"batch{value}",
     "precision": str,
     "compression": lambda value: f"compress-{value}",
-    "scaling": lambda value: "" if value == "weak" else str(value),
+    "scaling": str,
     "global_batch": lambda value: f"global{value}",
 }
 

@@ -395,7 +395,7 @@ class LeftOut:
 def variants(config: dict) -> list[tuple[tuple[str, Any], ...]]:
     """The axes of every combination of the optional axes the matrix lists, in a stable order:
     [()] for a study without them. A strong-scaling cell always names itself and its global
-    batch (so it never shares a folder with a weak one); a weak one names only the axes listed."""
+    batch (training.scaling: strong alone too, so it never shares a folder with a weak one)."""
     matrix, training = config["matrix"], config["training"]
     listed = [axis for axis in AXES if axis in matrix]
     combos = []

@@ -92,29 +92,17 @@ def wrap(text: str, width: int = 110) -> str:
 
 
 def tidy(frame: pd.DataFrame) -> pd.DataFrame:
-    """Readable backend names (with the variant of the optional axes where there is one, and
-    'weak' beside strong-scaling series), sources own-first, integer GPU counts."""
+    """Readable backend names (with the variant of the optional axes where there is one: 'native
+    bf16'), sources own-first, integer GPU counts."""
     frame = frame.copy()
     frame["backend"] = frame["backend"].map(BACKEND_LABELS).fillna(frame["backend"])
     if "variant" in frame:
-        frame["backend"] = [
-            " ".join(filter(None, [backend, variant]))
-            for backend, variant in zip(frame["backend"], variant_names(frame))
-        ]
+        variants = frame["variant"].fillna("").astype(str)
+        frame["backend"] = [" ".join(filter(None, pair)) for pair in zip(frame["backend"], variants)]
     sources = [OWN_SOURCE] + sorted(set(frame["source"]) - {OWN_SOURCE})
     frame["source"] = pd.Categorical(frame["source"], categories=sources)
     frame["gpus"] = frame["gpus"].astype(int)
     return frame
-
-
-def variant_names(frame: pd.DataFrame) -> list[str]:
-    """Each row's variant for a legend: its label, and 'weak' for weak-scaling rows where the
-    frame also has strong-scaling ones (both in one report, labelled)."""
-    variants = frame["variant"].fillna("").astype(str)
-    strong = variants.str.contains("strong")
-    if not strong.any():
-        return list(variants)
-    return [v if is_strong else " ".join(filter(None, [v, "weak"])) for v, is_strong in zip(variants, strong)]
 
 
 def backend_colours(labels) -> dict[str, str]:
