@@ -136,11 +136,7 @@ def cells_json():
     """Each cell's keys and settings: collect_runs marks a cell trained with other settings stale."""
     return json.dumps(
         [
-            {
-                **cell.key(),
-                "axes": dict(cell.axes),
-                "settings": sb_config.train_settings(config, cell),
-            }
+            {**cell.key(), "settings": sb_config.train_settings(config, cell)}
             for cell in CELLS
         ],
         sort_keys=True,

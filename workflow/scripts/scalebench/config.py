@@ -267,16 +267,16 @@ def synthetic_batch_problems(config: dict) -> list[str]:
         if batch > shard and (batch, cell.gpus) not in seen:
             seen.add((batch, cell.gpus))
             problems.append(
-                f"config key '{batch_key(config, cell)}': {batch} is larger than the shard of the "
+                f"config key '{batch_key(cell)}': {batch} is larger than the shard of the "
                 f"training set on {cell.gpus} ranks ({n_train} training pairs / {cell.gpus} = {shard})"
             )
     return problems
 
 
-def batch_key(config: dict, cell: Cell) -> str:
+def batch_key(cell: Cell) -> str:
     """The config key that sets a cell's batch per rank, for messages."""
     axes = dict(cell.axes)
-    if axes.get("scaling", config["training"]["scaling"]) == "strong":
+    if axes.get("scaling") == "strong":  # a strong cell always names its scaling (variants)
         return "training.global_batch"
     return "matrix.batch_per_gpu" if "batch_per_gpu" in axes else "training.batch_per_gpu"
 
