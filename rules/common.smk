@@ -135,10 +135,7 @@ def runs_folder(wildcards):
 def cells_json():
     """Each cell's keys and settings: collect_runs marks a cell trained with other settings stale."""
     return json.dumps(
-        [
-            {**cell.key(), "settings": sb_config.train_settings(config, cell)}
-            for cell in CELLS
-        ],
+        [{**cell.key(), "settings": sb_config.train_settings(config, cell)} for cell in CELLS],
         sort_keys=True,
     )
 
