@@ -236,3 +236,18 @@ def test_mirrored_refuses_a_launcher_that_starts_a_process_per_gpu(prepared_data
         result.stdout + result.stderr
     )
     assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_path):
+    # fp16 needs a GPU (and is refused on CPUs, test_config); bf16 runs on the CPU here, on both placements
+    runs = {}
+    for placement in ("device", "host"):
+        settings = cell_settings("tensorflow", "native", 1, precision="bf16", epochs=2, loader={"placement": placement})
+        result = launch_cell(settings, prepared_data, tmp_path / placement)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        runs[placement] = read_records(tmp_path / placement)
+    epochs, final, run = runs["device"]
+    assert run["precision"] == "bf16" and run["training"]["precision"] == "bf16"
+    assert all(np.isfinite(e["loss"]) for e in epochs) and epochs[-1]["loss"] < epochs[0]["loss"]
+    assert final["status"] == "ok" and 0 <= final["iou"] <= 1
+    assert [e["loss"] for e in epochs] == [e["loss"] for e in runs["host"][0]]

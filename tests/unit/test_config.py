@@ -155,7 +155,13 @@ def test_strings_become_the_schemas_types(schema):
     assert type(training["epochs"]) is int and type(training["decay_factor"]) is int
     assert training["batch_norm"] is False and training["deterministic"] is True
     assert training["threads_per_rank"] is None and training["collective_timeout_s"] is None
-    assert training["loader"] == {"pin_memory": False, "workers": 0, "prefetch_factor": 2}
+    assert training["loader"] == {
+        "placement": "auto",
+        "device_memory_share": 0.25,
+        "pin_memory": False,
+        "workers": 0,
+        "prefetch_factor": 2,
+    }
     assert resolved["cluster"]["time"]["base_min"] == 2.5
     assert resolved["cluster"]["peak_tflops"] == {"X1": {"fp32": 10}}
     assert resolved["partial"] is True

@@ -59,6 +59,32 @@ def test_a_compression_a_backend_lacks_is_left_out_with_the_reason(schema):
     assert "compression fp16 is not available for TensorFlow backend native" in entry.describe()
 
 
+def test_compile_sweeps_eager_and_compiled_and_leaves_out_the_backends_that_cannot(schema):
+    matrix = {"compile": [False, True], "backends": ["native", "horovod", "dp", "mirrored"]}
+    config = resolved(schema, matrix, {"deterministic": False})
+    paths = {c.path for c in sb_config.cells(config)}
+    assert {"torch/native/eager/g2/s1", "torch/native/compiled/g2/s1", "tensorflow/mirrored/compiled/g2/s1"} <= paths
+    assert "torch/dp/eager/g1/s1" in paths and "torch/dp/compiled/g1/s1" not in paths
+    compiled_cell = next(c for c in sb_config.cells(config) if c.path == "tensorflow/horovod/compiled/g1/s1")
+    assert sb_config.train_settings(config, compiled_cell)["training"]["compile"] is True
+    # (torch/mirrored and tensorflow/dp do not exist, at either variant)
+    left = [
+        entry
+        for entry in sb_config.left_out(config)
+        if entry.variant == "compiled" and " is not a " not in entry.reason
+    ]
+    assert [entry.item for entry in left] == ["torch/dp compiled"]
+    assert "nn.DataParallel copies the model to every GPU" in left[0].reason
+
+
+def test_compiled_tensorflow_steps_that_must_be_deterministic_are_left_out_saying_why(schema):
+    config = resolved(schema, {"compile": [True]}, {"deterministic": True})
+    reasons = {entry.item: entry.reason for entry in sb_config.left_out(config)}
+    assert set(reasons) == {"tensorflow/native compiled", "tensorflow/horovod compiled"}
+    assert all("XLA has no deterministic implementation" in reason for reason in reasons.values())
+    assert {c.framework for c in sb_config.cells(config)} == {"torch"}
+
+
 def test_strong_scaling_divides_the_global_batch_and_keeps_the_rate(schema):
     config = resolved(schema, {"gpus": [1, 2, 4]}, {"scaling": "strong", "global_batch": 8, "batch_per_gpu": 1})
     cells = [c for c in sb_config.cells(config) if c.framework == "torch" and c.backend == "native"]

@@ -15,7 +15,16 @@ from scalebench.train.interfaces import Backend, Framework
 TRAIN = SCRIPTS / "scalebench" / "train"
 FOLDERS = {"torch": "torch", "tensorflow": "tf"}
 # what every framework has, file for file
-SHARED_ROLES = {"__init__.py", "framework.py", "model.py", "data.py", "runtime.py", "checkpoint.py", "summaries.py"}
+SHARED_ROLES = {
+    "__init__.py",
+    "framework.py",
+    "model.py",
+    "data.py",
+    "runtime.py",
+    "checkpoint.py",
+    "summaries.py",
+    "compiled.py",
+}
 # a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
 HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}
 PAIRS = [(framework, backend) for framework, names in backends.REGISTRY.items() for backend in names]

@@ -13,6 +13,7 @@ from scalebench.launch import rank_env
 from scalebench.train import devices
 from scalebench.train.devices import DeviceError
 from scalebench.train.horovod_common import check_gpu_reductions
+from scalebench.train.placement import DataPlacement
 from scalebench.train.settings import RunSettings
 from scalebench.train.torch import native, runtime
 
@@ -138,7 +139,7 @@ def test_tensorflow_prefetches_to_the_gpu_of_a_one_replica_process(monkeypatch):
     monkeypatch.setattr(tf_framework.data, "train_dataset", lambda *args: asked.append(args[-1]))
     monkeypatch.setattr(tf_framework.data, "eval_dataset", lambda *args: asked.append(args[-1]) or [])
     framework.optimizer = type("Optimizer", (), {})()
-    framework.train_indices = [0, 1]
+    framework.prepare_data([0, 1], [], DataPlacement("host", 0, "training.loader.placement: host"))
     framework.epoch_batches(0, 1e-3)
     framework.evaluate([0])
     assert asked == ["/gpu:0", "/gpu:0"]

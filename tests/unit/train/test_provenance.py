@@ -57,13 +57,15 @@ def test_a_horovod_cell_records_its_batch_rate_precision_and_options_as_resolved
     assert record["loader"]["workers"] == 0 and "tf_strategy" not in record
 
 
-def test_tensorflow_cells_record_their_strategy_and_no_horovod_or_loader():
+def test_tensorflow_cells_record_their_strategy_their_placement_and_no_horovod_or_dataloader():
     native = record_of(settings("tensorflow", "native", 2), MultiWorkerBackend(rank_env.detect(TWO_RANKS)))
     mirrored = record_of(settings("tensorflow", "mirrored", 2), MirroredBackend(rank_env.detect({})))
     assert native["tf_strategy"] == "MultiWorkerMirroredStrategy" and "tf_replica_devices" not in native
     assert mirrored["tf_strategy"] == "MirroredStrategy" and "tf_replica_devices" in mirrored
     assert mirrored["backward_passes_per_step"] == 1 and mirrored["global_batch"] == 8
-    assert not {"horovod", "loader"} & (set(native) | set(mirrored))
+    assert "horovod" not in set(native) | set(mirrored)
+    # where the samples live is both frameworks' setting; the DataLoader's workers are PyTorch's
+    assert native["loader"] == mirrored["loader"] == {"placement": "auto", "device_memory_share": 0.25}
 
 
 def test_a_one_process_backend_gets_the_threads_of_every_device_it_drives():

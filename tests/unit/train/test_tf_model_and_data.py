@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import tensorflow as tf
 import torch
 from conftest import REPO, sb_config
 from scalebench.train.tf import data as tf_data
@@ -77,8 +78,34 @@ def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_da
     assert len(batches) == len(expected) // 5
     for step, ((image, mask),) in enumerate(batches):
         rows = expected[step * 5 : step * 5 + 5]
-        np.testing.assert_array_equal(image.numpy()[..., 0], images[rows].astype(np.float32) / 255)
-        assert set(np.unique(mask.numpy())) <= {0.0, 1.0}
+        assert image.dtype == tf.uint8 and mask.dtype == tf.uint8  # converted in the step, on its device
+        np.testing.assert_array_equal(image.numpy(), images[rows])
+        inputs, targets = tf_data.model_inputs(image, mask)
+        np.testing.assert_array_equal(inputs.numpy()[..., 0], images[rows].astype(np.float32) / np.float32(255))
+        assert set(np.unique(targets.numpy())) <= {0.0, 1.0}
+
+
+@pytest.mark.parametrize("replica_ids", [[0], [0, 1]])
+def test_device_placement_gives_the_host_pipelines_inputs_bit_for_bit(prepared_data, replica_ids):
+    train = tf_data.load_arrays(prepared_data)[2]["train"] * 2
+    samples = tf_data.replica_samples(train, replica_ids, 2, seed=3, epochs=3)
+    stores = [tf_data.DeviceSamples(str(prepared_data), s, "/cpu:0") for s in samples]
+    for epoch in range(3):
+        host = list(tf_data.train_dataset(str(prepared_data), train, replica_ids, 2, 4, 3, epoch, threads=1))
+        device = list(tf_data.device_train_batches(stores, train, replica_ids, 2, 4, 3, epoch))
+        assert len(device) == len(host) > 0
+        for device_step, host_step in zip(device, host, strict=True):
+            assert len(device_step) == len(host_step) == len(replica_ids)
+            for gathered, batch in zip(device_step, host_step, strict=True):
+                for ours, theirs in zip(tf_data.model_inputs(*gathered), tf_data.model_inputs(*batch), strict=True):
+                    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
+def test_device_samples_refuse_a_sample_they_did_not_load(prepared_data):
+    store = tf_data.DeviceSamples(str(prepared_data), [3, 1, 2], "/cpu:0")
+    assert store.nbytes == 3 * 2 * 32 * 48 and store.images.dtype == tf.uint8
+    with pytest.raises(KeyError, match=r"samples \[0\] were not loaded"):
+        store.rows(np.array([1, 0]))
 
 
 def test_batches_prefetched_to_a_device_are_the_same_batches_on_that_device(prepared_data):

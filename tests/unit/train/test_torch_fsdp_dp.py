@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import types
 
+import numpy as np
 import pytest
 import torch
 from conftest import cell_settings
 from scalebench.launch import rank_env
 from scalebench.train.accumulation import ONE_BATCH_STEP
 from scalebench.train.devices import DeviceError
+from scalebench.train.placement import DataPlacement
 from scalebench.train.settings import RunSettings
 from scalebench.train.torch import data, dp, framework, fsdp, runtime
 from scalebench.train.torch.model import UNet
@@ -56,28 +58,71 @@ def test_dp_of_one_gpu_on_the_cpu_trains_the_plain_module():
     assert backend.options() == {"dp": {"processes": 1, "device_ids": None}}
 
 
-@pytest.mark.parametrize("replicas", [2, 3])
-def test_a_dp_step_reads_exactly_what_the_ddp_ranks_read_together_in_that_step(prepared_data, replicas):
-    indices = list(range(32)) * 2
+def host_and_device_batches(data_dir: str, indices: list[int], replicas: int, replica_ids: list[int]):
+    """The training batches of these replicas with host placement and with device placement (CPU)."""
     loader_settings = run_settings("dp", replicas).training.loader
+    cpu = torch.device("cpu")
+    host_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH)
+    host = data.host_train_loader(data_dir, host_sampler, loader_settings, False, cpu)
+    device_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH)
+    per_replica = data.replica_samples(indices, device_sampler, epochs=4)
+    stores = [data.DeviceSamples(data_dir, samples, cpu) for samples in per_replica]
+    device = data.DeviceTrainBatches(indices, device_sampler, stores)
+    return (host, host_sampler), (device, device_sampler)
+
+
+def step_images(batch) -> tuple[torch.Tensor, torch.Tensor]:
+    images, masks = batch
+    if isinstance(images, data.ReplicaInputs):  # device placement, several replicas: one part each
+        images = torch.cat(images.parts)
+    return images, masks
+
+
+@pytest.mark.parametrize("placement", ["host", "device"])
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_a_dp_step_reads_exactly_what_the_ddp_ranks_read_together_in_that_step(prepared_data, replicas, placement):
+    indices = list(range(32)) * 2
+    which = 0 if placement == "host" else 1
     rank_loaders = [
-        data.train_loader(str(prepared_data), indices, replicas, [rank], 1, BATCH, loader_settings, False)
-        for rank in range(replicas)
+        host_and_device_batches(str(prepared_data), indices, replicas, [rank])[which] for rank in range(replicas)
     ]
-    dp_loader, dp_sampler = data.train_loader(
-        str(prepared_data), indices, replicas, list(range(replicas)), 1, BATCH, loader_settings, False
-    )
+    dp_loader, dp_sampler = host_and_device_batches(str(prepared_data), indices, replicas, list(range(replicas)))[which]
     for epoch in (0, 3):
         dp_sampler.set_epoch(epoch)
         for _, sampler in rank_loaders:
             sampler.set_epoch(epoch)
-        steps = list(dp_loader)
+        steps = [step_images(batch) for batch in dp_loader]
         per_rank = [list(loader) for loader, _ in rank_loaders]
         assert len(steps) == len(per_rank[0]) == len(indices) // replicas // BATCH
         for step, (images, masks) in enumerate(steps):
             # in replica order, so DataParallel's split along the batch hands GPU r rank r's samples
             assert torch.equal(images, torch.cat([batches[step][0] for batches in per_rank]))
             assert torch.equal(masks, torch.cat([batches[step][1] for batches in per_rank]))
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_device_placement_gives_the_host_loaders_batches_bit_for_bit(prepared_data, replicas):
+    indices = list(range(32)) * 2
+    (host, host_sampler), (device, device_sampler) = host_and_device_batches(
+        str(prepared_data), indices, replicas, list(range(replicas))
+    )
+    for epoch in (0, 1, 3):
+        host_sampler.set_epoch(epoch)
+        device_sampler.set_epoch(epoch)
+        host_steps, device_steps = list(host), [step_images(batch) for batch in device]
+        assert len(host_steps) == len(device_steps) > 0
+        for (host_images, host_masks), (images, masks) in zip(host_steps, device_steps, strict=True):
+            assert images.dtype == torch.float32 and images.shape == (replicas * BATCH, 1, 32, 48)
+            assert images.is_contiguous(memory_format=runtime.LAYOUT)
+            assert torch.equal(images, host_images) and torch.equal(masks, host_masks)
+            assert float(images.max()) <= 1.0 and set(masks.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_device_samples_refuse_a_sample_they_did_not_load(prepared_data):
+    store = data.DeviceSamples(str(prepared_data), [3, 1, 2], torch.device("cpu"))
+    assert store.nbytes == 3 * 2 * 32 * 48
+    with pytest.raises(KeyError, match=r"samples \[0\] were not loaded"):
+        store.rows(np.array([1, 0]))
 
 
 def test_one_replica_reads_distributed_samplers_order_in_whole_batches():
@@ -98,12 +143,13 @@ def test_a_step_of_several_replicas_counts_each_replicas_batch_and_loss(prepared
     torch_framework.device, torch_framework.autocast = torch.device("cpu"), None
     torch_framework.build()
     torch_framework.distribute()
-    torch_framework.prepare_data(list(range(32)))
+    torch_framework.replica_devices = [torch.device("cpu")] * 2
+    torch_framework.prepare_data(list(range(32)), [], DataPlacement("host", 0, "test"))
     images, masks = next(iter(torch_framework.epoch_batches(0, 0.0)))  # rate 0: the model stays as it is
     with torch.no_grad():
         halves = [
             torch.nn.functional.binary_cross_entropy_with_logits(
-                torch_framework.model(runtime.to_device(images[part], torch.device("cpu"))), masks[part]
+                torch_framework.model(images[part]), masks[part]
             ).item()
             for part in (slice(0, BATCH), slice(BATCH, 2 * BATCH))
         ]

@@ -26,6 +26,8 @@ class BackendSpec:
     cpu_reason: str = ""
     # why it cannot reduce gradients in fp16 (training.compression: fp16); "" where it can
     compression_reason: str = ""
+    # why its steps cannot be compiled (training.compile: true); "" where they can
+    compile_reason: str = ""
 
 
 # TensorFlow's all-reduce takes tf.distribute.experimental.CommunicationOptions, which has
@@ -56,6 +58,10 @@ DP = BackendSpec(
     compression_reason=(
         "nn.DataParallel is one process: its replicas' gradients are added up on the first GPU in "
         "backward, with no allreduce between ranks to compress"
+    ),
+    compile_reason=(
+        "nn.DataParallel copies the model to every GPU and runs the copies in threads in each forward, "
+        "which torch.compile does not trace; compare compiled steps with backend native (DDP)"
     ),
 )
 MIRRORED = BackendSpec(
@@ -96,6 +102,27 @@ def compression_problem(framework: str, backend: str, compression: str) -> str |
     if compression == "none" or not reason:
         return None
     return f"compression {compression} is not available for {FRAMEWORK_NAMES[framework]} backend {backend}: {reason}"
+
+
+# XLA has no deterministic max-pooling gradient: TensorFlow refuses jit_compile under op determinism
+TF_DETERMINISTIC_COMPILE_REASON = (
+    "XLA has no deterministic implementation of the UNet's max-pooling gradient; set "
+    "training.deterministic: false to compile TensorFlow steps"
+)
+
+
+def compile_problem(framework: str, backend: str, compile_steps: bool, deterministic: bool | None = None) -> str | None:
+    """Why `backend` of `framework` cannot compile its steps; None where it can (or need not).
+    deterministic: training.deterministic (null resolves at the rank: on for CPU ranks, which
+    then refuse a compiled TensorFlow step before the first step)."""
+    if not compile_steps:
+        return None
+    reason = spec(framework, backend).compile_reason
+    if not reason and framework == "tensorflow" and deterministic:
+        reason = TF_DETERMINISTIC_COMPILE_REASON
+    if not reason:
+        return None
+    return f"compiled steps are not available for {FRAMEWORK_NAMES[framework]} backend {backend}: {reason}"
 
 
 def describe_registry() -> str:

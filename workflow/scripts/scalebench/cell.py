@@ -1,6 +1,6 @@
 """A cell of the study: one training run of the matrix framework x backend x gpus x seed,
 at the values of the optional axes the study sweeps (batch per GPU, precision, compression,
-strong scaling)."""
+compiled steps, strong scaling)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ RUNS_ROOT = "results/runs"
 OWN_SOURCE = "scalebench"
 
 # The optional matrix axes, in the order their values appear in a cell's variant label.
-AXES = ("batch_per_gpu", "precision", "compression", "scaling")
+AXES = ("batch_per_gpu", "precision", "compression", "compile", "scaling")
 # How each names its value in the label. A strong-scaling cell also carries its global batch
 # (not an axis: one per study); weak scaling is named only where matrix.scaling lists it.
 _LABELS = {
     "batch_per_gpu": lambda value: f"batch{value}",
     "precision": str,
     "compression": lambda value: f"compress-{value}",
+    "compile": lambda value: "compiled" if value else "eager",
     "scaling": str,
     "global_batch": lambda value: f"global{value}",
 }

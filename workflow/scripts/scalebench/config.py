@@ -338,7 +338,7 @@ def cell_problem(config: dict, cell: Cell) -> str | None:
     A pair that does not exist; fewer ranks than the backend needs (fsdp on 1); a backend
     that drives one node from one process (dp, mirrored) on more devices than a node has;
     dp on more than one device where the config says there are no GPUs (training.device:
-    cpu, or a CPU-only cluster); a gradient compression the backend does not have; a
+    cpu, or a CPU-only cluster); a gradient compression or compiled steps the backend does not have; a
     strong-scaling global batch that does not divide over the cell's GPUs.
     """
     framework, backend, gpus = cell.framework, cell.backend, cell.gpus
@@ -363,6 +363,9 @@ def cell_problem(config: dict, cell: Cell) -> str | None:
     compression = backends.compression_problem(framework, backend, training["compression"])
     if compression:
         return compression
+    compiled = backends.compile_problem(framework, backend, training["compile"], training["deterministic"])
+    if compiled:
+        return compiled
     if training["scaling"] == "strong" and training["global_batch"] is None:
         return "training.global_batch is required with strong scaling"
     if training["scaling"] == "strong" and training["global_batch"] % gpus:

@@ -58,6 +58,8 @@ RUN_COLUMNS = [
     "images_per_s_per_gpu",
     "data_wait_s",
     "data_wait_share",
+    "data_placement",  # device or host: where the samples lived (training.loader.placement resolved)
+    "data_device_bytes",  # bytes of samples each device held for the run (0 with host placement)
     "iou",
     "test_loss",
     "time_to_target_s",  # training time until validation IOU first reached training.target_iou
@@ -240,6 +242,8 @@ def read_cell(
         "images_per_s_per_gpu": images_per_s / gpus,
         "data_wait_s": total_wait,
         "data_wait_share": total_wait / total_time if total_time else math.nan,
+        "data_placement": run.get("data_placement"),  # empty for a cell from before placements
+        "data_device_bytes": run.get("data_device_bytes"),
         "iou": _number(final.get("iou")),
         "test_loss": _number(final.get("test_loss")),
         "time_to_target_s": to_target,

@@ -182,6 +182,13 @@ def visible_gpus(count: int, environ: dict | None = None) -> list[str | int]:
     return [int(entry) if entry.isdigit() else entry for entry in entries]
 
 
+def nvml_handle(nvml: ModuleType, identifier: str | int):
+    """NVML's handle of a GPU named by index or UUID (an entry of visible_gpus)."""
+    if isinstance(identifier, int):
+        return nvml.nvmlDeviceGetHandleByIndex(identifier)
+    return nvml.nvmlDeviceGetHandleByUUID(identifier)
+
+
 class NvmlMeter(Meter):
     """The energy of GPUs `indices` (the framework's numbering) of this process."""
 
@@ -199,15 +206,10 @@ class NvmlMeter(Meter):
         try:
             self.nvml.nvmlInit()
             ids = visible_gpus(self.nvml.nvmlDeviceGetCount(), environ)
-            self.handles = [self._handle(ids[i % len(ids)]) for i in indices]
+            self.handles = [nvml_handle(self.nvml, ids[i % len(ids)]) for i in indices]
             self.counters = [self._has_counter(handle) for handle in self.handles]
         except Exception as error:  # NVMLError and its many subclasses, a bad index
             self.reason = f"NVML cannot read this process's GPUs: {error}"
-
-    def _handle(self, identifier: str | int):
-        if isinstance(identifier, int):
-            return self.nvml.nvmlDeviceGetHandleByIndex(identifier)
-        return self.nvml.nvmlDeviceGetHandleByUUID(identifier)
 
     def _has_counter(self, handle) -> bool:
         try:

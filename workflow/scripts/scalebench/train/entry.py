@@ -47,6 +47,11 @@ def create_framework(run: RunSettings, place: rank_env.RankInfo) -> Framework:
     problem = backends.compression_problem(run.cell.framework, run.cell.backend, run.training.compression)
     if problem:  # config validation refuses such a cell first; a rank started by hand is refused here
         raise ValueError(f"training.compression: {problem}")
+    problem = backends.compile_problem(
+        run.cell.framework, run.cell.backend, run.training.compile, run.training.deterministic
+    )
+    if problem:
+        raise ValueError(f"training.compile: {problem}")
     package = FRAMEWORK_PACKAGES[run.cell.framework]
     backend_module = importlib.import_module(f"{package}.{run.cell.backend}")
     framework_module = importlib.import_module(f"{package}.framework")

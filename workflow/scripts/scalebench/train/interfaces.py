@@ -18,6 +18,7 @@ import numpy as np
 
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.accumulation import Part
+from scalebench.train.placement import DataPlacement
 from scalebench.train.settings import RunSettings
 from scalebench.train.summaries import EpochWriter
 
@@ -62,6 +63,11 @@ class Backend:
     def setup(self, run: RunSettings) -> None:
         """Join the other ranks, with run.training.collective_timeout_s as the limit for a dead peer."""
         raise NotImplementedError
+
+    def local_devices(self) -> list[str] | None:
+        """TensorFlow: the devices of this process's replicas where one process drives several
+        (MirroredStrategy); None where the framework's own device is the one."""
+        return None
 
     def scope(self) -> AbstractContextManager:
         """Where the model and optimizer are created (a tf.distribute strategy's scope)."""
@@ -142,8 +148,18 @@ class Framework(Protocol):
     def distribute(self) -> None:
         """Hand model and optimizer to the backend (after a restore, so rank 0's state is shared)."""
 
-    def prepare_data(self, train_indices: list[int]) -> None:
-        """This rank's input pipeline over the (repeated) training indices."""
+    def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
+        """Bytes of uint8 samples the busiest device of this process holds with placement device:
+        its replica's training samples over all epochs, and on the first device the evaluated ones."""
+
+    def free_device_bytes(self) -> int | None:
+        """Free memory of this process's device with the least (a CPU rank: its share of the
+        node's), or None where the framework cannot tell."""
+
+    def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:
+        """This rank's input pipeline over the (repeated) training indices and the evaluation
+        shards, placed as decided (train/placement.py): the batches arrive on the device as the
+        model's inputs either way."""
 
     def epoch_batches(self, epoch: int, learning_rate: float) -> Iterable:
         """Set the rate and return this rank's batches of the epoch in the sampler's order."""

@@ -19,7 +19,7 @@ import numpy as np
 
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
-from scalebench.train import accumulation, energy, faults, flops, metrics, outcome, provenance, summaries
+from scalebench.train import accumulation, energy, faults, flops, metrics, outcome, placement, provenance, summaries
 from scalebench.train.interfaces import Backend, Framework
 from scalebench.train.lr_schedule import learning_rate
 from scalebench.train.settings import RunSettings
@@ -102,12 +102,13 @@ class TrainingLoop:
     def train(self) -> str:
         self.start()
         self.framework.build()
+        train_indices = self.manifest["train"] * self.training.dataset_repeat
+        self.placement = self.place_data(train_indices)
         self.write_provenance()
         progress = self.resume()
         self.framework.distribute()
         check_compression(self.backend, self.training.compression)
-        train_indices = self.manifest["train"] * self.training.dataset_repeat
-        self.framework.prepare_data(train_indices)
+        self.framework.prepare_data(train_indices, self.eval_shards(), self.placement)
         batches = accumulation.batches_per_epoch(len(train_indices), self.backend.replicas, self.training.batch_per_gpu)
         self.parts = accumulation.epoch_parts(batches, self.backend.backward_passes_per_step)
         status = self.run_epochs(progress)
@@ -124,6 +125,29 @@ class TrainingLoop:
             )
         check_batch(self.training.batch_per_gpu, len(self.manifest["train"]), self.backend.replicas)
 
+    def shard(self, indices: list[int]) -> list[int]:
+        """This process's share of evaluation samples: every world_size-th, none dropped or repeated."""
+        return indices[self.backend.rank :: self.backend.world_size]
+
+    def eval_shards(self) -> list[list[int]]:
+        """The samples this process evaluates: its validation shard (where training validates) and test shard."""
+        val = [self.shard(self.manifest["val"])] if self.training.eval_every else []
+        return [*val, self.shard(self.manifest["test"])]
+
+    def place_data(self, train_indices: list[int]) -> placement.DataPlacement:
+        """training.loader.placement for every rank alike: with auto, from the largest need and the
+        smallest free memory among the ranks; device that cannot fit is refused before any step."""
+        loader, framework = self.training.loader, self.framework
+        figures = [0.0, 0.0, 0.0]
+        if loader.placement != "host":
+            needed = framework.input_bytes(train_indices, self.eval_shards())
+            figures = placement.local_figures(needed, framework.free_device_bytes())
+        reduced = self.backend.allreduce_max(np.array(figures, dtype=np.float64)).tolist()
+        decided = placement.decide(loader.placement, reduced, loader.device_memory_share, self.backend.device_type)
+        if self.is_root:
+            print(f"data placement: {decided.kind} ({decided.reason})", flush=True)
+        return decided
+
     def write_provenance(self) -> None:
         run = self.run
         record = provenance.start_record(dataclasses.asdict(run.cell), self.config_hash)
@@ -138,6 +162,9 @@ class TrainingLoop:
             data_key=Path(run.data_dir).name,  # the prepared arrays' folder is named by their settings
             collective_timeout_s=self.training.collective_timeout_s,
             precision=self.training.precision,
+            data_placement=self.placement.kind,
+            data_device_bytes=self.placement.device_bytes,
+            data_placement_reason=self.placement.reason,
         )
         record["versions"] = {**record.get("versions", {}), **self.backend.versions()}
         record["settings"] = run.source
@@ -284,8 +311,7 @@ class TrainingLoop:
         """Loss and IOU over all of `indices` (the validation or the test pairs): process r takes
         every world_size-th sample (none dropped or repeated), and the sums are reduced across processes."""
         self.framework.sync_buffers()
-        shard = indices[self.backend.rank :: self.backend.world_size]
-        sums = self.backend.allreduce_sum(self.framework.evaluate(shard))
+        sums = self.backend.allreduce_sum(self.framework.evaluate(self.shard(indices)))
         loss, pixels, intersection, union = sums.tolist()
         return loss / max(pixels, 1), (intersection / union if union else 1.0)
 

@@ -137,6 +137,7 @@ def training_record(
         "decay_factor": training.decay_factor,
         "precision": training.precision,
         "compression": compression,  # the gradients' type in the reduction, as the backend applied it
+        "compile": training.compile,
         "deterministic": deterministic,
         "batch_norm": training.batch_norm,
         "device": device_type,  # gpu or cpu, what training.device resolved to
@@ -149,8 +150,10 @@ def training_record(
         "target_iou": training.target_iou if training.stop_at_target else None,
         "checkpoint_every": training.checkpoint_every,
     }
-    if framework == "torch":  # the DataLoader is PyTorch's; TensorFlow's pipeline has no settings
-        record["loader"] = dataclasses.asdict(training.loader)
+    loader = dataclasses.asdict(training.loader)
+    if framework != "torch":  # the workers, pinning and prefetching are PyTorch's DataLoader's
+        loader = {key: loader[key] for key in ("placement", "device_memory_share")}
+    record["loader"] = loader
     return {**record, **backend_options}
 
 

@@ -22,11 +22,13 @@ from scalebench.cell import Cell
 
 @dataclass(frozen=True)
 class LoaderSettings:
-    """training.loader: the PyTorch DataLoader."""
+    """training.loader: where the samples live (both frameworks) and PyTorch's host loader."""
 
-    workers: int  # worker processes per rank
-    pin_memory: bool  # page-locked host buffers (used only on GPU)
-    prefetch_factor: int  # batches each worker loads ahead
+    placement: str  # auto, device or host (train/placement.py)
+    device_memory_share: float  # auto: device placement where the samples fit in this share of free memory
+    workers: int  # host placement: DataLoader worker processes per rank
+    pin_memory: bool  # host placement: page-locked host buffers (used only on GPU)
+    prefetch_factor: int  # host placement: batches each worker loads ahead
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class TrainingSettings:
     checkpoint_every: int  # a resumable checkpoint every this many epochs (0 = never)
     precision: str  # fp32, bf16 or fp16
     compression: str  # none or fp16: the gradients' type for the reduction between ranks
+    compile: bool  # torch.compile / XLA jit_compile of the training step (the framework's compile.py)
     batch_norm: bool
     device: str  # auto, cpu or cuda
     threads_per_rank: int | None  # None: SLURM_CPUS_PER_TASK under SLURM, else 1

@@ -1,12 +1,15 @@
-"""tf.data pipelines over the memory-mapped arrays, in PyTorch's sample order.
+"""The prepared uint8 arrays as the step's inputs, in PyTorch's sample order, in two placements.
 
-Training: every replica takes its shard of the (repeated) training indices in
-exactly the order torch's DistributedSampler gives rank r in an epoch
-(shuffled by seed + epoch, padded to a multiple of the world size), batches it
-dropping the remainder, and prefetches: on a GPU into the device's memory, so the
-host-to-device copy of the next batch overlaps the current step. The arrays are already decoded uint8,
-so an epoch only gathers rows and scales them. Evaluation: replica r takes
-test[r::world], nothing dropped or repeated.
+Every replica takes its shard of the (repeated) training indices in exactly the order torch's
+DistributedSampler gives rank r in an epoch (shuffled by seed + epoch, padded to a multiple of
+the world size) and full batches of it; evaluation: process r takes test[r::world], nothing
+dropped or repeated. The conversion to float (image / 255, the mask as 0/1, a channel axis) is
+model_inputs, inside the compiled step, on the replica's device, in both placements
+(train/placement.py):
+- device: DeviceSamples holds the samples a replica uses as uint8 tensors on its device, loaded
+  once; a step's inputs are (stored images, stored masks, rows), and the step gathers its batch.
+- host: tf.data gathers uint8 rows from the memory-mapped arrays and prefetches them, on a GPU
+  into the device's memory (prefetch_to_device), so the copy overlaps the current step.
 """
 
 from __future__ import annotations
@@ -46,14 +49,22 @@ def distributed_order(n: int, world_size: int, rank: int, seed: int, epoch: int)
     return order[rank:total:world_size]
 
 
+def model_inputs(*batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """A step's batch as the model's float32 inputs, on the device the step runs on: from uint8
+    (images, masks), or from (stored images, stored masks, rows) gathered first. Same scaling as
+    the PyTorch side: image / 255, mask as 0/1, N x H x W x 1."""
+    if len(batch) == 3:
+        images, masks, rows = batch
+        batch = (tf.gather(images, rows), tf.gather(masks, rows))
+    images, masks = batch
+    return tf.cast(images, tf.float32)[..., None] / 255.0, tf.cast(masks, tf.float32)[..., None]
+
+
 def _loader(data_dir: str):
     images, masks, _ = load_arrays(data_dir)
 
     def load(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        # Same scaling as the PyTorch dataset: image / 255 in float32, mask as 0/1 float32.
-        image = np.asarray(images[indices], dtype=np.float32)[..., None] / np.float32(255.0)
-        mask = np.asarray(masks[indices], dtype=np.float32)[..., None]
-        return image, mask
+        return np.asarray(images[indices]), np.asarray(masks[indices])  # uint8: converted on the device
 
     height, width = images.shape[1:]
     return load, (height, width)
@@ -63,9 +74,9 @@ def _batches(data_dir: str, indices: list[int], batch: int, drop_remainder: bool
     load, (height, width) = _loader(data_dir)
 
     def gather(index_batch):
-        image, mask = tf.numpy_function(load, [index_batch], (tf.float32, tf.float32), stateful=False)
-        image.set_shape([None, height, width, 1])
-        mask.set_shape([None, height, width, 1])
+        image, mask = tf.numpy_function(load, [index_batch], (tf.uint8, tf.uint8), stateful=False)
+        image.set_shape([None, height, width])
+        mask.set_shape([None, height, width])
         return image, mask
 
     dataset = tf.data.Dataset.from_tensor_slices(np.asarray(indices, dtype=np.int64))
@@ -83,6 +94,80 @@ def prefetched(dataset: tf.data.Dataset, device: str | None) -> tf.data.Dataset:
     return dataset.apply(tf.data.experimental.prefetch_to_device(device, buffer_size=2))
 
 
+def replica_shard(train_indices: list[int], replicas: int, replica: int, seed: int, epoch: int) -> np.ndarray:
+    """The sample indices `replica` takes in `epoch`, in DistributedSampler's order."""
+    positions = distributed_order(len(train_indices), replicas, replica, seed, epoch)
+    return np.asarray(train_indices, dtype=np.int64)[positions]
+
+
+def replica_samples(
+    train_indices: list[int], replica_ids: list[int], replicas: int, seed: int, epochs: int
+) -> list[np.ndarray]:
+    """The sample indices each replica of `replica_ids` takes in any of `epochs` epochs, sorted.
+    (Whole shards: the last partial batch of an epoch is dropped, its samples still counted.)"""
+    return [
+        np.unique(np.concatenate([replica_shard(train_indices, replicas, replica, seed, e) for e in range(epochs)]))
+        for replica in replica_ids
+    ]
+
+
+class DeviceSamples:
+    """Samples of the arrays as uint8 tensors on one device, loaded once."""
+
+    def __init__(self, data_dir: str, samples: np.ndarray | list[int], device: str) -> None:
+        images, masks, _ = load_arrays(data_dir)
+        order = np.unique(np.asarray(samples, dtype=np.int64))
+        self.device = device
+        with tf.device(device):
+            self.images = tf.identity(np.ascontiguousarray(images[order]))
+            self.masks = tf.identity(np.ascontiguousarray(masks[order]))
+        self.row_of = np.full(int(order.max(initial=-1)) + 1, -1, dtype=np.int64)
+        self.row_of[order] = np.arange(len(order))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.images.shape.num_elements() + self.masks.shape.num_elements())  # uint8
+
+    def rows(self, samples: np.ndarray) -> tf.Tensor:
+        """The rows of these sample indices, as one index tensor on the device (a single copy)."""
+        rows = self.row_of[samples]
+        if (rows < 0).any():
+            raise KeyError(f"samples {samples[rows < 0][:5].tolist()} were not loaded onto {self.device}")
+        with tf.device(self.device):
+            return tf.identity(rows)
+
+    def inputs(self, rows: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """A step's inputs that model_inputs gathers."""
+        return self.images, self.masks, rows
+
+
+def device_train_batches(
+    stores: list[DeviceSamples],
+    train_indices: list[int],
+    replica_ids: list[int],
+    replicas: int,
+    batch: int,
+    seed: int,
+    epoch: int,
+):
+    """One epoch with device placement: per step a tuple with each local replica's inputs (its
+    stored samples and the step's rows), the same samples in the same order as train_dataset."""
+    rows = []
+    for store, replica in zip(stores, replica_ids, strict=True):
+        shard = replica_shard(train_indices, replicas, replica, seed, epoch)
+        steps = len(shard) // batch
+        rows.append(tf.reshape(store.rows(shard[: steps * batch]), [steps, batch]))  # one copy per epoch
+    for step in range(int(rows[0].shape[0])):
+        yield tuple(store.inputs(replica_rows[step]) for store, replica_rows in zip(stores, rows))
+
+
+def device_eval_batches(store: DeviceSamples, shard: list[int], batch: int):
+    """The shard in order, every sample once (the last batch may be smaller), gathered on the device."""
+    rows = store.rows(np.asarray(shard, dtype=np.int64))
+    for start in range(0, len(shard), batch):
+        yield store.inputs(rows[start : start + batch])
+
+
 def train_dataset(
     data_dir: str,
     train_indices: list[int],
@@ -94,11 +179,11 @@ def train_dataset(
     threads: int,
     device: str | None = None,
 ) -> tf.data.Dataset:
-    """One epoch: per step a tuple with one (images, masks) batch per local replica, prefetched to `device`."""
+    """One epoch with host placement: per step a tuple with one uint8 (images, masks) batch per
+    local replica, prefetched to `device`."""
     per_replica = []
     for replica in replica_ids:
-        positions = distributed_order(len(train_indices), replicas, replica, seed, epoch)
-        shard = [train_indices[p] for p in positions]
+        shard = replica_shard(train_indices, replicas, replica, seed, epoch).tolist()
         per_replica.append(_batches(data_dir, shard, batch, drop_remainder=True, threads=threads))
     return prefetched(tf.data.Dataset.zip(tuple(per_replica)), device)
 

@@ -16,12 +16,13 @@ import tensorflow as tf
 import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
-from scalebench.train import devices, resume
+from scalebench.train import devices, energy, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
+from scalebench.train.placement import DataPlacement
 from scalebench.train.settings import RunSettings
 from scalebench.train.summaries import EpochWriter
-from scalebench.train.tf import checkpoint, data, runtime
+from scalebench.train.tf import checkpoint, compiled, data, runtime
 from scalebench.train.tf.checkpoint import Checkpoint
 from scalebench.train.tf.model import build_unet, parameter_count
 from scalebench.train.tf.summaries import TensorFlowEpochWriter
@@ -40,14 +41,20 @@ class Steps:
     their mean across ranks and steps the optimizer, once per optimizer step.
     """
 
-    def __init__(self, model: keras.Model, optimizer, backend: Backend, loss_scaled: bool, image_size):
+    def __init__(
+        self, model: keras.Model, optimizer, backend: Backend, loss_scaled: bool, image_size, compile_steps: bool
+    ):
         variables = model.trainable_variables
 
-        def loss_and_gradients(images, masks):
+        def loss_and_gradients(*batch):
+            images, masks = data.model_inputs(*batch)  # gathered and converted here, on the replica's device
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(bce_terms(model(images, training=True), masks))
                 scaled = optimizer.get_scaled_loss(loss) if loss_scaled else loss
             return loss, tape.gradient(scaled, variables)
+
+        if compile_steps:  # XLA compiles the replica's own work; the reduction stays outside
+            loss_and_gradients = compiled.step_function(loss_and_gradients)
 
         def reduce_and_apply(gradients):
             gradients = backend.reduce_gradients(gradients)
@@ -56,8 +63,8 @@ class Steps:
             # the backend has averaged the gradients over the replicas already
             optimizer.apply_gradients(zip(gradients, variables), skip_gradients_aggregation=True)
 
-        def replica_train(images, masks):
-            loss, gradients = loss_and_gradients(images, masks)
+        def replica_train(*batch):
+            loss, gradients = loss_and_gradients(*batch)
             reduce_and_apply(gradients)
             return loss
 
@@ -68,8 +75,8 @@ class Steps:
             # the (loss-scaled) gradient sums of the current optimizer step; zero between steps
             sums = [tf.Variable(tf.zeros_like(v), trainable=False, name="gradient_sum") for v in variables]
 
-            def replica_accumulate(images, masks):
-                loss, gradients = loss_and_gradients(images, masks)
+            def replica_accumulate(*batch):
+                loss, gradients = loss_and_gradients(*batch)
                 for total, gradient in zip(sums, gradients):
                     total.assign_add(gradient)
                 return loss
@@ -83,7 +90,8 @@ class Steps:
             self.accumulate = tf.function(lambda batches: backend.run_replicas(replica_accumulate, batches))
             self.apply = tf.function(apply, input_signature=[tf.TensorSpec([], tf.float32)])
 
-        def replica_eval(images, masks):
+        def replica_eval(*batch):
+            images, masks = data.model_inputs(*batch)
             logits = tf.cast(model(images, training=False), tf.float32)
             predicted, truth = logits > 0, masks > 0.5
             count = lambda t: tf.reduce_sum(tf.cast(t, tf.float64))  # noqa: E731
@@ -99,16 +107,22 @@ class Steps:
         def train(batches):
             return backend.run_replicas(replica_train, batches)
 
-        def evaluate(images, masks):
-            return backend.run_replicas(replica_eval, [(images, masks)])[0]
+        def evaluate(*batch):
+            return backend.run_replicas(replica_eval, [batch])[0]
+
+        def replica_predict(images):
+            inputs, _ = data.model_inputs(images, images)
+            return tf.cast(model(inputs, training=False), tf.float32)
 
         def predict(images):
-            return backend.run_replicas(lambda x: tf.cast(model(x, training=False), tf.float32), [(images,)])[0]
+            return backend.run_replicas(replica_predict, [(images,)])[0]
 
-        spec = tf.TensorSpec([None, *image_size, 1], tf.float32)
+        samples = tf.TensorSpec([None, *image_size], tf.uint8)  # uint8 images or masks
         self.train = tf.function(train)
-        self.eval = tf.function(evaluate, input_signature=[spec, spec])
-        self.predict = tf.function(predict, input_signature=[spec])
+        self.eval = tf.function(evaluate, input_signature=[samples, samples])
+        # device placement: (stored images, stored masks, rows) gathered in the step
+        self.eval_gathered = tf.function(evaluate, input_signature=[samples, samples, tf.TensorSpec([None], tf.int64)])
+        self.predict = tf.function(predict, input_signature=[samples])
 
 
 class TensorFlowFramework:
@@ -130,8 +144,13 @@ class TensorFlowFramework:
         backend.device_type = self.device_type
         self.input_device = runtime.input_device(self.device_type, replicas)
         backend.setup(run)
+        # each local replica's device (a MirroredStrategy process has several), where device placement puts its samples
+        self.replica_devices = backend.local_devices() or ["/gpu:0" if self.device_type == "gpu" else "/cpu:0"]
         self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
         self.deterministic = devices.deterministic(self.training.deterministic, self.device_type == "gpu")
+        if self.training.compile:
+            compiled.check_available()
+            compiled.check_determinism(self.deterministic)
         runtime.set_determinism(run.cell.seed, self.deterministic)
 
     def build(self) -> None:
@@ -154,6 +173,7 @@ class TensorFlowFramework:
             "layout": "channels_last",
             "tf32": runtime.tf32_enabled(self.device_type),
             "deterministic": self.deterministic,
+            "compiled": compiled.DESCRIPTION if self.training.compile else None,
             "versions": runtime.versions(),
         }
 
@@ -169,10 +189,38 @@ class TensorFlowFramework:
 
     def distribute(self) -> None:
         self.model, self.optimizer = self.backend.distribute(self.model, self.optimizer)
-        self.steps = Steps(self.model, self.optimizer, self.backend, self.loss_scaled, self.run.image_size)
+        self.steps = Steps(
+            self.model, self.optimizer, self.backend, self.loss_scaled, self.run.image_size, self.training.compile
+        )
 
-    def prepare_data(self, train_indices: list[int]) -> None:
+    def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
+        backend = self.backend
+        per_replica = data.replica_samples(
+            train_indices, backend.replica_ids, backend.replicas, self.run.cell.seed, self.training.epochs
+        )
+        evaluated = {index for shard in eval_shards for index in shard}  # on the first device
+        per_device = [len(samples) for samples in per_replica]
+        per_device[0] = len(set(per_replica[0].tolist()) | evaluated)
+        return max(per_device) * placement.sample_bytes(self.run.image_size)
+
+    def free_device_bytes(self) -> int | None:
+        backend = self.backend
+        if self.device_type == "gpu":
+            return placement.nvml_free_bytes(energy.process_gpus(backend.local_rank, len(self.replica_devices)))
+        return placement.host_free_bytes(backend.local_world_size)
+
+    def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:
         self.train_indices = train_indices
+        self.stores: list[data.DeviceSamples] = []
+        self.eval_stores: dict[tuple[int, ...], data.DeviceSamples] = {}
+        if where.kind == "device":
+            backend, data_dir = self.backend, self.run.data_dir
+            per_replica = data.replica_samples(
+                train_indices, backend.replica_ids, backend.replicas, self.run.cell.seed, self.training.epochs
+            )
+            self.stores = [data.DeviceSamples(data_dir, s, d) for s, d in zip(per_replica, self.replica_devices)]
+            for shard in eval_shards:
+                self.eval_stores[tuple(shard)] = data.DeviceSamples(data_dir, shard, self.replica_devices[0])
 
     # --- an epoch
 
@@ -181,6 +229,16 @@ class TensorFlowFramework:
         self.loss_sum = tf.zeros((), dtype=tf.float64)
         self.replica_steps = 0
         backend = self.backend
+        if self.stores:
+            return data.device_train_batches(
+                self.stores,
+                self.train_indices,
+                backend.replica_ids,
+                backend.replicas,
+                self.training.batch_per_gpu,
+                self.run.cell.seed,
+                epoch,
+            )
         return data.train_dataset(
             self.run.data_dir,
             self.train_indices,
@@ -222,6 +280,11 @@ class TensorFlowFramework:
 
     def evaluate(self, indices: list[int]) -> np.ndarray:
         sums = np.zeros(4, dtype=np.float64)  # loss, pixels, intersection, union
+        store = self.eval_stores.get(tuple(indices))
+        if store is not None:
+            for batch in data.device_eval_batches(store, indices, self.training.batch_per_gpu):
+                sums += self.steps.eval_gathered(*batch).numpy()
+            return sums
         for images, masks in data.eval_dataset(
             self.run.data_dir, indices, self.training.batch_per_gpu, self.run.threads, self.input_device
         ):
@@ -233,8 +296,7 @@ class TensorFlowFramework:
 
         images, _, _ = load_arrays(self.run.data_dir)
         for index in indices:
-            image = np.asarray(images[index : index + 1], dtype=np.float32)[..., None] / np.float32(255.0)
-            logits = self.steps.predict(tf.constant(image)).numpy()
+            logits = self.steps.predict(tf.constant(np.asarray(images[index : index + 1]))).numpy()
             Image.fromarray((logits[0, :, :, 0] > 0).astype(np.uint8) * 255).save(folder / f"test_{index:05d}.png")
 
     def _checkpoint(self, directory: Path, config_hash: str) -> Checkpoint:

@@ -66,6 +66,12 @@ class StrategyBackend(Backend):
         self._broadcast_fn = replica_broadcast
         self._broadcasts: dict[int, object] = {}
 
+    def local_devices(self) -> list[str] | None:
+        """The devices of this process's replicas where it has several (MirroredStrategy's)."""
+        if len(self.replica_ids) > 1:
+            return list(self.strategy.extended.worker_devices)
+        return None
+
     def scope(self) -> AbstractContextManager:
         return self.strategy.scope()
 

@@ -1,14 +1,24 @@
-"""The prepared arrays as a PyTorch dataset, sharded and shuffled by DistributedSampler.
+"""The prepared uint8 arrays as batches on the device, sharded and shuffled by DistributedSampler.
 
-A process takes the shards of its replicas (train/interfaces.py): one for DDP,
-FSDP and Horovod ranks; every replica of the cell for DataParallel, whose one
-process then reads per step exactly the samples the DDP ranks read together in
-that step (as tf/data.py zips the shards of a MirroredStrategy process).
+Two placements (train/placement.py), one sample order and one conversion:
+- device: DeviceSamples holds the samples a replica will use as uint8 tensors on its device,
+  loaded once; each step gathers its batch there by index (index_select) and converts it.
+- host: a DataLoader's workers read uint8 samples from the memory-mapped arrays; the batch is
+  copied as uint8 (pinned, non-blocking) and converted on the device.
+`to_inputs` is the one conversion (image / 255 and the mask as float32, N x 1 x H x W,
+channels-last), so both placements give the model the same numbers in the same order.
+
+A process takes the shards of its replicas (train/interfaces.py): one for DDP, FSDP and Horovod
+ranks; every replica of the cell for DataParallel, whose one process then reads per step exactly
+the samples the DDP ranks read together in that step (as tf/data.py zips the shards of a
+MirroredStrategy process). With device placement each DataParallel replica's samples live on its
+own GPU, and its batch goes to dp.py's model already there (ReplicaInputs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -16,10 +26,29 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from scalebench.data.preprocess import load_arrays
 from scalebench.train.settings import LoaderSettings
+from scalebench.train.torch.runtime import LAYOUT
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def to_inputs(images: torch.Tensor, masks: torch.Tensor) -> Batch:
+    """uint8 images and masks (N x H x W, on their device) as the model's float32 inputs there:
+    the image scaled to [0, 1], the mask as 0/1, N x 1 x H x W channels-last."""
+    images = images.unsqueeze(1).float().div_(255.0).contiguous(memory_format=LAYOUT)
+    masks = masks.unsqueeze(1).float().contiguous(memory_format=LAYOUT)
+    return images, masks
+
+
+@dataclass
+class ReplicaInputs:
+    """A step's images as the replicas of one process hold them, each on its own device
+    (DataParallel with device placement: dp.py scatters nothing)."""
+
+    parts: list[torch.Tensor]
 
 
 class SegmentationArrays(Dataset):
-    """Items of the memory-mapped arrays; opened lazily so worker processes map them themselves."""
+    """uint8 items of the memory-mapped arrays; opened lazily so worker processes map them themselves."""
 
     def __init__(self, data_dir: str, indices: list[int]):
         self.data_dir = str(data_dir)
@@ -35,9 +64,7 @@ class SegmentationArrays(Dataset):
             self._arrays = (images, masks)
         images, masks = self._arrays
         index = self.indices[item]
-        image = torch.from_numpy(np.array(images[index], dtype=np.float32) / 255.0).unsqueeze(0)
-        mask = torch.from_numpy(np.array(masks[index], dtype=np.float32)).unsqueeze(0)
-        return image, mask
+        return torch.from_numpy(np.array(images[index])), torch.from_numpy(np.array(masks[index]))
 
 
 class ReplicaShards(Sampler[int]):
@@ -71,22 +98,88 @@ class ReplicaShards(Sampler[int]):
                 yield from order[step * self.batch : (step + 1) * self.batch]
 
 
-def train_loader(
-    data_dir: str,
-    indices: list[int],
-    replicas: int,
-    replica_ids: list[int],
-    seed: int,
-    batch: int,
-    loader: LoaderSettings,
-    pin_memory: bool,
-) -> tuple[DataLoader, ReplicaShards]:
-    """Batches of these replicas' shards (batch samples per replica and step): shuffled by seed +
-    epoch (set_epoch), full batches only."""
-    sampler = ReplicaShards(SegmentationArrays(data_dir, indices), replicas, replica_ids, seed, batch)
+def replica_samples(train_indices: list[int], sampler: ReplicaShards, epochs: int) -> list[np.ndarray]:
+    """The sample indices each of the sampler's replicas takes in any of `epochs` epochs, sorted."""
+    sample_of = np.asarray(train_indices, dtype=np.int64)
+    replicas = len(sampler.shards)
+    used: list[set[int]] = [set() for _ in range(replicas)]
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        per_step = np.fromiter(iter(sampler), dtype=np.int64).reshape(sampler.steps, replicas, sampler.batch)
+        for replica in range(replicas):
+            used[replica].update(sample_of[per_step[:, replica, :]].ravel().tolist())
+    return [np.asarray(sorted(samples), dtype=np.int64) for samples in used]
+
+
+class DeviceSamples:
+    """Samples of the arrays as uint8 tensors on one device, loaded once; batches gathered there."""
+
+    def __init__(self, data_dir: str, samples: np.ndarray | list[int], device: torch.device) -> None:
+        images, masks, _ = load_arrays(data_dir)
+        order = np.unique(np.asarray(samples, dtype=np.int64))
+        self.device = device
+        self.images = torch.from_numpy(np.ascontiguousarray(images[order])).to(device)
+        self.masks = torch.from_numpy(np.ascontiguousarray(masks[order])).to(device)
+        self.row_of = np.full(int(order.max(initial=-1)) + 1, -1, dtype=np.int64)
+        self.row_of[order] = np.arange(len(order))
+
+    @property
+    def nbytes(self) -> int:
+        return self.images.nbytes + self.masks.nbytes
+
+    def rows(self, samples: np.ndarray) -> torch.Tensor:
+        """The rows of these sample indices, as one index tensor on the device (a single copy)."""
+        rows = self.row_of[samples]
+        if (rows < 0).any():
+            raise KeyError(f"samples {samples[rows < 0][:5].tolist()} were not loaded onto {self.device}")
+        return torch.from_numpy(rows).to(self.device)
+
+    def batch(self, rows: torch.Tensor) -> Batch:
+        return to_inputs(self.images.index_select(0, rows), self.masks.index_select(0, rows))
+
+
+class DeviceTrainBatches:
+    """The epoch's batches gathered on the devices, in the host loader's order (ReplicaShards)."""
+
+    def __init__(self, train_indices: list[int], sampler: ReplicaShards, stores: list[DeviceSamples]) -> None:
+        self.sample_of = np.asarray(train_indices, dtype=np.int64)
+        self.sampler, self.stores = sampler, stores
+
+    def __iter__(self) -> Iterator[Batch | tuple[ReplicaInputs, torch.Tensor]]:
+        sampler, stores = self.sampler, self.stores
+        positions = np.fromiter(iter(sampler), dtype=np.int64).reshape(sampler.steps, len(stores), sampler.batch)
+        # one copy of the epoch's row indices per device; each step slices it there
+        rows = [
+            store.rows(self.sample_of[positions[:, r, :]].ravel()).view(sampler.steps, -1)
+            for r, store in enumerate(stores)
+        ]
+        for step in range(sampler.steps):
+            parts = [store.batch(replica_rows[step]) for store, replica_rows in zip(stores, rows)]
+            if len(parts) == 1:
+                yield parts[0]
+            else:  # DataParallel: the images stay on their replicas' GPUs, the masks meet the outputs
+                first = stores[0].device
+                yield ReplicaInputs([images for images, _ in parts]), torch.cat([m.to(first) for _, m in parts])
+
+
+class HostBatches:
+    """A DataLoader's uint8 batches, copied to the device (non-blocking from pinned memory) and converted there."""
+
+    def __init__(self, loader: DataLoader, device: torch.device) -> None:
+        self.loader, self.device = loader, device
+
+    def __iter__(self) -> Iterator[Batch]:
+        for images, masks in self.loader:
+            yield to_inputs(images.to(self.device, non_blocking=True), masks.to(self.device, non_blocking=True))
+
+
+def host_train_loader(
+    data_dir: str, sampler: ReplicaShards, loader: LoaderSettings, pin_memory: bool, device: torch.device
+) -> HostBatches:
+    """The host placement's training batches: the sampler's samples, full batches only."""
     batches = DataLoader(
         sampler.shards[0].dataset,
-        batch_size=batch * len(replica_ids),
+        batch_size=sampler.batch * len(sampler.shards),
         sampler=sampler,
         drop_last=True,
         num_workers=loader.workers,
@@ -94,9 +187,24 @@ def train_loader(
         prefetch_factor=loader.prefetch_factor if loader.workers else None,
         persistent_workers=loader.workers > 0,
     )
-    return batches, sampler
+    return HostBatches(batches, device)
 
 
-def eval_loader(data_dir: str, indices: list[int], batch: int) -> DataLoader:
-    """The samples in order, each once (the last batch may be smaller)."""
-    return DataLoader(SegmentationArrays(data_dir, indices), batch_size=batch, shuffle=False)
+def train_sampler(
+    data_dir: str, indices: list[int], replicas: int, replica_ids: list[int], seed: int, batch: int
+) -> ReplicaShards:
+    """These replicas' shards of the training indices (batch samples per replica and step),
+    shuffled by seed + epoch (set_epoch)."""
+    return ReplicaShards(SegmentationArrays(data_dir, indices), replicas, replica_ids, seed, batch)
+
+
+def host_eval_batches(data_dir: str, indices: list[int], batch: int, device: torch.device) -> HostBatches:
+    """The samples in order, each once (the last batch may be smaller), from the host."""
+    return HostBatches(DataLoader(SegmentationArrays(data_dir, indices), batch_size=batch, shuffle=False), device)
+
+
+def device_eval_batches(store: DeviceSamples, indices: list[int], batch: int) -> Iterator[Batch]:
+    """The samples in order, each once (the last batch may be smaller), gathered on the device."""
+    rows = store.rows(np.asarray(indices, dtype=np.int64))
+    for start in range(0, len(indices), batch):
+        yield store.batch(rows[start : start + batch])

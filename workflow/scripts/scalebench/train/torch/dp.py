@@ -2,8 +2,9 @@
 
 The single-node baseline DDP is compared against. The process reads each
 step's whole global batch (batch_per_gpu x GPUs; data.ReplicaShards gives the
-samples the DDP ranks would read together) and DataParallel splits it along
-the batch over its GPUs, runs a replica of the model on each in a thread,
+samples the DDP ranks would read together); with host placement DataParallel
+splits it along the batch over its GPUs, with device placement each GPU's part
+is already there (ReplicaDataParallel). It runs a replica of the model on each in a thread,
 gathers the outputs on the first GPU and sums the gradients there. Replicas
 are the cell's GPUs, so the learning-rate rule and the image counts are DDP's;
 the collectives on arrays are trivial in one process.
@@ -21,6 +22,7 @@ from torch import nn
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.interfaces import Backend
 from scalebench.train.settings import RunSettings
+from scalebench.train.torch.data import ReplicaInputs
 
 
 class AutocastReplica(nn.Module):
@@ -35,6 +37,17 @@ class AutocastReplica(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         with torch.autocast("cuda", dtype=self.dtype):
             return self.module(images)
+
+
+class ReplicaDataParallel(nn.DataParallel):
+    """DataParallel that also takes a step's images already on their replicas' GPUs (device
+    placement, data.ReplicaInputs): it scatters nothing then; a plain batch it splits as usual."""
+
+    def scatter(self, inputs, kwargs, device_ids):
+        if len(inputs) == 1 and isinstance(inputs[0], ReplicaInputs) and not kwargs:
+            parts = inputs[0].parts
+            return tuple((part,) for part in parts), tuple({} for _ in parts)
+        return super().scatter(inputs, kwargs, device_ids)
 
 
 class DataParallelBackend(Backend):
@@ -67,7 +80,7 @@ class DataParallelBackend(Backend):
         # DataParallel copies the model from the first GPU to the others in every forward, and
         # the replicas' gradients add up there, where the optimizer steps
         module = AutocastReplica(model, self.autocast) if self.autocast is not None else model
-        return nn.DataParallel(module, device_ids=self.device_ids, output_device=self.device_ids[0]), optimizer
+        return ReplicaDataParallel(module, device_ids=self.device_ids, output_device=self.device_ids[0]), optimizer
 
     def broadcast_from_root(self, tensors: list) -> None:
         pass  # one process: the first GPU's statistics are the model's own

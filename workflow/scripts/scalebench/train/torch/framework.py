@@ -13,12 +13,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scalebench.train import devices, resume
+from scalebench.train import devices, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
+from scalebench.train.placement import DataPlacement
 from scalebench.train.settings import RunSettings
 from scalebench.train.summaries import EpochWriter
-from scalebench.train.torch import checkpoint, data, runtime
+from scalebench.train.torch import checkpoint, compiled, data, runtime
 from scalebench.train.torch.checkpoint import Checkpoint
 from scalebench.train.torch.model import UNet, parameter_count
 
@@ -41,8 +42,16 @@ class TorchFramework:
             run, backend.local_rank, backend.local_world_size, per_process
         )
         backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
+        # each replica's device: DataParallel drives GPUs 0..n-1 (the first is self.device)
+        self.replica_devices = (
+            [torch.device("cuda", index) for index in range(per_process)]
+            if per_process > 1 and self.device.type == "cuda"
+            else [self.device]
+        )
         backend.setup(run)
         self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
+        if self.training.compile:
+            compiled.check_available(self.device)
         self.deterministic = devices.deterministic(self.training.deterministic, self.device.type == "cuda")
         runtime.set_determinism(run.cell.seed, self.deterministic)
 
@@ -63,6 +72,7 @@ class TorchFramework:
             "layout": runtime.LAYOUT_NAME,
             "tf32": runtime.tf32_enabled(self.device),
             "deterministic": self.deterministic,
+            "compiled": compiled.DESCRIPTION if self.training.compile else None,
             "versions": runtime.versions(),
         }
 
@@ -82,19 +92,53 @@ class TorchFramework:
 
     def distribute(self) -> None:
         self.model, self.optimizer = self.backend.distribute(self.model, self.optimizer)
+        if self.training.compile:  # the backend's wrapper included: DDP's buckets shape the graphs
+            self.model = compiled.compile_model(self.model)
 
-    def prepare_data(self, train_indices: list[int]) -> None:
+    def _sampler(self, train_indices: list[int]) -> data.ReplicaShards:
         run, backend = self.run, self.backend
-        self.loader, self.sampler = data.train_loader(
+        return data.train_sampler(
             run.data_dir,
             train_indices,
             backend.replicas,
             backend.replica_ids,
             run.cell.seed,
             self.training.batch_per_gpu,
-            self.training.loader,
-            pin_memory=self.training.loader.pin_memory and self.device.type == "cuda",
         )
+
+    def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
+        per_replica = data.replica_samples(train_indices, self._sampler(train_indices), self.training.epochs)
+        evaluated = {index for shard in eval_shards for index in shard}  # on the first device
+        per_device = [len(samples) for samples in per_replica]
+        per_device[0] = len(set(per_replica[0].tolist()) | evaluated)
+        return max(per_device) * placement.sample_bytes(self.run.image_size)
+
+    def free_device_bytes(self) -> int | None:
+        if self.device.type == "cuda":
+            return min(torch.cuda.mem_get_info(device)[0] for device in self.replica_devices)
+        return placement.host_free_bytes(self.backend.local_world_size)
+
+    def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:
+        run = self.run
+        self.sampler = self._sampler(train_indices)
+        self.eval_stores: dict[tuple[int, ...], data.DeviceSamples] = {}
+        if where.kind == "device":
+            per_replica = data.replica_samples(train_indices, self.sampler, self.training.epochs)
+            stores = [data.DeviceSamples(run.data_dir, s, d) for s, d in zip(per_replica, self.replica_devices)]
+            self.batches = data.DeviceTrainBatches(train_indices, self.sampler, stores)
+            for shard in eval_shards:
+                self.eval_stores[tuple(shard)] = data.DeviceSamples(run.data_dir, shard, self.device)
+        else:
+            loader = self.training.loader
+            pin = loader.pin_memory and self.device.type == "cuda"
+            self.batches = data.host_train_loader(run.data_dir, self.sampler, loader, pin, self.device)
+
+    def eval_batches(self, indices: list[int]):
+        """The batches of `indices` in order: gathered where prepare_data loaded them, else from the host."""
+        store = self.eval_stores.get(tuple(indices))
+        if store is not None:
+            return data.device_eval_batches(store, indices, self.training.batch_per_gpu)
+        return data.host_eval_batches(self.run.data_dir, indices, self.training.batch_per_gpu, self.device)
 
     # --- an epoch
 
@@ -105,10 +149,10 @@ class TorchFramework:
         self.model.train()
         self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         self.steps = 0
-        return self.loader
+        return self.batches
 
     def train_step(self, batch, part: Part) -> None:
-        images, masks = (runtime.to_device(t, self.device) for t in batch)
+        images, masks = batch  # on the device, converted (data.py)
         with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
             logits = self.model(images)
         loss = F.binary_cross_entropy_with_logits(logits.float(), masks)
@@ -161,8 +205,7 @@ class TorchFramework:
         model = self.whole_model()
         model.eval()
         with torch.no_grad():
-            for images, masks in data.eval_loader(self.run.data_dir, indices, self.training.batch_per_gpu):
-                images, masks = runtime.to_device(images, self.device), runtime.to_device(masks, self.device)
+            for images, masks in self.eval_batches(indices):
                 with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
                     logits = model(images)
                 logits = logits.float()
@@ -181,16 +224,14 @@ class TorchFramework:
     def save_predictions(self, indices: list[int], folder: Path) -> None:
         from PIL import Image
 
-        dataset = data.SegmentationArrays(self.run.data_dir, indices)
         # rank 0 alone: a sharded model predicts with the copy the final evaluation gathered
         model = self.gathered if self.backend.shards_parameters else self.raw_model
         if model is None:
             raise RuntimeError("predictions of a sharded model need the copy an evaluation gathers first")
         model.eval()
         with torch.no_grad():
-            for item, index in enumerate(indices):
-                image, _ = dataset[item]
-                logits = model(runtime.to_device(image.unsqueeze(0), self.device))
+            for index, (image, _) in zip(indices, data.host_eval_batches(self.run.data_dir, indices, 1, self.device)):
+                logits = model(image)
                 mask = (logits[0, 0] > 0).to(torch.uint8).mul(255).cpu().numpy()
                 Image.fromarray(mask).save(folder / f"test_{index:05d}.png")
 

@@ -1,0 +1,55 @@
+"""training.compile: compiled steps train like eager ones, report what was compiled, and are
+left out where a backend cannot compile.
+
+Each cell runs as the train rule runs it (workflow/scripts/launch.py), on CPU ranks: PyTorch DDP
+with torch.compile (inductor: the first epoch compiles for a minute or more here), TensorFlow's
+MultiWorkerMirrored and Mirrored with XLA.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import cell_settings, launch_cell, read_records
+
+pytestmark = pytest.mark.integration
+
+CELLS = [("torch", "native", 1), ("tensorflow", "native", 2), ("tensorflow", "mirrored", 2)]
+
+
+def train(framework: str, backend: str, gpus: int, data, out, compile_steps: bool):
+    # XLA has no deterministic max-pooling gradient: TensorFlow cells compare without op determinism
+    deterministic = framework == "torch"
+    settings = cell_settings(framework, backend, gpus, epochs=2, compile=compile_steps, deterministic=deterministic)
+    result = launch_cell(settings, data, out, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return read_records(out)
+
+
+@pytest.mark.parametrize(("framework", "backend", "gpus"), CELLS, ids=[f"{f}-{b}" for f, b, _ in CELLS])
+def test_compiled_steps_train_like_eager_ones_and_say_what_was_compiled(
+    prepared_data, tmp_path, framework, backend, gpus
+):
+    eager_epochs, eager_final, eager_run = train(framework, backend, gpus, prepared_data, tmp_path / "eager", False)
+    epochs, final, run = train(framework, backend, gpus, prepared_data, tmp_path / "compiled", True)
+    assert run["training"]["compile"] is True and eager_run["training"]["compile"] is False
+    compiler = "torch.compile" if framework == "torch" else "XLA (jit_compile)"
+    assert run["compiled"].startswith(compiler) and eager_run["compiled"] is None
+    # other kernels, the same arithmetic: the losses agree to float32 rounding, not to the bit
+    np.testing.assert_allclose(
+        [e["loss"] for e in epochs] + [final["test_loss"]],
+        [e["loss"] for e in eager_epochs] + [eager_final["test_loss"]],
+        rtol=2e-3,
+    )
+    assert final["status"] == "ok" and len(epochs) == 2
+
+
+def test_a_compiled_tensorflow_cell_that_must_be_deterministic_is_refused_before_building(prepared_data, tmp_path):
+    settings = cell_settings("tensorflow", "native", 1, epochs=1, compile=True)  # deterministic null: on, on CPUs
+    result = launch_cell(settings, prepared_data, tmp_path)
+    assert result.returncode != 0
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["status"] == "failed" and not (tmp_path / "metrics.jsonl").exists()
+    assert "training.compile: XLA has no deterministic implementation" in run["error"]
