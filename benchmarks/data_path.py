@@ -1,18 +1,21 @@
 """Benchmark: the data path at full size (issue 7, item 2).
 
 The project's loop (PyTorch DDP or TensorFlow native, rank 0 of 1, in one process) trains at
-768x1024, batch 2, on the CPU; the share of each steady-state epoch spent waiting for the next
-batch is read from the data_wait_s and epoch_time_s its metrics.jsonl records. Then the loaders
-alone (the DataLoader over DistributedSampler exactly as train/torch/data.py builds it, and
-tf_data.train_dataset) are iterated without a model, and their images/s are set against the
-images/s the model consumes.
+768x1024, batch 2, on the CPU, once per training.loader.placement asked for (device: the samples
+in the rank's memory, gathered per step; host: the loader reads each batch); the share of each
+steady-state epoch spent waiting for the next batch is read from the data_wait_s and epoch_time_s
+its metrics.jsonl records. Then the host loaders alone (the DataLoader over DistributedSampler
+exactly as train/torch/data.py builds it, and tf_data.train_dataset) are iterated without a
+model, and their images/s are set against the images/s the model consumes.
 
-    .venv/bin/python benchmarks/data_path.py [--framework torch tensorflow] [--epochs 3] [--workers 0]
+    .venv/bin/python benchmarks/data_path.py [--framework torch tensorflow] [--placement device host]
+                                             [--epochs 3] [--workers 0]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -32,15 +35,14 @@ def torch_loader(args: dict) -> dict:
     import torch
     from scalebench.data.preprocess import read_manifest
     from scalebench.train.settings import RunSettings
-    from scalebench.train.torch.data import train_loader
+    from scalebench.train.torch import data
 
     run = RunSettings.from_json(args["settings"], args["data"], "unused")
     torch.set_num_threads(run.threads)
     training = run.training
     indices = read_manifest(args["data"])["train"] * training.dataset_repeat
-    loader, sampler = train_loader(
-        args["data"], indices, 1, [0], 1, training.batch_per_gpu, training.loader, pin_memory=False
-    )
+    sampler = data.train_sampler(args["data"], indices, 1, [0], 1, training.batch_per_gpu)
+    loader = data.host_train_loader(args["data"], sampler, training.loader, False, torch.device("cpu"))
     times, images = [], 0
     for epoch in range(args["epochs"]):
         sampler.set_epoch(epoch)
@@ -81,7 +83,7 @@ def child(mode: str, args: dict) -> None:
     print(json.dumps(result))
 
 
-def measure(framework: str, options: argparse.Namespace, data: Path, root: Path) -> dict:
+def measure(framework: str, placement: str, options: argparse.Namespace, data: Path, root: Path) -> dict:
     height, width = options.size
     settings = _common.cell_settings(
         framework,
@@ -94,10 +96,10 @@ def measure(framework: str, options: argparse.Namespace, data: Path, root: Path)
         threads_per_rank=options.threads,
         predictions=0,
         checkpoint_every=0,
-        loader={"workers": options.workers},
+        loader={"workers": options.workers, "placement": placement},
     )
     script = str(Path(__file__).resolve())
-    out = root / f"{framework}_run"
+    out = root / f"{framework}_{placement}_run"
     out.mkdir(parents=True, exist_ok=True)
     trained = _common.run_child(
         script, f"{framework}-harness", {"settings": settings, "data": str(data), "out": str(out)}
@@ -110,6 +112,7 @@ def measure(framework: str, options: argparse.Namespace, data: Path, root: Path)
     loaded = loader["images_per_epoch"] / _common.median(loader["epoch_times"][1:])
     return {
         "framework": framework,
+        "placement": placement,
         "wait_shares": shares,
         "wait_share": _common.median(shares),
         "model_images_per_s": consumed,
@@ -129,6 +132,7 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=8, help="synthetic pairs (default 8: 6 train, 2 test)")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="training.threads_per_rank (default 1)")
+    parser.add_argument("--placement", choices=["device", "host"], nargs="+", default=["device", "host"])
     parser.add_argument("--workers", type=int, default=0, help="training.loader.workers (default 0, as config.yaml)")
     parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -144,11 +148,11 @@ def main() -> None:
             f"{options.epochs} epochs"
         )
         data = _common.prepare_dataset(root, options.count, height, width)
-        for framework in options.framework:
-            result = measure(framework, options, data, root)
+        for framework, placement in itertools.product(options.framework, options.placement):
+            result = measure(framework, placement, options, data, root)
             verdict = "meets" if result["wait_share"] <= TARGET_SHARE else "misses"
             print(
-                f"{framework}: data wait {100 * result['wait_share']:.2f}% of the steady epoch "
+                f"{framework} {placement}: data wait {100 * result['wait_share']:.2f}% of the steady epoch "
                 f"({result['steady_epoch_s']:.1f} s, {result['images_per_epoch']} images; {verdict} <= 5%); "
                 f"loader alone {result['loader_images_per_s']:.1f} images/s, model consumes "
                 f"{result['model_images_per_s']:.3f} images/s (loader/model {result['loader_over_model']:.0f}x)"

@@ -13,11 +13,16 @@ ratios compare like with like:
   shared      two ranks sharing the one GPU (SCALEBENCH_SHARE_GPU=1, Gloo): functional only
   mfu         the cell's MFU against one computed from FLOPs counted by torch's
               FlopCounterMode and the cell's measured images/s
+  harness     the cell against a bare loop written here (the same UNet, channels-last, Adam,
+              BCE on logits, batch and precision, cuDNN autotuning; its batches copied from
+              pinned host memory each step), per precision (fp32, bf16), placement (device,
+              host) and eager/compiled, in one run; goals: device >= 0.95 of the bare loop,
+              host >= 0.90, data wait <= 2% of the steady epoch with device
 
 It needs a CUDA build of torch, NumPy, PyYAML, Pillow and jsonschema (no TensorFlow, Horovod
 or Snakemake). It exits non-zero if a cell fails or did not run on the GPU.
 
-    python benchmarks/gpu_check.py [--checks precision tf32 ...] [--epochs 4] [--images 96]
+    python benchmarks/gpu_check.py [--checks precision tf32 ... harness] [--epochs 4] [--images 96]
                                    [--size 768x1024] [--json results.json] [--workdir DIR]
 """
 
@@ -32,7 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu")
+CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu", "harness")
+# harness goals: the cell's images/s over the bare loop's, per placement; the data wait with device
+HARNESS_GOALS = {"device": 0.95, "host": 0.90}
+DEVICE_WAIT_GOAL = 0.02
 
 
 class CheckFailed(RuntimeError):
@@ -172,6 +180,76 @@ def check_mfu(root, data, options, results) -> None:
     results["mfu"] = {"reported": reported, "counted": independent, "counted_flops_per_image": counted}
 
 
+def bare_loop(args: dict) -> dict:
+    """The same training written plainly: the UNet, channels-last, Adam, BCE on logits, autocast,
+    cuDNN autotuning; each step's batch copied from pinned host memory. Images/s per epoch."""
+    import time
+
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from scalebench.data.preprocess import load_arrays
+    from scalebench.train.torch.model import UNet
+
+    torch.manual_seed(1)
+    torch.backends.cudnn.benchmark = True
+    device, batch = torch.device("cuda", 0), args["batch"]
+    images, masks, manifest = load_arrays(args["data"])
+    train = manifest["train"]
+    steps = len(train) // batch
+    pinned = []  # one epoch of float32 batches in page-locked memory
+    for step in range(steps):
+        rows = sorted(train[step * batch : (step + 1) * batch])
+        x = torch.from_numpy(np.asarray(images[rows], dtype=np.float32) / 255.0).unsqueeze(1)
+        y = torch.from_numpy(np.asarray(masks[rows], dtype=np.float32)).unsqueeze(1)
+        pinned.append(tuple(t.contiguous(memory_format=torch.channels_last).pin_memory() for t in (x, y)))
+    model = UNet().to(device, memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-8)
+    forward = torch.compile(model) if args["compile"] else model
+    dtype = {"bf16": torch.bfloat16, "fp32": None}[args["precision"]]
+    times = []
+    for _ in range(args["epochs"]):
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for x, y in pinned:
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with torch.autocast("cuda", dtype=dtype, enabled=dtype is not None):
+                logits = forward(x)
+            loss = F.binary_cross_entropy_with_logits(logits.float(), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - started)
+    return {"images_per_s": _common.median([steps * batch / t for t in times[1:]])}
+
+
+def check_harness(root, data, options, results) -> None:
+    script, failures, rows = str(Path(__file__).resolve()), [], []
+    for precision in ("fp32", "bf16"):
+        for compiled in (False, True):
+            args = {"data": str(data), "batch": 4, "epochs": options.epochs, "precision": precision}
+            bare = _common.run_child(script, "bare", {**args, "compile": compiled}, timeout=options.timeout)
+            mode = "compiled" if compiled else "eager"
+            print(f"  bare loop {precision} {mode}: {bare['images_per_s']:.1f} img/s", flush=True)
+            for placement, goal in HARNESS_GOALS.items():
+                name = f"harness_{precision}_{mode}_{placement}"
+                cell = run_cell(
+                    root, name, data, options, precision=precision, compile=compiled, loader={"placement": placement}
+                )
+                share = cell["images_per_s"] / bare["images_per_s"]
+                verdict = "meets" if share >= goal else "MISSES"
+                print(f"    {placement}: {share:.3f} of the bare loop ({verdict} >= {goal})", flush=True)
+                if share < goal:
+                    failures.append(f"{name}: {share:.3f} < {goal}")
+                if placement == "device" and cell["data_wait_share"] > DEVICE_WAIT_GOAL:
+                    failures.append(f"{name}: data wait {100 * cell['data_wait_share']:.1f}% > 2%")
+                rows.append({"cell": cell, "bare": bare, "ratio": share, "placement": placement})
+    results["harness"] = rows
+    if failures:
+        raise CheckFailed("; ".join(failures))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checks", nargs="+", choices=CHECKS, default=list(CHECKS))
@@ -181,7 +259,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600, help="seconds one cell may take (default 600)")
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--workdir", help="keep data and cells here (default: a temporary folder)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--args", help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.child:  # the bare loop, in a process of its own
+        print(json.dumps(bare_loop(json.loads(options.args))))
+        return
     options.size = tuple(int(part) for part in options.size.split("x"))
     results: dict = {"gpu": gpu_line(), "options": {k: v for k, v in vars(options).items() if k != "json"}}
     print(results["gpu"], flush=True)
