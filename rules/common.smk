@@ -261,8 +261,9 @@ def slurm_resource(name):
 
 
 def train_resources():
-    """The train rule's resources: one function per name in resources.RESOURCE_NAMES."""
-    return {name: slurm_resource(name) for name in sb_resources.RESOURCE_NAMES}
+    """The train rule's resources: one function per name the config sets (resources.declared_names);
+    an account or partition that config leaves unset comes from --default-resources or a profile."""
+    return {name: slurm_resource(name) for name in sb_resources.declared_names(config["cluster"])}
 
 
 def input_folder(wildcards, input):
