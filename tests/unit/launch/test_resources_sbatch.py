@@ -239,3 +239,17 @@ def test_a_left_out_cell_named_as_a_target_is_refused_before_submission(tmp_path
     config["matrix"].update(backends=["native", "dp"], gpus=[2, 8])
     with pytest.raises(Exception, match=r"torch/dp/g8/s1 cannot run: dp drives the devices of one node"):
         sbatch_lines(tmp_path, config)
+
+
+def test_the_local_gpu_resource_leaves_the_sbatch_line_as_it_is(tmp_path):
+    # the plugin reads a resource named gpu as --gpus (and adds --ntasks-per-gpu): local_gpus is not read
+    study = gpu_study()
+    study["matrix"]["gpus"] = [1, 2, 4, 8]
+    declared = ResourceSettings(resources={"local_gpus": 8})
+    with train_rule(tmp_path / "rule", study, declared) as rule:
+        wildcards = {"framework": "torch", "backend": "native", "gpus": "4", "seed": "1"}
+        assert rule.expand_resources(wildcards, [], 1)["local_gpus"] == 4
+    with_limit = sbatch_lines(tmp_path / "declared", study, resources=declared)
+    without = sbatch_lines(tmp_path / "plain", study)
+    for cell, argv in with_limit.items():  # the same words but the test's own folder
+        assert [w.replace("/declared", "/plain") for w in argv] == without[cell]
