@@ -1,6 +1,4 @@
 # One job per cell of the matrix: framework x backend x gpus x seed (x the optional axes).
-# No conda: directive: the ranks run in the environment ./install.sh made (Horovod is built
-# from source against its torch and TensorFlow, which pip alone cannot do), as params.python.
 
 
 rule train:
@@ -15,6 +13,8 @@ rule train:
         f"{RUNS}/train.log",
     benchmark:
         f"{RUNS}/benchmark.tsv"
+    conda:
+        "../envs/train.yaml"
     threads: train_threads
     resources:
         **train_resources(),
