@@ -15,6 +15,7 @@ from scalebench import cell as sb_cell
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.data import keys as sb_keys
+from scalebench.launch import local_gpus as sb_local_gpus
 from scalebench.launch import resources as sb_resources
 
 # validate() also converts the strings of --config (partial=true, matrix={"gpus": [1, 2]})
@@ -28,7 +29,31 @@ except sb_config.ConfigError as error:
 config.clear()
 config.update(_resolved)
 
-CELLS = sb_config.cells(config)
+
+def machine_gpus():
+    """This machine's GPUs for a local run (launch/local_gpus.py), None for a cluster run.
+
+    `--resources local_gpus=N` wins; a local run without it (cores given and no --jobs, which
+    every cluster executor needs) counts the GPUs here and makes the count the scheduler's limit,
+    so no two cells share a GPU. A SLURM run gets no limit: there each cell is its own job.
+    """
+    if (
+        not workflow.is_main_process
+    ):  # a job's own Snakemake: its cell was checked where it was planned
+        return None
+    declared = workflow.global_resources.get(sb_local_gpus.RESOURCE).value
+    if declared is not None:
+        return int(declared)
+    settings = workflow.resource_settings
+    if settings.nodes is not None or settings.cores is None:
+        return None
+    count = sb_local_gpus.visible_gpus()
+    workflow.register_resource(sb_local_gpus.RESOURCE, count)
+    return count
+
+
+MACHINE_GPUS = machine_gpus()
+CELLS = sb_config.cells(config, MACHINE_GPUS)
 RUNS = sb_cell.RUNS_PATTERN
 RUNS_VARIANT = sb_cell.RUNS_VARIANT_PATTERN
 # the optional axes of each variant label of the study (one entry '' without optional axes)
@@ -64,7 +89,7 @@ def cell_of(wildcards):
         int(wildcards.seed),
         VARIANTS[variant],
     )
-    reason = sb_config.cell_problem(config, cell)
+    reason = sb_config.cell_problem(config, cell, MACHINE_GPUS)
     if reason:
         raise WorkflowError(f"{cell.path} cannot run: {reason}")
     return cell
@@ -163,12 +188,12 @@ def warn_about_changed_cells():
 def report_left_out():
     """Say which framework/backend pairs and GPU counts the matrix leaves out, and why
     (also in the report's table of failed, missing and left-out cells)."""
-    for entry in sb_config.left_out(config):
+    for entry in sb_config.left_out(config, MACHINE_GPUS):
         print(entry.describe(), file=sys.stderr)
 
 
 def left_out_json():
-    return json.dumps([dataclasses.asdict(e) for e in sb_config.left_out(config)])
+    return json.dumps([dataclasses.asdict(e) for e in sb_config.left_out(config, MACHINE_GPUS)])
 
 
 if workflow.is_main_process:
@@ -260,9 +285,22 @@ def slurm_resource(name):
     return resource
 
 
+def train_local_gpus(wildcards):
+    """The GPUs a cell holds on this machine: the local scheduler's limit keeps cells off each
+    other's GPUs. The SLURM plugin ignores the name, so the sbatch line stays as it is."""
+    return sb_local_gpus.gpus_taken(
+        config["training"]["device"], int(wildcards.gpus), MACHINE_GPUS or 0
+    )
+
+
 def train_resources():
-    """The train rule's resources: one function per name in resources.RESOURCE_NAMES."""
-    return {name: slurm_resource(name) for name in sb_resources.RESOURCE_NAMES}
+    """The train rule's resources: one function per name the config sets (resources.declared_names);
+    an account or partition that config leaves unset comes from --default-resources or a profile.
+    Plus the GPUs the cell holds on this machine (launch/local_gpus.py)."""
+    resources = {
+        name: slurm_resource(name) for name in sb_resources.declared_names(config["cluster"])
+    }
+    return {**resources, sb_local_gpus.RESOURCE: train_local_gpus}
 
 
 def input_folder(wildcards, input):

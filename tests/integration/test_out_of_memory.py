@@ -26,4 +26,6 @@ def test_one_rank_out_of_memory_ends_the_cell_as_oom(prepared_data, tmp_path, fr
     epochs, final, run = read_records(tmp_path)
     assert (run["status"], final["status"], len(epochs)) == ("oom", "oom", 1)
     assert "rank1" in run["error"] and "injected by SCALEBENCH_FAULT" in run["error"]
+    # the reason names the device and its memory, the batch and the image size
+    assert "injected by SCALEBENCH_FAULT" in run["reason"] and " MB; batch_per_gpu 4, images 32x48" in run["reason"]
     assert not (tmp_path / ".oom").exists()

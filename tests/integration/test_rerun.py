@@ -16,6 +16,9 @@ import subprocess
 import pytest
 import yaml
 from conftest import BIN, REPO, tiny_config, tool_env
+from scalebench import config as sb_config
+from scalebench import rerun as sb_rerun
+from scalebench.data import keys as sb_keys
 
 pytestmark = pytest.mark.integration
 
@@ -44,13 +47,14 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     study = tmp_path / "my study"
     study.mkdir()
     (study / "study.yaml").write_text(yaml.safe_dump(tiny_config(training={"epochs": 2})))
-    options = ["--configfile", "study.yaml", "--config", OVERRIDE]
+    # --configfile last, as a study kept in its own file is run: the printed target must not join it
+    options = ["--config", OVERRIDE, "--configfile", "study.yaml"]
     first = snakemake(study, *options, "--cores", "2")
     assert first.returncode == 0, first.stderr[-3000:]
 
     lost = study / "results" / "runs" / "torch" / "native" / "g2" / "s1"
     shutil.rmtree(lost)
-    partial = snakemake(study, *options, "partial=true", "--cores", "2")
+    partial = snakemake(study, "--config", OVERRIDE, "partial=true", "--configfile", "study.yaml", "--cores", "2")
     assert partial.returncode == 0, partial.stderr[-3000:]
     (row,) = incomplete_rows(study)
     assert (row["item"], row["status"]) == ("torch/native/g2/s1", "missing")
@@ -80,6 +84,38 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     report = snakemake(study, *options, "--report", "report.html")
     assert report.returncode == 0, report.stderr[-3000:]
     assert (study / "report.html").stat().st_size > 100_000
+
+
+# Options that take one or more values: a target printed right after one of them would be read
+# as another of its values (a second config file, a resource), unless the command ends them.
+MANY_VALUED = {
+    "configfile": [],
+    "config": ["--config", 'training={"epochs": 2}'],
+    "set-resources": ["--set-resources", "preprocess_dataset:mem_mb=1000"],
+    "default-resources": ["--default-resources", "mem_mb=1000", "disk_mb=1000"],
+    "set-threads": ["--set-threads", "preprocess_dataset=1"],
+}
+
+
+@pytest.mark.parametrize("last", list(MANY_VALUED))
+def test_a_rerun_command_runs_as_printed_whatever_option_the_study_ended_with(tmp_path, last):
+    study = tmp_path / "study"
+    study.mkdir()
+    config = tiny_config()
+    (study / "my-study.yaml").write_text(yaml.safe_dump(config))
+    argv = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--cores", "1"]
+    argv += ["--configfile", "my-study.yaml", *MANY_VALUED[last]]
+    invocation = sb_rerun.from_argv(argv, str(study), [str(study / "my-study.yaml")], str(REPO / "Snakefile"))
+    resolved = sb_config.validate(config, sb_config.load_schema(REPO / "config" / "schema.yaml"))
+    target = f"results/data/prepared/{sb_keys.prepared_key(resolved['dataset'])}/manifest.json"
+    command = invocation.command([target])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    ran = subprocess.run(
+        ["bash", "-c", command], cwd=elsewhere, capture_output=True, text=True, timeout=600, env=tool_env()
+    )
+    assert ran.returncode == 0, f"{command}\n{ran.stderr[-3000:]}"
+    assert (study / target).is_file()
 
 
 def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_path):

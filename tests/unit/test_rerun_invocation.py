@@ -52,12 +52,13 @@ def test_the_command_is_quoted_for_the_shell_and_cds_to_the_work_directory():
     command = found.command(["results/runs/torch/native/g2/s1/metrics.jsonl"], force=True)
     cd, words = command.split(" && ", 1)
     assert shlex.split(cd) == ["cd", "/work/my study"]
-    assert shlex.split(words)[-6:] == [
+    assert shlex.split(words)[-7:] == [
         "--config",
         "dataset={folder: '/my data/sem'}",
         "--cores",
         "2",
         "--force",
+        "--",
         "results/runs/torch/native/g2/s1/metrics.jsonl",
     ]
 

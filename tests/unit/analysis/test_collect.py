@@ -120,15 +120,24 @@ def test_rerun_commands_name_the_cell_and_force_only_where_outputs_exist(tmp_pat
     commands = dict(zip(collected.incomplete["item"], collected.incomplete["rerun"]))
     study = "cd /work/study && snakemake --profile /repo/profiles/slurm --configfile /s.yaml"
     assert commands == {
-        "torch/native/g1/s1": f"{study} --force results/runs/torch/native/g1/s1/metrics.jsonl",
-        "torch/native/g1/s2": f"{study} results/runs/torch/native/g1/s2/metrics.jsonl",
-        "torch/native/g1/s3": f"{study} results/runs/torch/native/g1/s3/metrics.jsonl",
-        completeness.ALL_ITEM: f"{study} --force "
+        "torch/native/g1/s1": f"{study} --force -- results/runs/torch/native/g1/s1/metrics.jsonl",
+        "torch/native/g1/s2": f"{study} -- results/runs/torch/native/g1/s2/metrics.jsonl",
+        "torch/native/g1/s3": f"{study} -- results/runs/torch/native/g1/s3/metrics.jsonl",
+        completeness.ALL_ITEM: f"{study} --force -- "
         + " ".join(f"results/runs/torch/native/g1/s{s}/metrics.jsonl" for s in (1, 2, 3)),
     }
     assert list(collected.incomplete["status"]) == ["diverged", "failed", "missing", ""]
     assert set(completeness.COLUMNS) == set(collected.incomplete.columns)
     assert list(collected.provenance["config_hash"].fillna("")) == ["h1", "", ""]
+
+
+def test_a_refused_cell_is_listed_with_its_reason_and_the_command_that_reruns_it(tmp_path):
+    reason = "rank0: DeviceError: this cell is meant for GPUs (training.device is cuda) but torch sees none"
+    write_cell(tmp_path, seed=1, status="refused", times=(), run_extra={"reason": reason})
+    collected = summary.collect_study(str(tmp_path), [cell(seed=1)], 0.8, [], STUDY)
+    (row,) = collected.incomplete.to_dict("records")
+    assert (row["item"], row["status"], row["reason"]) == ("torch/native/g1/s1", "refused", reason)
+    assert row["rerun"].endswith(" --force -- results/runs/torch/native/g1/s1/metrics.jsonl")
 
 
 def test_a_cell_trained_on_other_prepared_data_is_stale_not_ok(tmp_path):
@@ -142,7 +151,7 @@ def test_a_cell_trained_on_other_prepared_data_is_stale_not_ok(tmp_path):
     assert list(runs["status"]) == ["stale", "ok", "ok"]
     assert "trained on prepared data synthetic-32x48-aaaa, the study's is synthetic-32x48-bbbb" in runs["reason"][0]
     assert list(collected.incomplete["item"]) == ["torch/native/g1/s1"]
-    assert " --force results/runs/torch/native/g1/s1/metrics.jsonl" in collected.incomplete["rerun"][0]
+    assert " --force -- results/runs/torch/native/g1/s1/metrics.jsonl" in collected.incomplete["rerun"][0]
 
 
 def test_a_cell_trained_with_other_settings_is_stale_and_the_reason_says_what_changed(tmp_path):

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import REPO
-from scalebench.launch.resources import RESOURCE_NAMES
+from scalebench.launch.resources import RESOURCE_NAMES, declared_names
 from snakemake.api import SnakemakeApi
 from snakemake.rules import Rule
 from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
@@ -46,14 +46,15 @@ def gpu_study(**cluster) -> dict:
 
 
 @contextmanager
-def train_rule(tmp_path: Path, config: dict) -> Iterator[Rule]:
-    """The train rule of the Snakefile, loaded by real Snakemake with `config`."""
+def train_rule(tmp_path: Path, config: dict, resources: ResourceSettings | None = None) -> Iterator[Rule]:
+    """The train rule of the Snakefile, loaded by real Snakemake with `config` (and the resource
+    settings of the command line: --default-resources, --set-resources, --resources)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     config_file = tmp_path / "config.yaml"
     config_file.write_text(yaml.safe_dump(config))
     with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
         workflow_api = api.workflow(
-            resource_settings=ResourceSettings(),
+            resource_settings=resources or ResourceSettings(),
             config_settings=ConfigSettings(configfiles=[config_file]),
             snakefile=REPO / "Snakefile",
             workdir=tmp_path,
@@ -62,11 +63,15 @@ def train_rule(tmp_path: Path, config: dict) -> Iterator[Rule]:
 
 
 def sbatch_lines(
-    tmp_path: Path, config: dict, attempt: int = 1, framework: str = "torch"
+    tmp_path: Path,
+    config: dict,
+    attempt: int = 1,
+    framework: str = "torch",
+    resources: ResourceSettings | None = None,
 ) -> dict[tuple[str, int], list[str]]:
     """{(backend, gpus): sbatch argv} for every cell of `config` of `framework`, seed 1."""
     lines = {}
-    with train_rule(tmp_path, config) as rule:
+    with train_rule(tmp_path, config, resources) as rule:
         for backend in config["matrix"]["backends"]:
             for gpus in config["matrix"]["gpus"]:
                 wildcards = {"framework": framework, "backend": backend, "gpus": str(gpus), "seed": "1"}
@@ -103,8 +108,39 @@ def options(argv: list[str]) -> dict[str, str]:
 
 
 def test_train_rule_takes_every_resource_from_the_package(tmp_path):
-    with train_rule(tmp_path, gpu_study()) as rule:
+    with train_rule(tmp_path, gpu_study(qos="high", constraint="a100")) as rule:
         assert set(RESOURCE_NAMES) <= set(rule.resources)
+
+
+def test_options_the_config_leaves_unset_are_not_declared(tmp_path):
+    # a declared resource replaces --default-resources even when its function returns None
+    with train_rule(tmp_path, gpu_study(account=None, partition=None)) as rule:
+        assert not {"slurm_account", "slurm_partition", "qos", "constraint"} & set(rule.resources)
+        assert set(declared_names(gpu_study(account=None, partition=None)["cluster"])) <= set(rule.resources)
+
+
+def test_account_and_partition_of_the_command_line_reach_every_train_job(tmp_path):
+    # snakemake --executor slurm --default-resources slurm_account=myaccount slurm_partition=long (README)
+    defaults = ResourceSettings(default_resources={"slurm_account": "myaccount", "slurm_partition": "long"})
+    study = gpu_study(account=None, partition=None)
+    for argv in sbatch_lines(tmp_path / "defaults", study, resources=defaults).values():
+        found = options(argv)
+        assert (found["-A"], found["-p"]) == ("myaccount", "long")
+    # --set-resources train:slurm_account=other wins over both
+    chosen = ResourceSettings(
+        default_resources={"slurm_account": "myaccount"},
+        overwrite_resources={"train": {"slurm_account": "other", "qos": "high"}},
+    )
+    for argv in sbatch_lines(tmp_path / "set", study, resources=chosen).values():
+        found = options(argv)
+        assert (found["-A"], found["--qos"]) == ("other", "high") and "-p" not in found
+
+
+def test_the_study_config_wins_over_the_default_resources(tmp_path):
+    defaults = ResourceSettings(default_resources={"slurm_account": "myaccount", "slurm_partition": "long"})
+    for argv in sbatch_lines(tmp_path, gpu_study(), resources=defaults).values():
+        found = options(argv)
+        assert (found["-A"], found["-p"]) == ("proj42", "gpu")
 
 
 @pytest.fixture(scope="module")
@@ -203,3 +239,17 @@ def test_a_left_out_cell_named_as_a_target_is_refused_before_submission(tmp_path
     config["matrix"].update(backends=["native", "dp"], gpus=[2, 8])
     with pytest.raises(Exception, match=r"torch/dp/g8/s1 cannot run: dp drives the devices of one node"):
         sbatch_lines(tmp_path, config)
+
+
+def test_the_local_gpu_resource_leaves_the_sbatch_line_as_it_is(tmp_path):
+    # the plugin reads a resource named gpu as --gpus (and adds --ntasks-per-gpu): local_gpus is not read
+    study = gpu_study()
+    study["matrix"]["gpus"] = [1, 2, 4, 8]
+    declared = ResourceSettings(resources={"local_gpus": 8})
+    with train_rule(tmp_path / "rule", study, declared) as rule:
+        wildcards = {"framework": "torch", "backend": "native", "gpus": "4", "seed": "1"}
+        assert rule.expand_resources(wildcards, [], 1)["local_gpus"] == 4
+    with_limit = sbatch_lines(tmp_path / "declared", study, resources=declared)
+    without = sbatch_lines(tmp_path / "plain", study)
+    for cell, argv in with_limit.items():  # the same words but the test's own folder
+        assert [w.replace("/declared", "/plain") for w in argv] == without[cell]

@@ -88,6 +88,16 @@ def test_cost_figure_per_joule_only_where_measured_and_per_gpu_hour_everywhere(t
     render({"cost": plots.cost_figure(runs)}, tmp_path)
 
 
+def test_cost_figure_without_measured_energy_promises_no_kilojoule_panel_and_says_why(tmp_path):
+    write_cell(tmp_path / "runs", seed=1, final_extra={"energy_j": None, "energy_reason": "no powercap"})
+    runs, _ = through_csv(*analysis.collect(tmp_path / "runs", [cell(seed=1)]), tmp_path)
+    figure = plots.cost_figure(runs)
+    assert set(figure.data["measure"]) == {"images / GPU-hour"}
+    assert figure.labels.title == "Cost: images per GPU-hour"
+    assert "No images per kilojoule: no cell with status ok measured its energy (no powercap)" in figure.labels.caption
+    render({"cost": figure}, tmp_path)
+
+
 def test_imported_studies_appear_beside_the_own_cells(tmp_path):
     write_cell(tmp_path / "runs", gpus=1)
     write_cell(tmp_path / "runs", gpus=2, times=(6.0, 2.0, 3.0, 2.5))

@@ -27,6 +27,7 @@ from scalebench import backends
 from scalebench.backends import BACKENDS, FRAMEWORKS  # noqa: F401 (the rules read them here)
 from scalebench.cell import AXES, OWN_SOURCE, Cell  # Cell is also reached as config.Cell
 from scalebench.data.split import split_counts
+from scalebench.launch import local_gpus
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
 # Keys that existed once: validation refuses them by name, saying what replaced them.
@@ -332,14 +333,15 @@ def placement_problem(gpus: int, cluster: dict) -> str | None:
     return None
 
 
-def cell_problem(config: dict, cell: Cell) -> str | None:
+def cell_problem(config: dict, cell: Cell, machine_gpus: int | None = None) -> str | None:
     """Why the matrix leaves `cell` out, or None when it runs.
 
     A pair that does not exist; fewer ranks than the backend needs (fsdp on 1); a backend
     that drives one node from one process (dp, mirrored) on more devices than a node has;
     dp on more than one device where the config says there are no GPUs (training.device:
     cpu, or a CPU-only cluster); a gradient compression or compiled steps the backend does not have; a
-    strong-scaling global batch that does not divide over the cell's GPUs.
+    strong-scaling global batch that does not divide over the cell's GPUs. With
+    `machine_gpus` (a local run: launch/local_gpus.py), more GPUs than this machine has.
     """
     framework, backend, gpus = cell.framework, cell.backend, cell.gpus
     if not backends.exists(framework, backend):
@@ -370,6 +372,8 @@ def cell_problem(config: dict, cell: Cell) -> str | None:
         return "training.global_batch is required with strong scaling"
     if training["scaling"] == "strong" and training["global_batch"] % gpus:
         return f"training.global_batch {training['global_batch']} does not divide over {gpus} GPUs (strong scaling)"
+    if machine_gpus is not None:
+        return local_gpus.problem(device, gpus, machine_gpus)
     return None
 
 
@@ -418,12 +422,13 @@ def _every_cell(config: dict) -> Iterator[Cell]:
         yield Cell(framework, backend, gpus, seed, axes)
 
 
-def left_out(config: dict) -> list[LeftOut]:
-    """The cells of the matrix that do not run, grouped by pair, variant and reason."""
+def left_out(config: dict, machine_gpus: int | None = None) -> list[LeftOut]:
+    """The cells of the matrix that do not run, grouped by pair, variant and reason (machine_gpus:
+    as cell_problem's)."""
     counts = sorted(config["matrix"]["gpus"])
     reasons: dict[tuple, list[int]] = {}
     for cell in _every_cell(config):
-        reason = cell_problem(config, cell)
+        reason = cell_problem(config, cell, machine_gpus)
         if reason:
             counts_of = reasons.setdefault((cell.framework, cell.backend, cell.variant, reason), [])
             if cell.gpus not in counts_of:
@@ -454,9 +459,9 @@ def matrix_problems(config: dict) -> list[str]:
     return problems
 
 
-def cells(config: dict) -> list[Cell]:
+def cells(config: dict, machine_gpus: int | None = None) -> list[Cell]:
     """Every cell of the matrix that runs (see left_out for the others), in a stable order."""
-    return [cell for cell in _every_cell(config) if cell_problem(config, cell) is None]
+    return [cell for cell in _every_cell(config) if cell_problem(config, cell, machine_gpus) is None]
 
 
 def cell_training(config: dict, cell: Cell) -> dict:

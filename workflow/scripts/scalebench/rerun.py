@@ -7,6 +7,9 @@ other settings. So the command is the invocation that built the report, read wit
 Snakemake's own argument parser, minus its targets and one-shot options (dry run,
 --report, --force...) and minus `partial`, which shapes only the report; paths are
 made absolute so the command runs as printed from the work directory it names.
+The targets follow `--`: options such as --configfile, --config, --set-resources,
+--default-resources and --set-threads take every word up to the next option, so
+a target right after them would be read as one more of their values.
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ class Invocation:
 
     def command(self, targets: list[str], force: bool = False) -> str:
         """The shell line that builds `targets` (forced: rerun their own jobs) as the study would."""
-        words = [*self.program, *self.options, *(["--force"] if force else []), *targets]
+        # `--` ends the options: the last one may take several values (--configfile a.yaml b.yaml)
+        words = [*self.program, *self.options, *(["--force"] if force else []), *(["--", *targets] if targets else [])]
         return f"cd {shlex.quote(self.directory)} && {shlex.join(words)}"
 
 

@@ -24,9 +24,10 @@ KEYS = ["framework", "backend", "variant", "gpus", "seed"]
 # What each cell trained with along the optional axes (and how it scaled), whether or not the
 # study sweeps them: the tables and figures key on the variant, these say what it means.
 SETTING_COLUMNS = ["scaling", "batch_per_gpu", "global_batch", "precision", "compression"]
-TRAINING_STATUSES = ["ok", "diverged", "oom"]  # what a rank writes into run.json at the end
+# what a cell's run.json says at the end; refused: it cannot run as set up here, and says why
+TRAINING_STATUSES = ["ok", "diverged", "oom", "refused"]
 # A cell's status in the tables: stale cells finished on other prepared data or settings than the study's.
-STATUSES = ["ok", "stale", "diverged", "oom", "failed", "missing"]
+STATUSES = ["ok", "stale", "diverged", "oom", "refused", "failed", "missing"]
 
 # Where and with what a cell ran: the tail of runs.csv and the report's provenance table.
 PROVENANCE_COLUMNS = [
@@ -164,7 +165,9 @@ def cell_status(run: dict | None, has_metrics: bool, has_log: bool, final: dict,
         return "failed", "metrics.jsonl has no final record"
     if status not in TRAINING_STATUSES:
         return "failed", f"unknown status {status!r} in run.json"
-    return status, "" if status == "ok" else f"training ended {status}"
+    if status == "ok":
+        return status, ""
+    return status, run.get("reason") or f"training ended {status}"
 
 
 def stale_reason(run: dict, data_key: str | None, settings: dict | None) -> str:

@@ -184,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         allocation = slurm_allocation(env["SLURM_JOB_ID"]) if where == "slurm" else local_allocation()
         processes = launch_processes(framework, backend, cell["gpus"], allocation)
         command = build_command(template, processes, allocation, train_args)
-    except (LaunchError, SlurmError, PortError) as error:
+    except LaunchError as error:
+        # the cell's shape against its allocation: the next attempt gets the same (train/refusal.py)
+        print(f"launch ({where}): refused: {error}", flush=True)
+        outcome.record(args.out, "refused", f"launch: {error}", cell)
+        return 0
+    except (SlurmError, PortError) as error:
         print(f"launch ({where}): error: {error}", flush=True)
         return 1
     per_rank = settings["training"]["threads_per_rank"]
@@ -198,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     outcome.clear(args.out)  # marks of an earlier attempt
     code = run(command, rank_environment(threads, allocation))
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
-    out_of_memory = outcome.finish(args.out)
-    if out_of_memory:
-        print(f"launch: the cell ran out of memory ({out_of_memory}): recorded as status oom", flush=True)
+    ended = outcome.finish(args.out, cell)
+    if ended:
+        status, reason = ended
+        print(f"launch: the cell ended {status} ({reason}): recorded as status {status}, not retried", flush=True)
         return 0
     return code

@@ -20,6 +20,11 @@ Plugin rules this mapping works around (submit_string.get_submit_command):
   so CPU cells with one rank per node set ``tasks`` to the node count.
 - A resource that is ``None`` is dropped by Snakemake; an empty string is kept
   and would become e.g. ``--qos=''``. Unset options are therefore ``None``.
+- A rule's resource replaces the one of ``--default-resources`` (a profile's
+  ``default-resources``), even when its function returns ``None``. The account,
+  partition, QoS and constraint are therefore declared only where the config
+  sets them (``declared_names``), so a default given on the command line or in
+  a profile reaches the training jobs too.
 """
 
 from __future__ import annotations
@@ -46,6 +51,22 @@ RESOURCE_NAMES = (
     "constraint",
     "slurm_extra",
 )
+
+
+# Resources that config leaves to Snakemake's defaults where it does not set them: cluster key -> resource.
+OPTIONAL_RESOURCES = {
+    "partition": "slurm_partition",
+    "account": "slurm_account",
+    "qos": "qos",
+    "constraint": "constraint",
+}
+
+
+def declared_names(cluster: dict) -> tuple[str, ...]:
+    """The train rule's resources: every name of RESOURCE_NAMES except the optional ones that the
+    cluster section leaves unset (those come from --default-resources or a profile, if given)."""
+    unset = {name for key, name in OPTIONAL_RESOURCES.items() if not cluster.get(key)}
+    return tuple(name for name in RESOURCE_NAMES if name not in unset)
 
 
 def runtime_minutes(config: dict, cell: Cell, attempt: int = 1) -> int:

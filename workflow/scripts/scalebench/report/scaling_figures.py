@@ -67,6 +67,7 @@ STATUS_COLOURS = {
     "stale": "#a6761d",
     "diverged": "#ff7f00",
     "oom": "#984ea3",
+    "refused": "#f781bf",
     "failed": "#e41a1c",
     "missing": "#bdbdbd",
 }
@@ -307,22 +308,25 @@ def throughput_figure(runs: pd.DataFrame):
 def cost_figure(runs: pd.DataFrame):
     """Images per kilojoule (where energy was measured) and per GPU-hour (every cell) vs GPUs:
     what the answer cost. Unmeasured energy is left out, never drawn as zero."""
-    cells = runs[runs["status"].eq("ok")]
+    ok = runs[runs["status"].eq("ok")]
     panels = []
     for column, label in (("energy_j", "images / kJ"), ("gpu_hours", "images / GPU-hour")):
         per = 1000 if column == "energy_j" else 1
-        panel = cells.assign(measure=label, value=cells["images"] / cells[column] * per).dropna(subset=["value"])
+        panel = ok.assign(measure=label, value=ok["images"] / ok[column] * per).dropna(subset=["value"])
         panels.append(panel[panel["value"].map(math.isfinite)])
     cells = pd.concat(panels, ignore_index=True)
-    title = "Cost: images per kilojoule and per GPU-hour"
+    # the title names only the panels drawn; a missing energy panel says why instead
+    energy_drawn = not panels[0].empty
+    title = "Cost: images per kilojoule and per GPU-hour" if energy_drawn else "Cost: images per GPU-hour"
+    unmeasured = "" if energy_drawn else f"No images per kilojoule: {unmeasured_energy(ok)}. "
     if cells.empty:
-        return placeholder(title, "No cell with status ok has a training time yet.")
+        return placeholder(title, unmeasured + "No cell with status ok has a training time yet.")
     cells = tidy(cells)
     cells["series"] = _series(cells)
     means = cells.groupby(["measure", "series", *GROUP, "gpus"], as_index=False, observed=True)["value"].mean()
     means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
     sources = cells.dropna(subset=["energy_source"])["energy_source"].unique()
-    caption = (
+    caption = unmeasured + (
         "GPU-hours: GPUs x the epochs' summed training time. Energy over the same epochs, summed over ranks: "
         f"{', '.join(sorted(sources)) or 'not measured in any cell'} (nvml: the GPUs only; rapl: the nodes' CPU "
         "packages, other jobs on them included). Higher is cheaper. Points: seeds; lines: means."
@@ -337,6 +341,15 @@ def cost_figure(runs: pd.DataFrame):
         + labs(x="GPUs (ranks)", y="", title=title, caption=wrap(caption))
         + style((10, 6))
     )
+
+
+def unmeasured_energy(cells: pd.DataFrame) -> str:
+    """Why no cell has an energy figure, in the cells' own words (runs.csv's energy_reason)."""
+    reasons = sorted(cells["energy_reason"].dropna().unique()) if "energy_reason" in cells else []
+    if not reasons:
+        return "no cell with status ok measured its energy"
+    shown = "; ".join(reasons[:2]) + ("; ..." if len(reasons) > 2 else "")
+    return f"no cell with status ok measured its energy ({shown})"
 
 
 def time_split_figure(runs: pd.DataFrame):

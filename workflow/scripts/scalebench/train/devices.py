@@ -9,9 +9,12 @@ with a message that says what is missing. device cpu means the CPU everywhere.
 from __future__ import annotations
 
 import os
+import subprocess
+
+from scalebench.train.refusal import Refused
 
 
-class DeviceError(RuntimeError):
+class DeviceError(Refused, RuntimeError):
     """A cell meant for GPUs cannot have them; the message says why and what to do."""
 
 
@@ -71,3 +74,17 @@ def tf32_allowed_by_environment() -> bool:
 def deterministic(setting: bool | None, on_gpu: bool) -> bool:
     """training.deterministic resolved: null means on for CPU ranks and off on GPUs."""
     return (not on_gpu) if setting is None else setting
+
+
+def memory_total_mb(device_type: str, index: int) -> float | None:
+    """The memory of a rank's device in MB, for an out-of-memory reason: the GPU's (nvidia-smi, either
+    framework) or the host's; None where it cannot be read."""
+    try:
+        if device_type != "gpu":
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
+        gpu = visible[index] if index < len(visible) else str(index)  # nvidia-smi counts every GPU
+        query = ["nvidia-smi", f"--id={gpu}", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+        return float(subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout.split()[0])
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return None

@@ -27,6 +27,7 @@ from scalebench.launch import rank_env
 from scalebench.train import outcome, provenance
 from scalebench.train.interfaces import Framework
 from scalebench.train.loop import TrainingLoop, check_launch
+from scalebench.train.refusal import Refused, SettingRefused
 from scalebench.train.settings import RunSettings
 
 FRAMEWORK_PACKAGES = {"torch": "scalebench.train.torch", "tensorflow": "scalebench.train.tf"}
@@ -46,12 +47,12 @@ def create_framework(run: RunSettings, place: rank_env.RankInfo) -> Framework:
     """The framework of the cell with its backend (modules train/<framework>/framework.py, <backend>.py)."""
     problem = backends.compression_problem(run.cell.framework, run.cell.backend, run.training.compression)
     if problem:  # config validation refuses such a cell first; a rank started by hand is refused here
-        raise ValueError(f"training.compression: {problem}")
+        raise SettingRefused(f"training.compression: {problem}")
     problem = backends.compile_problem(
         run.cell.framework, run.cell.backend, run.training.compile, run.training.deterministic
     )
     if problem:
-        raise ValueError(f"training.compile: {problem}")
+        raise SettingRefused(f"training.compile: {problem}")
     package = FRAMEWORK_PACKAGES[run.cell.framework]
     backend_module = importlib.import_module(f"{package}.{run.cell.backend}")
     framework_module = importlib.import_module(f"{package}.framework")
@@ -89,6 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {place.rank}: out of memory: {error}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(outcome.OOM_EXIT_CODE)
+    except Refused as error:
+        # No retry would change this (train/refusal.py): the cell ends refused, with the reason, at once.
+        rank = framework.backend.rank if framework is not None and hasattr(framework.backend, "rank") else place.rank
+        print(f"rank {rank}: refused: {error}", file=sys.stderr, flush=True)
+        outcome.mark(args.out, rank, f"{type(error).__name__}: {error}", "refused")
+        sys.stdout.flush()
+        os._exit(outcome.REFUSED_EXIT_CODE)
     except BaseException as error:
         rank = framework.backend.rank if framework is not None and hasattr(framework.backend, "rank") else place.rank
         print(f"rank {rank}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ import os
 
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.interfaces import Backend
+from scalebench.train.refusal import HorovodBuildError
 from scalebench.train.settings import HorovodSettings, RunSettings
 
 INSTALL_HINT = "run ./install.sh (it builds Horovod with PyTorch and TensorFlow support)"
@@ -18,14 +19,14 @@ INSTALL_HINT = "run ./install.sh (it builds Horovod with PyTorch and TensorFlow 
 
 def check_build(hvd) -> None:
     if not hvd.gloo_built() and not hvd.mpi_built():
-        raise RuntimeError(f"backend horovod: Horovod was built without Gloo or MPI; {INSTALL_HINT}")
+        raise HorovodBuildError(f"backend horovod: Horovod was built without Gloo or MPI; {INSTALL_HINT}")
 
 
 def check_gpu_reductions(hvd, device_type: str, allowed: bool) -> None:
     """A GPU cell needs a Horovod built with NCCL: without it every gradient is copied to the host
     and reduced over TCP (TensorFlow's Horovod ops even run on the CPU), a different benchmark."""
     if device_type == "gpu" and not hvd.nccl_built() and not allowed:
-        raise RuntimeError(
+        raise HorovodBuildError(
             "backend horovod: this GPU cell needs Horovod built with NCCL, but this build has none "
             "(its reductions would go through the host over TCP): rebuild it with "
             "HOROVOD_GPU_OPERATIONS=NCCL ./install.sh (README, GPU install), or set "

@@ -19,9 +19,21 @@ import numpy as np
 
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
-from scalebench.train import accumulation, energy, faults, flops, metrics, outcome, placement, provenance, summaries
+from scalebench.train import (
+    accumulation,
+    devices,
+    energy,
+    faults,
+    flops,
+    metrics,
+    outcome,
+    placement,
+    provenance,
+    summaries,
+)
 from scalebench.train.interfaces import Backend, Framework
 from scalebench.train.lr_schedule import learning_rate
+from scalebench.train.refusal import Refused, SettingRefused
 from scalebench.train.settings import RunSettings
 
 
@@ -29,7 +41,7 @@ class Diverged(Exception):
     """The loss stopped being finite or exceeded training.max_loss."""
 
 
-class LaunchMismatch(RuntimeError):
+class LaunchMismatch(Refused, RuntimeError):
     """The launcher started the ranks differently from what the cell asks for."""
 
 
@@ -78,7 +90,7 @@ def check_compression(backend: Backend, compression: str) -> None:
 def check_batch(batch: int, train_pairs: int, replicas: int) -> None:
     shard = train_pairs // replicas
     if batch > shard:
-        raise ValueError(
+        raise SettingRefused(
             f"training.batch_per_gpu = {batch} is larger than the shard of the training set "
             f"({train_pairs} pairs / {replicas} ranks = {shard})"
         )
@@ -229,11 +241,23 @@ class TrainingLoop:
             print(f"diverged: {error}", flush=True)
             return "diverged"
         except self.framework.out_of_memory as error:
-            outcome.mark(self.out, self.backend.rank, f"{type(error).__name__}: {error}")
+            outcome.mark(self.out, self.backend.rank, self.out_of_memory_reason(error))
             raise outcome.CellOutOfMemory(str(error)) from error
         finally:
             self.metrics.close_curves()
         return "ok"
+
+    def out_of_memory_reason(self, error: BaseException) -> str:
+        """What ran out: the framework's words (what it was allocating), the device and its memory,
+        and the cell's batch and image size, so the reason alone says what to change."""
+        backend, (height, width) = self.backend, self.run.image_size
+        total = devices.memory_total_mb(backend.device_type, backend.local_rank)
+        memory = f"{total:.0f} MB" if total is not None else "memory unknown"
+        return (
+            f"{type(error).__name__}: {str(error).strip()} [device {self.framework.device_name()} with {memory}; "
+            f"batch_per_gpu {self.training.batch_per_gpu}, images {height}x{width}, "
+            f"precision {self.training.precision}]"
+        )
 
     def start_energy_meter(self) -> None:
         """This rank's energy meter (energy.py): NVML on its own GPUs, RAPL on a node's first CPU rank."""

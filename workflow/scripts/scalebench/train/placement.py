@@ -17,11 +17,12 @@ import math
 from dataclasses import dataclass
 
 from scalebench.train import energy
+from scalebench.train.refusal import SettingRefused
 
 PLACEMENTS = ("auto", "device", "host")
 
 
-class PlacementError(ValueError):
+class PlacementError(SettingRefused):
     """placement: device, and the samples do not fit the device; the message names the key and the bytes."""
 
 

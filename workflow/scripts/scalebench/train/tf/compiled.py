@@ -11,6 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from scalebench import backends
+from scalebench.train.refusal import SettingRefused
 
 DESCRIPTION = "XLA (jit_compile) of each replica's forward and backward; reduction, optimizer and evaluation outside"
 
@@ -20,7 +21,7 @@ def check_available() -> None:
     try:
         tf.function(lambda x: x + 1.0, jit_compile=True)(tf.constant(1.0))
     except (tf.errors.OpError, ValueError, NotImplementedError) as error:
-        raise RuntimeError(
+        raise SettingRefused(
             f"training.compile: TensorFlow {tf.__version__} cannot compile with XLA (jit_compile) here: {error}; "
             "set training.compile: false (or leave matrix.compile out)"
         ) from error
@@ -29,7 +30,7 @@ def check_available() -> None:
 def check_determinism(deterministic: bool) -> None:
     """Compiled TensorFlow steps cannot be deterministic: refuse before anything is built."""
     if deterministic:
-        raise RuntimeError(
+        raise SettingRefused(
             f"training.compile: {backends.TF_DETERMINISTIC_COMPILE_REASON} (training.deterministic null means "
             "true on CPU ranks)"
         )

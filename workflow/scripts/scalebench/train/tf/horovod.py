@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend
+from scalebench.train.refusal import HorovodBuildError
 from scalebench.train.settings import HorovodSettings, RunSettings
 
 
@@ -18,7 +19,7 @@ def _import_horovod():
     try:
         import horovod.tensorflow as hvd
     except ImportError as error:  # also Horovod built without its TensorFlow extension
-        raise RuntimeError(
+        raise HorovodBuildError(
             f"backend horovod: cannot import horovod.tensorflow ({error}); Horovod must be built with "
             f"TensorFlow (HOROVOD_WITH_TENSORFLOW=1): {INSTALL_HINT}"
         ) from error

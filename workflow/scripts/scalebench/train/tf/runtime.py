@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
+from scalebench.train.refusal import SettingRefused
 from scalebench.train.settings import RunSettings
 
 
@@ -116,7 +117,7 @@ def keras_policy(autocast_dtype: str | None, device_type: str) -> str | None:
     if autocast_dtype is None:
         return None
     if autocast_dtype == "float16" and device_type == "cpu":
-        raise ValueError("training.precision: fp16 needs a GPU; use bf16 on the CPU")
+        raise SettingRefused("training.precision: fp16 needs a GPU; use bf16 on the CPU")
     return {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[autocast_dtype]
 
 

@@ -12,6 +12,8 @@ import shutil
 
 import torch
 
+from scalebench.train.refusal import SettingRefused
+
 DESCRIPTION = "torch.compile (inductor) of the training model's forward and backward; evaluation eager"
 
 
@@ -21,12 +23,12 @@ def check_available(device: torch.device) -> None:
     from torch.utils._triton import has_triton
 
     if not torch._dynamo.is_dynamo_supported():
-        raise RuntimeError(
+        raise SettingRefused(
             f"training.compile: torch.compile is not supported by torch {torch.__version__} on this Python; "
             "set training.compile: false (or leave matrix.compile out)"
         )
     if device.type == "cuda" and not has_triton():
-        raise RuntimeError(
+        raise SettingRefused(
             "training.compile: torch.compile needs Triton for CUDA kernels, and this torch has none: install "
             "the framework's CUDA build with its triton package, or set training.compile: false"
         )
@@ -35,7 +37,7 @@ def check_available(device: torch.device) -> None:
 
         compiler = cpp_builder.get_cpp_compiler()
         if shutil.which(compiler) is None:
-            raise RuntimeError(
+            raise SettingRefused(
                 f"training.compile: torch.compile on the CPU needs a C++ compiler ({compiler} is not on PATH): "
                 "load the cluster's compiler module, or set training.compile: false"
             )

@@ -21,6 +21,7 @@ from torch import nn
 
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.interfaces import Backend
+from scalebench.train.refusal import SettingRefused
 from scalebench.train.settings import RunSettings
 from scalebench.train.torch.data import ReplicaInputs
 
@@ -63,7 +64,7 @@ class DataParallelBackend(Backend):
 
     def setup(self, run: RunSettings) -> None:
         if self.device_type != "gpu" and self.replicas > 1:
-            raise ValueError(
+            raise SettingRefused(
                 f"backend dp: DataParallel splits a batch over GPUs; on the CPU there is one device, but "
                 f"this cell has matrix.gpus = {self.replicas}: use backend native (or dp on a GPU node)"
             )

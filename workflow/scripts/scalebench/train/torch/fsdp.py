@@ -24,6 +24,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
 from scalebench.launch.rank_env import RankInfo
+from scalebench.train.refusal import SettingRefused
 from scalebench.train.settings import RunSettings
 from scalebench.train.torch.model import DoubleConv
 from scalebench.train.torch.native import DDPBackend
@@ -38,7 +39,7 @@ class FSDPBackend(DDPBackend):
 
     def __init__(self, place: RankInfo, gpus: int, compression: str = "none") -> None:
         if gpus < 2:
-            raise ValueError(
+            raise SettingRefused(
                 f"backend fsdp shards the model across ranks, but this cell has matrix.gpus = {gpus}: "
                 "one rank has nothing to shard with; use backend native for one GPU"
             )

@@ -11,6 +11,7 @@ from torch import nn
 
 from scalebench.launch.rank_env import RankInfo
 from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend
+from scalebench.train.refusal import HorovodBuildError
 from scalebench.train.settings import HorovodSettings, RunSettings
 
 
@@ -18,7 +19,7 @@ def _import_horovod():
     try:
         import horovod.torch as hvd
     except ImportError as error:
-        raise RuntimeError(f"backend horovod: cannot import horovod.torch ({error}); {INSTALL_HINT}") from error
+        raise HorovodBuildError(f"backend horovod: cannot import horovod.torch ({error}); {INSTALL_HINT}") from error
     return hvd
 
 

@@ -10,6 +10,7 @@ import torch
 
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
+from scalebench.train.refusal import SettingRefused
 from scalebench.train.settings import RunSettings
 
 # Channels-last (NHWC) activations and weights: 1.7x faster training steps on the CPU than NCHW
@@ -53,7 +54,7 @@ def autocast_dtype(name: str | None, device: torch.device) -> torch.dtype | None
     if name is None:
         return None
     if name == "float16" and device.type == "cpu":
-        raise ValueError("training.precision: fp16 needs a GPU; use bf16 on the CPU")
+        raise SettingRefused("training.precision: fp16 needs a GPU; use bf16 on the CPU")
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 

@@ -1,0 +1,60 @@
+"""A local run holds each GPU for one cell at a time, and a cell no retry can fix ends at once.
+
+This machine has no GPU: `--resources local_gpus=N` declares N, as a GPU machine's profile or
+count would, and the cells train on CPU ranks (training.device auto), holding their declared
+GPUs while they run. training.device: cuda on this machine is a cell that can never run here.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime
+
+import pytest
+from conftest import run_snakemake, tiny_config
+
+pytestmark = pytest.mark.integration
+
+CELLS = "results/runs/torch/native"
+
+
+def run_json(workdir, cell: str) -> dict:
+    return json.loads((workdir / CELLS / cell / "run.json").read_text())
+
+
+def test_one_gpu_cells_take_the_one_gpu_in_turn_and_a_two_gpu_cell_is_left_out(tmp_path):
+    config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1, 2], "seeds": [1, 2]})
+    limit = ["--cores", "4", "--resources", "local_gpus=1"]
+    dry = run_snakemake(tmp_path, config, *limit, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "left out: torch/native g2: needs 2 GPUs and this machine has 1 (local_gpus=1)" in dry.stderr
+    assert "g2/s1/train.log" not in dry.stdout and "g1/s2/train.log" in dry.stdout
+    named = run_snakemake(tmp_path, config, *limit, "-n", "--", f"{CELLS}/g2/s1/metrics.jsonl")
+    assert named.returncode != 0 and "torch/native/g2/s1 cannot run: needs 2 GPUs" in named.stdout + named.stderr
+
+    # four cores would start both one-rank cells at once; the one GPU makes them take turns
+    targets = [f"{CELLS}/g1/s{seed}/metrics.jsonl" for seed in (1, 2)]
+    run = run_snakemake(tmp_path, config, *limit, "--", *targets)
+    assert run.returncode == 0, run.stderr[-3000:]
+    spans = sorted(
+        (datetime.fromisoformat(r["start"]), datetime.fromisoformat(r["end"]))
+        for r in (run_json(tmp_path, f"g1/s{seed}") for seed in (1, 2))
+    )
+    assert spans[0][1] <= spans[1][0], spans
+
+
+def test_a_cell_no_retry_can_fix_ends_refused_at_its_first_attempt_with_the_reason(tmp_path):
+    # training.device cuda where no rank sees a GPU: the default profile's two retries would not help
+    config = tiny_config(training={"device": "cuda"}, matrix={"gpus": [1], "seeds": [1]})
+    result = run_snakemake(tmp_path, config, "--cores", "2", "--resources", "local_gpus=1")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "Trying to restart" not in output
+    run = run_json(tmp_path, "g1/s1")
+    assert run["status"] == "refused" and "training.device is cuda" in run["reason"], run
+    with open(tmp_path / "results" / "summary" / "incomplete.csv") as handle:
+        (row,) = list(csv.DictReader(handle))
+    assert (row["item"], row["status"]) == ("torch/native/g1/s1", "refused")
+    assert "sees none on this node" in row["reason"]
+    assert row["rerun"].endswith(f" --force -- {CELLS}/g1/s1/metrics.jsonl")
