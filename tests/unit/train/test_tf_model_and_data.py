@@ -80,7 +80,7 @@ def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_da
         rows = expected[step * 5 : step * 5 + 5]
         assert image.dtype == tf.uint8 and mask.dtype == tf.uint8  # converted in the step, on its device
         np.testing.assert_array_equal(image.numpy(), images[rows])
-        inputs, targets = tf_data.model_inputs(image, mask)
+        inputs, targets = tf_data.model_inputs(image, mask, image_size=(32, 48))
         np.testing.assert_array_equal(inputs.numpy()[..., 0], images[rows].astype(np.float32) / np.float32(255))
         assert set(np.unique(targets.numpy())) <= {0.0, 1.0}
 
@@ -97,13 +97,22 @@ def test_device_placement_gives_the_host_pipelines_inputs_bit_for_bit(prepared_d
         for device_step, host_step in zip(device, host, strict=True):
             assert len(device_step) == len(host_step) == len(replica_ids)
             for gathered, batch in zip(device_step, host_step, strict=True):
-                for ours, theirs in zip(tf_data.model_inputs(*gathered), tf_data.model_inputs(*batch), strict=True):
+                pairs = zip(
+                    tf_data.model_inputs(*gathered, image_size=(32, 48)),
+                    tf_data.model_inputs(*batch, image_size=(32, 48)),
+                    strict=True,
+                )
+                for ours, theirs in pairs:
                     np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
 def test_device_samples_refuse_a_sample_they_did_not_load(prepared_data):
     store = tf_data.DeviceSamples(str(prepared_data), [3, 1, 2], "/cpu:0")
-    assert store.nbytes == 3 * 2 * 32 * 48 and store.images.dtype == tf.uint8
+    assert store.nbytes == 3 * 2 * 32 * 48
+    # uint8 bytes as float32 words (TensorFlow gathers no uint8 on GPUs), back bit for bit
+    assert store.images.dtype == tf.float32 and store.images.shape == (3, 32 * 48 // 4)
+    images = tf_data.load_arrays(prepared_data)[0]
+    np.testing.assert_array_equal(tf_data.from_words(store.images, (32, 48)).numpy(), images[[1, 2, 3]])
     with pytest.raises(KeyError, match=r"samples \[0\] were not loaded"):
         store.rows(np.array([1, 0]))
 

@@ -49,13 +49,13 @@ def distributed_order(n: int, world_size: int, rank: int, seed: int, epoch: int)
     return order[rank:total:world_size]
 
 
-def model_inputs(*batch: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+def model_inputs(*batch: tf.Tensor, image_size: tuple[int, int]) -> tuple[tf.Tensor, tf.Tensor]:
     """A step's batch as the model's float32 inputs, on the device the step runs on: from uint8
     (images, masks), or from (stored images, stored masks, rows) gathered first. Same scaling as
     the PyTorch side: image / 255, mask as 0/1, N x H x W x 1."""
     if len(batch) == 3:
         images, masks, rows = batch
-        batch = (tf.gather(images, rows), tf.gather(masks, rows))
+        batch = tuple(from_words(tf.gather(stored, rows), image_size) for stored in (images, masks))
     images, masks = batch
     return tf.cast(images, tf.float32)[..., None] / 255.0, tf.cast(masks, tf.float32)[..., None]
 
@@ -111,22 +111,38 @@ def replica_samples(
     ]
 
 
+def as_words(samples: np.ndarray) -> np.ndarray:
+    """uint8 samples (N x H x W) as N rows of float32 words holding the same bytes.
+
+    TensorFlow has no GPU gather for uint8 (and keeps int32 tensors in host memory), so the
+    stored samples travel as float32 words: a gather only moves their bits, and from_words
+    gives the uint8 back on the device. The UNet's sizes are multiples of 16, so a row is whole words.
+    """
+    rows = np.ascontiguousarray(samples).reshape(len(samples), -1)
+    return rows.view(np.float32)
+
+
+def from_words(words: tf.Tensor, image_size: tuple[int, int]) -> tf.Tensor:
+    """Gathered rows of as_words back to uint8 samples B x H x W (a bitcast and a reshape: no copy)."""
+    return tf.reshape(tf.bitcast(words, tf.uint8), [-1, *image_size])
+
+
 class DeviceSamples:
-    """Samples of the arrays as uint8 tensors on one device, loaded once."""
+    """Samples of the arrays as uint8 bytes on one device (as_words), loaded once."""
 
     def __init__(self, data_dir: str, samples: np.ndarray | list[int], device: str) -> None:
         images, masks, _ = load_arrays(data_dir)
         order = np.unique(np.asarray(samples, dtype=np.int64))
         self.device = device
         with tf.device(device):
-            self.images = tf.identity(np.ascontiguousarray(images[order]))
-            self.masks = tf.identity(np.ascontiguousarray(masks[order]))
+            self.images = tf.identity(as_words(images[order]))
+            self.masks = tf.identity(as_words(masks[order]))
         self.row_of = np.full(int(order.max(initial=-1)) + 1, -1, dtype=np.int64)
         self.row_of[order] = np.arange(len(order))
 
     @property
     def nbytes(self) -> int:
-        return int(self.images.shape.num_elements() + self.masks.shape.num_elements())  # uint8
+        return 4 * int(self.images.shape.num_elements() + self.masks.shape.num_elements())  # float32 words
 
     def rows(self, samples: np.ndarray) -> tf.Tensor:
         """The rows of these sample indices, as one index tensor on the device (a single copy)."""

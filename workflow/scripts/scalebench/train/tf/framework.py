@@ -46,8 +46,11 @@ class Steps:
     ):
         variables = model.trainable_variables
 
+        def inputs(*batch):  # gathered and converted here, on the replica's device
+            return data.model_inputs(*batch, image_size=image_size)
+
         def loss_and_gradients(*batch):
-            images, masks = data.model_inputs(*batch)  # gathered and converted here, on the replica's device
+            images, masks = inputs(*batch)
             with tf.GradientTape() as tape:
                 loss = tf.reduce_mean(bce_terms(model(images, training=True), masks))
                 scaled = optimizer.get_scaled_loss(loss) if loss_scaled else loss
@@ -91,7 +94,7 @@ class Steps:
             self.apply = tf.function(apply, input_signature=[tf.TensorSpec([], tf.float32)])
 
         def replica_eval(*batch):
-            images, masks = data.model_inputs(*batch)
+            images, masks = inputs(*batch)
             logits = tf.cast(model(images, training=False), tf.float32)
             predicted, truth = logits > 0, masks > 0.5
             count = lambda t: tf.reduce_sum(tf.cast(t, tf.float64))  # noqa: E731
@@ -111,8 +114,8 @@ class Steps:
             return backend.run_replicas(replica_eval, [batch])[0]
 
         def replica_predict(images):
-            inputs, _ = data.model_inputs(images, images)
-            return tf.cast(model(inputs, training=False), tf.float32)
+            converted, _ = inputs(images, images)
+            return tf.cast(model(converted, training=False), tf.float32)
 
         def predict(images):
             return backend.run_replicas(replica_predict, [(images,)])[0]
@@ -121,7 +124,8 @@ class Steps:
         self.train = tf.function(train)
         self.eval = tf.function(evaluate, input_signature=[samples, samples])
         # device placement: (stored images, stored masks, rows) gathered in the step
-        self.eval_gathered = tf.function(evaluate, input_signature=[samples, samples, tf.TensorSpec([None], tf.int64)])
+        words = tf.TensorSpec([None, image_size[0] * image_size[1] // 4], tf.float32)  # data.as_words
+        self.eval_gathered = tf.function(evaluate, input_signature=[words, words, tf.TensorSpec([None], tf.int64)])
         self.predict = tf.function(predict, input_signature=[samples])
 
 
