@@ -125,14 +125,14 @@ def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **e
     )
 
 
-def start_cell(settings: dict, data: Path, out: Path) -> subprocess.Popen:
+def start_cell(settings: dict, data: Path, out: Path, **env: str) -> subprocess.Popen:
     """Start a cell like launch_cell without waiting, in its own session (the test can kill it all)."""
     return subprocess.Popen(
         launcher_command(settings, data, out),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=tool_env(SCALEBENCH_EXECUTOR="local"),
+        env=tool_env(SCALEBENCH_EXECUTOR="local", **env),
         start_new_session=True,
     )
 

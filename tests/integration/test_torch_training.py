@@ -205,9 +205,11 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
     settings = cell_settings("torch", "native", 2, epochs=4, dataset_repeat=8, tensorboard=True)
     reference = launch_cell(settings, prepared_data, tmp_path / "reference")
     assert reference.returncode == 0, reference.stderr
-    # Interrupt like SLURM at a time limit: SIGTERM to the launcher after epoch 2's checkpoint.
+    # Interrupt like SLURM at a time limit: SIGTERM to the launcher after epoch 2's checkpoint,
+    # while the ranks wait at the start of epoch 3 (SCALEBENCH_FAULT=stall:3), so the run cannot
+    # finish before the signal however fast the machine is; the resumed run does not stall.
     out = tmp_path / "interrupted"
-    process = start_cell(settings, prepared_data, out)
+    process = start_cell(settings, prepared_data, out, SCALEBENCH_FAULT="stall:3")
     checkpoint = out / "checkpoint.pt"
     assert wait_for(lambda: _checkpoint_epoch(checkpoint) == 2, 180)
     process.send_signal(signal.SIGTERM)
