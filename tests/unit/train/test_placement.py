@@ -71,3 +71,11 @@ def test_unknown_free_memory_reduces_to_minus_infinity_so_known_ones_still_count
 
 def test_a_sample_is_its_uint8_image_and_mask():
     assert placement.sample_bytes((768, 1024)) == 2 * 768 * 1024
+
+
+def test_the_busiest_device_holds_its_replicas_samples_and_on_the_first_the_evaluated_ones():
+    per_replica = [np.array([0, 1, 2]), np.array([3, 4, 5, 6])]
+    size = placement.sample_bytes((16, 16))
+    assert placement.busiest_device_bytes(per_replica, [], (16, 16)) == 4 * size
+    # validation 7, test 8 and 2 (2 is a training sample there already): the first device holds 5
+    assert placement.busiest_device_bytes(per_replica, [[7], [8, 2]], (16, 16)) == 5 * size

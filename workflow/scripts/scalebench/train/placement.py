@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from scalebench.train import energy
 from scalebench.train.refusal import SettingRefused
 
@@ -43,6 +45,17 @@ def sample_bytes(image_size: tuple[int, int]) -> int:
     """One sample as the device holds it: the uint8 image and the uint8 mask."""
     height, width = image_size
     return 2 * height * width
+
+
+def busiest_device_bytes(
+    per_replica: list[np.ndarray], eval_shards: list[list[int]], image_size: tuple[int, int]
+) -> int:
+    """The bytes of the process's busiest device with device placement: each replica's device
+    holds that replica's training samples, the first also the evaluated ones."""
+    evaluated = {index for shard in eval_shards for index in shard}
+    per_device = [len(samples) for samples in per_replica]
+    per_device[0] = len(set(per_replica[0].tolist()) | evaluated)
+    return max(per_device) * sample_bytes(image_size)
 
 
 def local_figures(needed: int, free: int | None) -> list[float]:

@@ -202,10 +202,7 @@ class TensorFlowFramework:
         per_replica = data.replica_samples(
             train_indices, backend.replica_ids, backend.replicas, self.run.cell.seed, self.training.epochs
         )
-        evaluated = {index for shard in eval_shards for index in shard}  # on the first device
-        per_device = [len(samples) for samples in per_replica]
-        per_device[0] = len(set(per_replica[0].tolist()) | evaluated)
-        return max(per_device) * placement.sample_bytes(self.run.image_size)
+        return placement.busiest_device_bytes(per_replica, eval_shards, self.run.image_size)
 
     def free_device_bytes(self) -> int | None:
         backend = self.backend
@@ -233,27 +230,18 @@ class TensorFlowFramework:
         self.loss_sum = tf.zeros((), dtype=tf.float64)
         self.replica_steps = 0
         backend = self.backend
-        if self.stores:
-            return data.device_train_batches(
-                self.stores,
-                self.train_indices,
-                backend.replica_ids,
-                backend.replicas,
-                self.training.batch_per_gpu,
-                self.run.cell.seed,
-                epoch,
-            )
-        return data.train_dataset(
-            self.run.data_dir,
+        # this process's replicas' shards of the epoch, in DistributedSampler's order
+        shards = (
             self.train_indices,
             backend.replica_ids,
             backend.replicas,
             self.training.batch_per_gpu,
             self.run.cell.seed,
             epoch,
-            self.run.threads,
-            self.input_device,
         )
+        if self.stores:
+            return data.device_train_batches(self.stores, *shards)
+        return data.train_dataset(self.run.data_dir, *shards, self.run.threads, self.input_device)
 
     def train_step(self, batch, part: Part) -> None:
         if self.steps.accumulates:

@@ -108,10 +108,7 @@ class TorchFramework:
 
     def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
         per_replica = data.replica_samples(train_indices, self._sampler(train_indices), self.training.epochs)
-        evaluated = {index for shard in eval_shards for index in shard}  # on the first device
-        per_device = [len(samples) for samples in per_replica]
-        per_device[0] = len(set(per_replica[0].tolist()) | evaluated)
-        return max(per_device) * placement.sample_bytes(self.run.image_size)
+        return placement.busiest_device_bytes(per_replica, eval_shards, self.run.image_size)
 
     def free_device_bytes(self) -> int | None:
         if self.device.type == "cuda":
