@@ -56,13 +56,15 @@ def tf_loader(args: dict) -> dict:
     """Images/s of tf_data.train_dataset alone (one replica), as train/tf/framework.py builds it per epoch."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from scalebench.data.preprocess import load_arrays
+    from scalebench.train.settings import RunSettings
     from scalebench.train.tf import data as tf_data
     from scalebench.train.tf import runtime as tf_runtime
 
     settings = args["settings"]
     training = settings["training"]
     threads = training["threads_per_rank"]
-    tf_runtime.configure(threads, "cpu")
+    run = RunSettings.from_json(settings, args["data"], "unused", env={})
+    tf_runtime.configure(run, local_rank=0, ranks_on_node=1)  # threads, and the CPU as the rank would
     _, _, manifest = load_arrays(args["data"])
     train = manifest["train"] * training["dataset_repeat"]
     times, images = [], 0
