@@ -96,6 +96,17 @@ def cell_settings(framework: str, backend: str, gpus: int, seed: int = 1, **trai
     return sb_config.train_settings(config, sb_config.Cell(framework, backend, gpus, seed))
 
 
+def backend_run_settings(framework: str, backend: str, compression: str, gpus: int = 2):
+    """A rank's settings for `backend` with `compression` set after validation (which refuses the
+    pairs that cannot), to build backends the matrix would leave out."""
+    from scalebench.train.settings import RunSettings
+
+    settings = cell_settings(framework, "native", gpus)
+    settings["cell"]["backend"] = backend
+    settings["training"]["compression"] = compression
+    return RunSettings.from_json(settings, "data", "out", env={})
+
+
 def training_settings(**training: object):
     """The typed training settings a rank of tiny_config() receives, with overrides."""
     from scalebench.train.settings import RunSettings

@@ -10,13 +10,19 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scalebench.files import json_safe
 from scalebench.train import flops
 
-if TYPE_CHECKING:
-    from scalebench.train.summaries import Curves
+
+class RecordSink(Protocol):
+    """Where MetricsWriter also sends each record it writes (summaries.Curves: TensorBoard);
+    a protocol here, so that metrics.py does not import the module that imports it."""
+
+    def write(self, record: dict) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def diverged(loss: float, max_loss: float) -> bool:
@@ -29,7 +35,7 @@ class MetricsWriter:
     (training.tensorboard, summaries.py), each epoch record goes to TensorBoard too."""
 
     def __init__(
-        self, path: str | Path, enabled: bool, previous: list[dict] | None = None, curves: Curves | None = None
+        self, path: str | Path, enabled: bool, previous: list[dict] | None = None, curves: RecordSink | None = None
     ):
         self.path = Path(path)
         self.enabled = enabled

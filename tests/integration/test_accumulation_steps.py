@@ -1,0 +1,104 @@
+"""Gradient accumulation (training.horovod.backward_passes_per_step): both frameworks step on
+their mean gradient with the real Horovod backend, one rank through the real loop in this process
+(tests/integration/test_horovod_accumulation.py runs two)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import REPO, cell_settings, tool_env
+from scalebench.launch import rank_env
+from scalebench.train.accumulation import optimizer_steps
+from scalebench.train.entry import cell_hash, create_framework
+from scalebench.train.loop import TrainingLoop
+from scalebench.train.settings import RunSettings
+
+pytestmark = pytest.mark.integration
+
+
+def train_one_epoch(framework_name: str, data, out, batch: int, passes: int):
+    """One epoch of a one-rank Horovod cell through the real loop; the framework after it."""
+    settings = cell_settings(
+        framework_name,
+        "horovod",
+        1,
+        epochs=1,
+        batch_per_gpu=batch,
+        batch_norm=False,  # batch statistics would differ between a batch and its halves
+        checkpoint_every=0,
+        predictions=0,
+        horovod={"backward_passes_per_step": passes},
+    )
+    out.mkdir()
+    run = RunSettings.from_json(settings, data, out, env={})
+    framework = create_framework(run, rank_env.detect({}))
+    try:
+        assert TrainingLoop(run, framework, cell_hash(settings, data), time.perf_counter()).train() == "ok"
+    finally:
+        framework.backend.shutdown()
+    return framework
+
+
+FRESH = "SCALEBENCH_TEST_FRESH_PROCESS"
+
+
+def in_fresh_process(request, tmp_path) -> bool:
+    """Run this TensorFlow case again in a process of its own, and say so.
+
+    TensorFlow fixes its threads and devices at its first operation, and a rank sets them
+    (runtime.configure) as it starts; another test of this session may have run TensorFlow first.
+    """
+    if os.environ.get(FRESH) == "1":
+        return False
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}"]
+    result = subprocess.run(
+        [*command, request.node.nodeid],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=tool_env(**{FRESH: "1"}),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return True
+
+
+def weights_and_steps(framework) -> tuple[list[np.ndarray], int]:
+    """The model's weights and how often its optimizer stepped."""
+    if framework.name == "torch":
+        state = framework.optimizer.state
+        steps = {int(state[p]["step"]) for p in framework.raw_model.parameters()}
+        assert len(steps) == 1
+        return [p.detach().numpy().copy() for p in framework.raw_model.parameters()], steps.pop()
+    return [w.copy() for w in framework.model.get_weights()], int(framework.optimizer.iterations.numpy())
+
+
+@pytest.mark.parametrize("framework_name", ["torch", "tensorflow"])
+def test_two_accumulated_batches_step_like_one_batch_of_both(framework_name, prepared_data, tmp_path, request):
+    if framework_name == "tensorflow" and in_fresh_process(request, tmp_path):
+        return
+    # 28 training pairs: 14 batches of 2 in 7 steps of 2 against 7 batches of 4, the same pairs in
+    # the same order; each step's mean gradient is the same, so the same Adam steps follow
+    halves = train_one_epoch(framework_name, prepared_data, tmp_path / "halves", batch=2, passes=2)
+    whole = train_one_epoch(framework_name, prepared_data, tmp_path / "whole", batch=4, passes=1)
+    (accumulated, steps), (reference, reference_steps) = weights_and_steps(halves), weights_and_steps(whole)
+    assert steps == reference_steps == 7
+    for mine, theirs in zip(accumulated, reference, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-5)
+    assert halves.epoch_loss()[1] == 14  # every batch trained on: the images of the epoch are all seen
+    assert abs(halves.epoch_loss()[0] / 14 - whole.epoch_loss()[0] / 7) < 1e-5
+
+
+@pytest.mark.parametrize("framework_name", ["torch", "tensorflow"])
+def test_an_epoch_not_a_multiple_of_the_passes_steps_on_its_remainder(framework_name, prepared_data, tmp_path, request):
+    if framework_name == "tensorflow" and in_fresh_process(request, tmp_path):
+        return
+    framework = train_one_epoch(framework_name, prepared_data, tmp_path / "cell", batch=4, passes=3)
+    _, steps = weights_and_steps(framework)
+    assert steps == optimizer_steps(7, 3) == 3  # 7 batches: steps of 3, 3 and 1
+    assert framework.epoch_loss()[1] == 7
