@@ -113,8 +113,7 @@ def test_cmake_4_configures_the_patched_sdist(sdist, cmake4, tmp_path):
     shown = subprocess.run(
         [sys.executable, str(REPO / "tools/first_error.py"), str(log)], capture_output=True, text=True
     )
-    assert "CMake Error at third_party/gloo/CMakeLists.txt:1 (cmake_minimum_required)" in shown.stdout
-    assert "Traceback" not in shown.stdout
+    assert shown.stdout.splitlines()[1].startswith("CMake Error at third_party/gloo/CMakeLists.txt:1")
     patched = configure(cmake4, unpack(sdist, tmp_path / "fixed", patched=True), tmp_path / "fixed-build")
     output = patched.stdout + patched.stderr
     assert patched.returncode == 0, output[-4000:]
