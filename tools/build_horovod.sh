@@ -35,10 +35,29 @@ gpu_toolchain_problem() {  # why Horovod's NCCL operations cannot be built here,
     echo "NCCL's headers (nccl.h) are not in HOROVOD_NCCL_INCLUDE, HOROVOD_NCCL_HOME/include, /usr/include or $cuda/include: 'module load nccl' and set HOROVOD_NCCL_HOME"
 }
 
+CXX_COMPILER=${CXX:-g++}
+toolchain_problem() {  # why this CMake or compiler cannot build Horovod, and what to load, or nothing
+    local version
+    version=$(cmake --version 2>/dev/null | sed -n 's/^cmake version \([0-9][0-9.]*\).*/\1/p')
+    if [[ -z "$version" ]] || ! printf '3.13\n%s\n' "$version" | sort -C -V; then
+        echo "CMake ${version:-of unknown version} is older than Horovod's minimum 3.13: 'module load cmake'" \
+             "(a 3.x or 4.x), or 'pip install cmake' into a folder on PATH, then run this again"
+        return
+    fi
+    # torch's and TensorFlow's headers need C++17 (GCC 9 or newer, clang 10 or newer)
+    if ! printf '#include <optional>\nint main() { if constexpr (true) { std::optional<int> x; return x.value_or(0); } }\n' \
+        | $CXX_COMPILER -std=c++17 -x c++ -fsyntax-only - >/dev/null 2>&1; then
+        echo "the C++ compiler '$CXX_COMPILER' ($($CXX_COMPILER --version 2>/dev/null | head -1)) cannot compile C++17:" \
+             "'module load gcc' (GCC 9 or newer) or set CXX to one that can, then run this again"
+    fi
+}
+
 if [[ -z "$wheel" ]]; then
-    for tool in cmake g++ make; do
-        command -v "$tool" >/dev/null || { echo "build_horovod: '$tool' is missing (Debian: apt-get install cmake g++ make)" >&2; exit 1; }
+    for tool in cmake "$CXX_COMPILER" make; do
+        command -v "${tool%% *}" >/dev/null || { echo "build_horovod: '$tool' is missing (Debian: apt-get install cmake g++ make)" >&2; exit 1; }
     done
+    problem=$(toolchain_problem)
+    [[ -z "$problem" ]] || { echo "build_horovod: $problem" >&2; exit 1; }
     if [[ $GPU_OPS == NCCL ]]; then
         problem=$(gpu_toolchain_problem)
         [[ -z "$problem" ]] || { echo "build_horovod: HOROVOD_GPU_OPERATIONS=NCCL, but $problem" >&2; exit 1; }
@@ -54,7 +73,13 @@ if [[ -z "$wheel" ]]; then
     export HOROVOD_CPU_OPERATIONS=${HOROVOD_CPU_OPERATIONS:-gloo}
     export MAKEFLAGS=${MAKEFLAGS:--j$(nproc)}
     "$PY" -m pip wheel --no-build-isolation --no-deps -w "$work/dist" "$work/horovod-$HVD_VERSION" \
-        > "$work/build.log" 2>&1 || { tail -60 "$work/build.log" >&2; echo "build_horovod: build failed (log above)" >&2; exit 1; }
+        > "$work/build.log" 2>&1 || {
+        # the cause is the first error, far above the Python tracebacks that end the log
+        cp "$work/build.log" "$CACHE/../horovod-build-failed.log"
+        python3 "$HERE/first_error.py" "$work/build.log" >&2
+        echo "build_horovod: build failed; above: its first error; the whole log: $(cd "$CACHE/.." && pwd)/horovod-build-failed.log" >&2
+        exit 1
+    }
     cp "$work"/dist/horovod-*.whl "$CACHE"/
     wheel=$(ls "$CACHE"/horovod-*.whl | head -1)
 fi

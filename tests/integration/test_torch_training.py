@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,9 +18,11 @@ from conftest import (
     assert_curves_equal_records,
     cell_settings,
     launch_cell,
+    launcher_command,
     rank_pids,
     read_records,
     start_cell,
+    tool_env,
     wait_for,
 )
 from scalebench.analysis import collect
@@ -230,6 +233,36 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
     # epochs 1-2 into new event files in place of the interrupted run's
     assert len(list((out / "tensorboard").iterdir())) == 1
     assert_curves_equal_records(out / "tensorboard", epochs_res)
+
+
+def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(prepared_data, tmp_path):
+    settings = cell_settings("torch", "native", 2, epochs=3, collective_timeout_s=300)
+    out = tmp_path / "cell"
+    # a first attempt that stops after epoch 1's checkpoint (stall: blocks until killed)
+    process = subprocess.Popen(
+        launcher_command(settings, prepared_data, out),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=tool_env(SCALEBENCH_EXECUTOR="local", SCALEBENCH_FAULT="stall:2"),
+        start_new_session=True,
+    )
+    try:
+        assert wait_for(lambda: _checkpoint_epoch(out / "checkpoint.pt") == 1, 180)
+    finally:
+        process.send_signal(signal.SIGTERM)  # as SLURM at a time limit: launch.py stops its ranks
+        process.communicate(timeout=60)
+    # the next attempt: rank 1 does not see the cell's folder (a node-local folder on another node)
+    started = time.monotonic()
+    result = launch_cell(settings, prepared_data, out, SCALEBENCH_FAULT="hide_checkpoint:1")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert time.monotonic() - started < 120, "it failed at once, not after the 300 s collective timeout"
+    reason = "rank 0 resumes from its checkpoint after epoch 1, but rank 1 found no usable checkpoint"
+    assert reason in output, output[-3000:]
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and reason in run["error"]
+    assert wait_for(lambda: not rank_pids(out), 10), "ranks left behind"
 
 
 def _checkpoint_epoch(path: Path) -> int | None:

@@ -71,3 +71,48 @@ def test_horovod_rendezvous_listens_on_the_cells_block(tmp_path):
             assert answer.read() == b"value"
     finally:
         server.stop()
+
+
+HOLD_SLURM = (
+    "import socket, sys, time; from scalebench.launch import ports; "
+    "port = ports.reserve_slurm_block(sys.argv[2], sys.argv[1]); "
+    "server = socket.create_server(('', port)); print(port, flush=True); time.sleep(60)"
+)
+
+
+def test_two_slurm_cells_whose_job_ids_map_to_the_same_block_take_different_ports(tmp_path):
+    # two batch steps on one node, job ids SLURM_BLOCKS apart: the same block by the job id
+    first_job = 4_000_123
+    second_job = first_job + ports.SLURM_BLOCKS
+    assert ports.port_for_job(first_job) == ports.port_for_job(second_job)
+    holder = subprocess.Popen(  # the first cell: holds its block and listens on its rendezvous port
+        [sys.executable, "-c", HOLD_SLURM, str(tmp_path), str(first_job)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(SCRIPTS)},
+    )
+    try:
+        taken = int(holder.stdout.readline())
+        second = ports.reserve_slurm_block(second_job, tmp_path)
+        assert second != taken and abs(second - taken) >= ports.PORT_BLOCK
+        assert ports.SLURM_BASE <= second and second + ports.PORT_BLOCK <= ports.SLURM_END
+        with socket.socket() as sock:  # every port of the second block is free for its ranks
+            sock.bind(("", second))
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_slurm_block_with_a_port_in_use_outside_scalebench_is_passed_over(tmp_path):
+    job = 4_000_500
+    own = ports.port_for_job(job)
+    with socket.socket() as busy:  # e.g. another program's server on a worker port of the job's block
+        busy.bind(("", own + 7))
+        busy.listen()
+        chosen = ports.reserve_slurm_block(job, tmp_path)
+    assert chosen == own + ports.PORT_BLOCK or (own + ports.PORT_BLOCK >= ports.SLURM_END and chosen < own)
+
+
+def test_a_free_slurm_block_is_the_job_ids_own(tmp_path):
+    job = 4_000_777
+    assert ports.reserve_slurm_block(job, tmp_path) == ports.port_for_job(job)

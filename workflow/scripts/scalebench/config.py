@@ -479,7 +479,7 @@ def cell_training(config: dict, cell: Cell) -> dict:
 
 def train_settings(config: dict, cell: Cell) -> dict:
     """Everything the training program needs for one cell, as plain JSON."""
-    return {
+    settings = {
         "cell": cell.to_json(),
         "training": cell_training(config, cell),
         "peak_tflops": config["cluster"]["peak_tflops"],
@@ -490,6 +490,10 @@ def train_settings(config: dict, cell: Cell) -> dict:
             "split_seed": config["dataset"]["split_seed"],
         },
     }
+    # only where set: the cells of a study without it keep their settings (and are not retrained)
+    if config["cluster"]["network_interface"]:
+        settings["network_interface"] = config["cluster"]["network_interface"]
+    return settings
 
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:

@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env.update(
         {
-            RENDEZVOUS: socket.gethostbyname(allocation.master_addr),
+            # launch.py's MASTER_ADDR: the address of cluster.network_interface where set
+            RENDEZVOUS: socket.gethostbyname(os.environ.get("MASTER_ADDR") or allocation.master_addr),
             HOROVOD_PLAN: ",".join(f"{host}:{n}" for host, n in blocks),  # each rank checks that srun agreed
         },
         HOROVOD_GLOO_RENDEZVOUS_PORT=str(port),

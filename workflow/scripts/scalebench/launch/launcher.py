@@ -10,8 +10,8 @@ environment: the SLURM jobstep plugin removes every SLURM_* variable except the
 job id, so the node list, task geometry and CPUs per task are read back from
 ``scontrol show job`` here, and the launcher template passes them to srun
 explicitly. The rendezvous address (the first node's NodeAddr) and the start
-of the cell's port block (ports.py: from the job id under SLURM, a block held
-by this process locally) go to the ranks as MASTER_ADDR/MASTER_PORT.
+of the cell's port block (ports.py: the job id's under SLURM, or the next one
+free on this node; a block held by this process locally) go to the ranks as MASTER_ADDR/MASTER_PORT.
 
 The resolved command goes to the top of the log. The ranks run in their own
 process group, which is killed when the launcher returns or is signalled, so a
@@ -21,6 +21,7 @@ failed or cancelled cell leaves no process behind.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shlex
@@ -31,7 +32,8 @@ import time
 from pathlib import Path
 
 from scalebench import backends
-from scalebench.launch.ports import PortError, reserve_local_block
+from scalebench.launch import network
+from scalebench.launch.ports import PortError, reserve_local_block, reserve_slurm_block
 from scalebench.launch.slurm import NODE_ADDRESSES, Allocation, SlurmError, block_distribution, slurm_allocation
 from scalebench.train import outcome
 
@@ -99,9 +101,12 @@ def launch_processes(framework: str, backend: str, gpus: int, allocation: Alloca
     return backends.processes(framework, backend, gpus)
 
 
-def rank_environment(threads: int, allocation: Allocation) -> dict[str, str]:
-    """The launcher's environment: thread counts, unbuffered output, and the rendezvous under SLURM."""
+def rank_environment(threads: int, allocation: Allocation, interface: str | None = None) -> dict[str, str]:
+    """The launcher's environment: thread counts, unbuffered output, the rendezvous under SLURM, and
+    the network interface of cluster.network_interface for every library (network.py)."""
     env = dict(os.environ)
+    if interface:
+        env.update(network.collective_environment(interface))
     env.update(
         OMP_NUM_THREADS=str(threads),
         TF_NUM_INTRAOP_THREADS=str(threads),
@@ -181,10 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
     train_args = cell_arguments(args.settings, args.data, args.out)
     try:
-        allocation = slurm_allocation(env["SLURM_JOB_ID"]) if where == "slurm" else local_allocation()
+        if where == "slurm":  # the job id's port block, or the next one free on this node (ports.py)
+            allocation = slurm_allocation(env["SLURM_JOB_ID"], reserve_slurm_block(env["SLURM_JOB_ID"]))
+        else:
+            allocation = local_allocation()
         processes = launch_processes(framework, backend, cell["gpus"], allocation)
         command = build_command(template, processes, allocation, train_args)
-    except LaunchError as error:
+        interface = settings.get("network_interface")
+        if interface:  # the rendezvous on the interface's address of this (the first) node
+            allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
+            command = build_command(template, processes, allocation, train_args)
+    except (LaunchError, network.InterfaceMissing) as error:
         # the cell's shape against its allocation: the next attempt gets the same (train/refusal.py)
         print(f"launch ({where}): refused: {error}", flush=True)
         outcome.record(args.out, "refused", f"launch: {error}", cell)
@@ -201,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
     started = time.time()
     outcome.clear(args.out)  # marks of an earlier attempt
-    code = run(command, rank_environment(threads, allocation))
+    code = run(command, rank_environment(threads, allocation, interface))
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)
     if ended:

@@ -6,11 +6,16 @@ server under horovod_srun.py), the others are its TensorFlow workers, one per
 rank on an address. Everything else a cell listens on (Gloo, NCCL, gRPC
 clients) takes an ephemeral port from the kernel, above both ranges below.
 
-- Under SLURM every rank must find the block without talking to the others, so
-  it comes from the job id: ids map to the SLURM_BLOCKS blocks in turn, and two
-  jobs whose ids are fewer than SLURM_BLOCKS apart never share a port, whatever
-  their rank counts (the block holds MAX_RANKS_PER_NODE workers per address,
-  which the config validation enforces).
+- Under SLURM the batch step (launch.py, on the job's first node) starts from the
+  job id's block (ids map to the SLURM_BLOCKS blocks in turn) and takes the first
+  block, from there on, that no other scalebench launcher on this node holds and
+  whose ports are all free now; the ranks get it as MASTER_PORT. So two cells on
+  one node never collide, whatever their job ids (ids that differ by a multiple
+  of SLURM_BLOCKS map to the same block: the second takes the next free one). A
+  block holds MAX_RANKS_PER_NODE workers per address, which the config
+  validation enforces. Ports on a cell's other nodes are checked only where
+  their own cells' first nodes are: a multi-node TensorFlow cell could still
+  meet a cell that started on its second node at the same instant.
 - Locally there is no job id: the launcher takes the first block of the local
   range that no other scalebench launcher on this host holds (an flock on a
   file per block, held until the launcher exits) and whose ports are all free
@@ -79,9 +84,9 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _lock(block: int, lock_dir: Path) -> IO | None:
-    """The open, locked file of `block`, or None when another process holds it."""
-    path = lock_dir / f"block-{block}.lock"
+def _lock(name: str, lock_dir: Path) -> IO | None:
+    """The open, locked file `name`, or None when another process holds it."""
+    path = lock_dir / f"{name}.lock"
     try:
         handle = open(path, "a")
     except PermissionError:  # another user's file: a read-only descriptor can still be locked
@@ -96,21 +101,42 @@ def _lock(block: int, lock_dir: Path) -> IO | None:
     return handle
 
 
-def reserve_local_block(lock_dir: str | Path = LOCK_DIR) -> int:
-    """The first port of a local block held by this process until it exits."""
+def _reserve(kind: str, base: int, blocks: list[int], lock_dir: str | Path) -> int | None:
+    """The first port of the first of `blocks` (block numbers from `base`) that no other launcher
+    holds and whose ports are all free now, held by this process until it exits; None if none is."""
     lock_dir = Path(lock_dir)
     lock_dir.mkdir(parents=True, exist_ok=True)
     try:  # shared by every user of the host
         os.chmod(lock_dir, 0o1777)
     except PermissionError:
         pass
-    for block in range(LOCAL_BLOCKS):
-        handle = _lock(block, lock_dir)
+    for block in blocks:
+        handle = _lock(f"{kind}-{block}", lock_dir)
         if handle is None:
             continue
-        start = LOCAL_BASE + block * PORT_BLOCK
+        start = base + block * PORT_BLOCK
         if all(_bindable(port) for port in range(start, start + PORT_BLOCK)):
             _held.append(handle)
             return start
         handle.close()  # something outside scalebench listens there
-    raise PortError(f"all {LOCAL_BLOCKS} local port blocks ({LOCAL_BASE}-{LOCAL_END - 1}) are in use on this host")
+    return None
+
+
+def reserve_local_block(lock_dir: str | Path = LOCK_DIR) -> int:
+    """The first port of a local block held by this process until it exits."""
+    start = _reserve("block", LOCAL_BASE, list(range(LOCAL_BLOCKS)), lock_dir)
+    if start is None:
+        raise PortError(f"all {LOCAL_BLOCKS} local port blocks ({LOCAL_BASE}-{LOCAL_END - 1}) are in use on this host")
+    return start
+
+
+def reserve_slurm_block(job_id: str | int, lock_dir: str | Path = LOCK_DIR) -> int:
+    """The first port of SLURM job `job_id`'s block on this node: the job id's own block where it is
+    free, else the next free one (held by this process until it exits)."""
+    own = int(job_id) % SLURM_BLOCKS
+    start = _reserve("slurm", SLURM_BASE, [(own + i) % SLURM_BLOCKS for i in range(SLURM_BLOCKS)], lock_dir)
+    if start is None:
+        raise PortError(f"all {SLURM_BLOCKS} SLURM port blocks ({SLURM_BASE}-{SLURM_END - 1}) are in use on this node")
+    if start != port_for_job(job_id):
+        print(f"ports: job {job_id}'s block {port_for_job(job_id)} is taken on this node; using {start}", flush=True)
+    return start

@@ -106,8 +106,9 @@ def _fields(oneliner: str) -> dict[str, str]:
     return dict(re.findall(r"(\S+?)=(\S*)", oneliner))
 
 
-def slurm_allocation(job_id: str) -> Allocation:
-    """The allocation of SLURM job `job_id`, read with scontrol (the job's own env is trimmed)."""
+def slurm_allocation(job_id: str, port: int | None = None) -> Allocation:
+    """The allocation of SLURM job `job_id`, read with scontrol (the job's own env is trimmed);
+    `port`: the start of the block launch.py reserved (ports.reserve_slurm_block), else the job id's."""
     job = _fields(_scontrol("show", "job", "--oneliner", job_id))
     hosts = _scontrol("show", "hostnames", job["NodeList"]).split()
     addresses = tuple(_fields(_scontrol("show", "node", "--oneliner", host)).get("NodeAddr") or host for host in hosts)
@@ -116,7 +117,7 @@ def slurm_allocation(job_id: str) -> Allocation:
         executor="slurm",
         hosts=hosts,
         master_addr=addresses[0],
-        port=port_for_job(job_id),
+        port=port if port is not None else port_for_job(job_id),
         cpus_per_rank=int(cpus) if cpus.isdigit() else 1,
         addresses=addresses,
     )

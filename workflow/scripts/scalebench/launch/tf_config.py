@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 
+from scalebench.launch import network
 from scalebench.launch.ports import PortError, worker_port
 from scalebench.launch.rank_env import RankInfo
 from scalebench.launch.slurm import SlurmError, node_addresses, step_hosts, step_tasks_per_node
@@ -47,14 +48,20 @@ def rank_hosts(info: RankInfo, env: Mapping[str, str]) -> list[str]:
 
 
 def build_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict:
-    """TF_CONFIG for this rank: one worker per rank, each on its own port of the cell's block."""
+    """TF_CONFIG for this rank: one worker per rank, each on its own port of the cell's block.
+
+    With cluster.network_interface, workers on one node are named by that interface's address
+    (the node's; a cell on several nodes keeps the host names: no rank knows another node's address).
+    """
     addresses = node_addresses(env)
+    hosts = rank_hosts(info, env)
+    interface_address = network.check_node(env) if len(set(hosts)) == 1 else None
     on_address: Counter[str] = Counter()
     workers = []
-    for host in rank_hosts(info, env):
+    for host in hosts:
         address = addresses.get(host, host)
         try:
-            workers.append(f"{host}:{worker_port(info.master_port, on_address[address])}")
+            workers.append(f"{interface_address or host}:{worker_port(info.master_port, on_address[address])}")
         except PortError as error:
             raise ClusterMismatch(f"{error} ({address})") from error
         on_address[address] += 1

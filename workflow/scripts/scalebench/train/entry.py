@@ -23,7 +23,7 @@ from pathlib import Path
 
 from scalebench import backends
 from scalebench.data.preprocess import read_manifest
-from scalebench.launch import rank_env
+from scalebench.launch import network, rank_env
 from scalebench.train import outcome, provenance
 from scalebench.train.interfaces import Framework
 from scalebench.train.loop import TrainingLoop, check_launch
@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     place = rank_env.detect()
     framework = None
     try:
+        network.check_node()  # cluster.network_interface exists on this rank's node
         framework = create_framework(run, place)
         check_launch(place.world_size, place.world_size_source, framework.backend, run.cell.gpus)
         status = TrainingLoop(run, framework, cell_hash(settings, args.data), started).train()

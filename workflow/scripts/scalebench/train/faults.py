@@ -5,6 +5,8 @@
   outlasts any time limit however fast the machine is (its retry resumes and goes on).
 - ``meet:FOLDER:COUNT``: rank 0 of each cell waits before its first epoch until COUNT
   cells have arrived in FOLDER (cells that must run at the same time); fails after 300 s.
+- ``hide_checkpoint:RANK``: rank RANK looks for the cell's checkpoint in an empty folder,
+  as a rank on a node that does not see the cell's folder would (checkpoint_folder).
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], B
     elif kind == "meet" and epoch == 0 and rank == 0:
         folder, count = argument.rsplit(":", 1)
         meet(Path(folder), int(count), fault)
+
+
+def checkpoint_folder(rank: int, out: Path) -> Path:
+    """Where this rank looks for the cell's checkpoint: `out`, unless ``hide_checkpoint`` hides it."""
+    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
+    if kind == "hide_checkpoint" and int(argument) == rank:
+        return out / ".hidden-checkpoint"  # never written: this rank sees no checkpoint
+    return out
 
 
 def meet(folder: Path, count: int, fault: str) -> None:

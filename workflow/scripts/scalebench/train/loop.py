@@ -29,6 +29,7 @@ from scalebench.train import (
     outcome,
     placement,
     provenance,
+    resume,
     summaries,
 )
 from scalebench.train.interfaces import Backend, Framework
@@ -173,6 +174,7 @@ class TrainingLoop:
             shared_gpu=run.share_gpu,
             data_key=Path(run.data_dir).name,  # the prepared arrays' folder is named by their settings
             collective_timeout_s=self.training.collective_timeout_s,
+            network_interface=run.source.get("network_interface"),  # cluster.network_interface
             precision=self.training.precision,
             data_placement=self.placement.kind,
             data_device_bytes=self.placement.device_bytes,
@@ -201,7 +203,20 @@ class TrainingLoop:
             write_json_atomic(self.out / "run.json", record)
 
     def resume(self) -> Progress:
-        state = self.framework.restore(self.out, self.config_hash) if self.training.checkpoint_every else None
+        """Rank 0 loads the checkpoint, if any, and tells the others its epoch; they load the same
+        one or the cell fails at once with their reasons (resume.py)."""
+        if not self.training.checkpoint_every:
+            return Progress()
+        backend = self.backend
+        folder = faults.checkpoint_folder(backend.rank, self.out)
+        state = self.framework.restore(folder, self.config_hash) if self.is_root else None
+        mine = resume.epoch_of(state) if self.is_root else 0
+        epoch = int(backend.allreduce_max(np.array([mine], dtype=np.float64))[0])
+        problem = ""
+        if epoch and not self.is_root:
+            state = self.framework.restore(folder, self.config_hash)
+            problem = resume.problem(state, epoch, folder)
+        resume.check_agreement(epoch, backend.allgather_text(problem))
         progress = Progress.from_state(state)
         if state is not None:
             print(f"resuming from checkpoint after epoch {progress.start_epoch}", flush=True)

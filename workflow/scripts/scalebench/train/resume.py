@@ -3,6 +3,12 @@
 A checkpoint is written for one configuration (the config hash covers the
 settings and the exact arrays); a truncated one, or one written for another
 configuration, is never fatal and never loaded: the cell warns and starts fresh.
+
+Rank 0 decides: the epoch of the checkpoint it loads (0 without one) goes to every
+rank, and the others load that checkpoint or say why they cannot. One rank that
+cannot (a node-local folder, a shared filesystem that has not shown the file yet)
+fails the whole cell at once with its reason, instead of starting from epoch 0 and
+leaving the others waiting in a collective until its timeout.
 """
 
 from __future__ import annotations
@@ -26,6 +32,35 @@ def matches(path: Path, written_for: str | None, config_hash: str) -> bool:
         f"ignoring checkpoint {path}: written for config {written_for}, this run is {config_hash}", stacklevel=3
     )
     return False
+
+
+class ResumeMismatch(RuntimeError):
+    """A rank cannot load the checkpoint rank 0 resumes from; the message names the ranks and why."""
+
+
+def epoch_of(state: dict | None) -> int:
+    """The epoch a loaded loop state resumes after (0: no checkpoint, start fresh)."""
+    return int(state["epoch"]) if state is not None else 0
+
+
+def problem(state: dict | None, epoch: int, folder: Path) -> str:
+    """Why this rank cannot resume after `epoch` as rank 0 does ("" when it can)."""
+    if state is None:
+        # short: TensorFlow's ranks exchange these texts in 256 bytes
+        return f"found no usable checkpoint (missing, unreadable or for another configuration) in {folder}"
+    if epoch_of(state) != epoch:
+        return f"loaded the checkpoint of epoch {epoch_of(state)} from {folder}"
+    return ""
+
+
+def check_agreement(epoch: int, problems: list[str]) -> None:
+    """Raise ResumeMismatch unless every rank could load rank 0's checkpoint (`problems` by rank)."""
+    failed = [f"rank {rank} {text}" for rank, text in enumerate(problems) if text]
+    if failed:
+        raise ResumeMismatch(
+            f"rank 0 resumes from its checkpoint after epoch {epoch}, but " + "; ".join(failed) + ": every rank "
+            "must see the cell's folder (a shared filesystem; not a node-local one)"
+        )
 
 
 def host_rng_state() -> dict:
