@@ -12,6 +12,7 @@ localrules:
     plot_scaling,
     plot_training,
     plot_predictions,
+    compare_baseline,
 
 
 rule collect_runs:
@@ -238,3 +239,26 @@ rule plot_predictions:
         images_shown=3,
     script:
         "../workflow/scripts/plot_predictions.py"
+
+
+# Only with compare.baseline set (final_outputs): this study against another study's runs.csv.
+rule compare_baseline:
+    input:
+        runs="results/summary/runs.csv",
+        baseline=baseline_runs,
+    output:
+        table="results/summary/baseline.csv",
+        html=report(
+            "results/tables/baseline.html",
+            caption="../report/baseline.rst",
+            category="Baseline",
+            labels={"table": "this study against the baseline"},
+        ),
+    log:
+        "results/logs/compare_baseline.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        baseline=baseline_folder,
+    script:
+        "../workflow/scripts/compare_baseline.py"

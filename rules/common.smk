@@ -14,6 +14,7 @@ sys.path.insert(0, str(SCRIPTS))
 from scalebench import cell as sb_cell
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
+from scalebench.analysis import baseline_tables as sb_baseline
 from scalebench.data import keys as sb_keys
 from scalebench.launch import local_gpus as sb_local_gpus
 from scalebench.launch import resources as sb_resources
@@ -28,6 +29,17 @@ except sb_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 config.clear()
 config.update(_resolved)
+
+
+def check_baseline():
+    """A baseline that cannot be compared is refused here, before any job, naming the key."""
+    folder = config["compare"]["baseline"]
+    problem = sb_baseline.baseline_problem(folder) if folder is not None else None
+    if problem:
+        raise WorkflowError(problem)
+
+
+check_baseline()
 
 
 def machine_gpus():
@@ -122,6 +134,8 @@ FIGURES = [
 
 def final_outputs():
     tables = ["runs", "epochs", "scaling", "provenance", "incomplete"]
+    if config["compare"]["baseline"] is not None:
+        tables.append("baseline")
     return (
         [f"results/summary/{name}.csv" for name in tables]
         + [f"results/tables/{name}.html" for name in tables if name != "epochs"]
@@ -199,6 +213,20 @@ def left_out_json():
 if workflow.is_main_process:
     report_left_out()
     warn_about_changed_cells()
+
+
+def baseline_runs(wildcards):
+    """The baseline study's runs.csv (compare.baseline): a changed baseline re-runs the comparison."""
+    folder = config["compare"]["baseline"]
+    if folder is None:
+        raise WorkflowError(
+            "config key 'compare.baseline' is not set: results/summary/baseline.csv needs a baseline study"
+        )
+    return str(sb_baseline.runs_table(folder))
+
+
+def baseline_folder(wildcards):
+    return config["compare"]["baseline"]
 
 
 def legacy_inputs():

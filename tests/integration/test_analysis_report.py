@@ -81,7 +81,7 @@ def test_partial_report_from_the_finished_cells(tmp_path):
     # the study's own invocation without partial, from its work directory (paths absolute)
     study = f"-s {REPO / 'Snakefile'} --directory {tmp_path} --configfile {tmp_path / 'test-config.yaml'} --cores 2"
     target = "results/runs/torch/native/g4/s1/metrics.jsonl"
-    assert rows[0]["rerun"] == f"cd {tmp_path} && snakemake {study} -- {target}"
+    assert rows[0]["rerun"] == f"cd {tmp_path} && snakemake {study} -- {target}"  # -- ends the options
     with open(tmp_path / "results" / "summary" / "scaling.csv") as handle:
         scaling = {row["gpus"]: row for row in csv.DictReader(handle)}
     assert float(scaling["2"]["speedup_train_time"]) == pytest.approx(2.0)

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, tool_env
 from readme_commands import snakemake_commands
+from scalebench.analysis.collect import RUN_COLUMNS
 
 pytestmark = pytest.mark.integration
 
@@ -36,14 +37,18 @@ NOT_COPIED = (".git", ".venv", "results", "resources", ".snakemake", "__pycache_
 
 @pytest.fixture(scope="module")
 def checkout_copy(tmp_path_factory) -> Path:
-    """The repository without results, with `.venv` linked to this environment, and the
-    folders of the demo's Horovod cells (a README command lists them with `ls`)."""
+    """The repository without results, with `.venv` linked to this environment, the
+    folders of the demo's Horovod cells (a README command lists them with `ls`), and an
+    earlier study's summary tables beside it (the README's compare.baseline example)."""
     copy = tmp_path_factory.mktemp("readme") / "scalebench"
     shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(*NOT_COPIED), symlinks=True)
     (copy / ".venv").symlink_to(Path(sys.prefix))
     for framework in ("torch", "tensorflow"):
         for gpus in (1, 2):
             (copy / "results" / "runs" / framework / "horovod" / f"g{gpus}" / "s1").mkdir(parents=True)
+    baseline = copy.parent / "before-upgrade" / "results" / "summary"
+    baseline.mkdir(parents=True)
+    (baseline / "runs.csv").write_text(",".join(RUN_COLUMNS) + "\n")
     return copy
 
 
@@ -78,5 +83,7 @@ def test_readme_command_dry_runs_as_printed(checkout_copy, command):
     assert result.returncode == 0, output[-3000:]
     assert "This was a dry-run" in output, output[-3000:]
     assert not (checkout_copy / "results" / "data").exists(), "a dry run wrote results"
+    if "compare=" in command:
+        assert "compare_baseline" in output
     if "$(ls -d results/runs/*/horovod/*/*" in command:
         assert "results/runs/tensorflow/horovod/g2/s1/metrics.jsonl" in output

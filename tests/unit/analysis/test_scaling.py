@@ -188,6 +188,13 @@ def test_scaling_csv_carries_the_model_fit_and_prediction_per_series(tmp_path):
     assert "node step unknown" in four["model_note"]
     assert four["model_predicted_efficiency"] == pytest.approx(100 / (16 * (100 + 2 + 8 * 15 / 16) / 16))
     assert not four["model_poor_fit"]
+    assert four["model_form"] == "weak" and math.isnan(four["model_floor_epoch_s"])
+    # back-tested: fitted on 1, 2 and 4 GPUs, the model predicts 8 (exact times: no error)
+    assert four["backtest_gpus"] == 8
+    assert four["backtest_predicted_efficiency"] == pytest.approx(four["backtest_measured_efficiency"])
+    assert four["backtest_measured_efficiency"] == pytest.approx(epoch[1] / (8 * epoch[8]))
+    assert four["backtest_error"] == pytest.approx(0, abs=1e-9) and "back-test at 8 GPUs" in four["model_note"]
     refused = row(table, 2, "horovod")
     assert refused["model_status"] == "refused" and "too few to fit" in refused["model_note"]
+    assert math.isnan(refused["backtest_gpus"]) and refused["backtest_note"].startswith("not back-tested")
     assert math.isnan(refused["model_predicted_efficiency"]) and math.isnan(refused["model_epoch_s"])

@@ -22,10 +22,12 @@ Interval, per row (column ``interval``):
   log of the ratio (delta method);
 - ``none``: one seed (at this size or at the base), so no interval.
 
-The ``model_`` columns: the epoch-time model of the series fitted to its cells (its
-parameters, the prediction at twice the largest GPU count, repeated on each row) and, per
-row, the fit at that GPU count, its compute/communication split and the residual; see
-scaling_model.py.
+The ``model_`` columns: the epoch-time model of the series fitted to its cells in the form of
+its scaling, weak or strong (its parameters, the prediction at twice the largest GPU count,
+repeated on each row) and, per row, the fit at that GPU count, its split into compute, the
+per-step floor (strong form) and communication, and the residual. The ``backtest_`` columns
+(per series): the model refitted without the largest GPU count, its predicted efficiency
+there beside the measured one; see scaling_model.py.
 """
 
 from __future__ import annotations
@@ -36,7 +38,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalebench.analysis.scaling_model import GROUP, MODEL_COLUMNS, fit_series, row_columns, series_columns
+from scalebench.analysis.scaling_model import (
+    GROUP,
+    MODEL_COLUMNS,
+    backtest,
+    fit_series,
+    row_columns,
+    series_columns,
+)
 
 METRICS = {"train_time_s": "train_time", "steady_epoch_s": "epoch_time", "time_to_target_s": "time_to_target"}
 # Every usable cell has these; a cell may lack the others (a target never reached) and still count.
@@ -112,7 +121,7 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
     rows = []
     for series, group in runs.groupby(GROUP, sort=True, dropna=False):
         model = fit_series(group, per_node)
-        model_series = series_columns(model)
+        model_series = series_columns(model, backtest(group, model, per_node))
         good = usable(group)
         base_gpus = base_world_size(good)
         base = good[good["gpus"] == base_gpus]

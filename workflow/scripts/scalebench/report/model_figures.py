@@ -1,6 +1,13 @@
-"""The scaling model's figure: per framework and backend, the measured epoch times, the fit with
-its 95% band, the fit's split into compute and communication, and the predicted point at twice
-the largest measured GPU count (marked as a prediction). Same conventions as scaling_figures.py."""
+"""The scaling model's figure: per framework and backend, the measured epoch times, the fit in the
+form of the series' scaling with its 95% band, the fit's split into compute, the per-step floor
+(strong form) and communication, the back-tested point (the fit without the largest GPU count,
+predicting it) and the predicted point at twice the largest measured GPU count (marked as a
+prediction, with the back-test's error beside its interval). The forms, as in scaling_model.py:
+
+    weak:   epoch(N) = (compute + latency [N>1] + bandwidth (N-1)/N + node_step [nodes>1]) / N
+    strong: epoch(N) = compute / N + floor + latency [N>1] + node_step [nodes>1]
+
+Same conventions as scaling_figures.py."""
 
 from __future__ import annotations
 
@@ -20,10 +27,11 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE
-from scalebench.analysis.scaling_model import GROUP, METRIC, Fit, curve, fits, series_columns
+from scalebench.analysis.scaling_model import FORMULAS, GROUP, METRIC, Backtest, Fit, backtests, curve, series_columns
 from scalebench.report.scaling_figures import BACKEND_LABELS, gpu_axis, placeholder, style, wrap
 
-PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "communication": "#d95f02"}
+PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "per-step floor": "#7570b3", "communication": "#d95f02"}
+BACKTEST_COLOUR = "#0f766e"
 RANGES = {"measured range": "solid", "extrapolated": "dashed"}
 
 
@@ -37,6 +45,7 @@ def panel_name(key: tuple, fit: Fit) -> str:
     the project's own, and POOR FIT where so."""
     source, framework, backend, variant = key
     name = f"{framework} / {BACKEND_LABELS.get(backend, backend)}" + (f" {variant}" if variant else "")
+    name += f" ({fit.form} form)"
     if source != OWN_SOURCE:
         name += f" ({source})"
     return name + (" — POOR FIT" if fit.poor else "")
@@ -45,12 +54,14 @@ def panel_name(key: tuple, fit: Fit) -> str:
 def model_figure(runs: pd.DataFrame, per_node: int | None = None):
     """Epoch time against GPUs with the fitted model, per (source, framework, backend, variant)."""
     title = "Why it scales as it does: epoch time, the fitted model and a prediction"
-    fitted = {key: fit for key, fit in fits(runs, per_node).items() if isinstance(fit, Fit)}
-    refused = {key: fit.reason for key, fit in fits(runs, per_node).items() if not isinstance(fit, Fit)}
+    series = backtests(runs, per_node)
+    fitted = {key: fit for key, (fit, _) in series.items() if isinstance(fit, Fit)}
+    refused = {key: fit.reason for key, (fit, _) in series.items() if not isinstance(fit, Fit)}
+    tested = {key: test for key, (_, test) in series.items() if isinstance(test, Backtest)}
     if not fitted:
         reasons = "; ".join(f"{series_name(k)}: {r}" for k, r in refused.items()) or "no cells"
         return placeholder(title, wrap(f"No series could be fitted ({reasons}).", 80))
-    lines, bands, predicted = [], [], []
+    lines, bands, predicted, back = [], [], [], []
     for key, fit in fitted.items():
         panel = panel_name(key, fit)
         largest = int(fit.points["gpus"].max())
@@ -60,6 +71,7 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
         for part, column in (
             ("fit (total)", "epoch_s"),
             ("compute", "compute_s"),
+            ("per-step floor", "floor_s"),  # strong form only (NaN in the weak form: dropped below)
             ("communication", "communication_s"),
         ):
             part_curve = fitted_curve[["gpus", "range", "panel"]].assign(part=part, seconds=fitted_curve[column])
@@ -67,23 +79,32 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
             boundary = part_curve[part_curve["gpus"] == largest].assign(range="extrapolated")
             lines.append(pd.concat([part_curve, boundary]))
         columns = series_columns(fit)
+        test = tested.get(key)
         predicted.append(
             {
                 "panel": panel,
                 "gpus": columns["model_predicted_gpus"],
                 "seconds": columns["model_predicted_epoch_s"],
-                "label": (
-                    f"predicted: efficiency {columns['model_predicted_efficiency']:.2f}"
-                    f" [{columns['model_predicted_efficiency_lo']:.2f}, {columns['model_predicted_efficiency_hi']:.2f}]"
-                ),
+                "label": prediction_label(columns, test),
             }
         )
+        if test is not None:
+            back.append(
+                {
+                    "panel": panel,
+                    "gpus": test.gpus,
+                    "seconds": test.predicted_epoch_s,
+                    "label": f"back-test: {test.predicted_efficiency[0]:.2f} vs {test.measured_efficiency:.2f}",
+                }
+            )
     lines = pd.concat(lines, ignore_index=True)
-    lines = lines[lines["seconds"] > 0]  # no communication on one GPU: nothing to draw on a log axis
+    lines = lines[lines["seconds"] > 0]  # no communication on one GPU, no floor when weak: nothing on a log axis
     lines["group"] = lines["part"] + lines["range"]
     bands = pd.concat(bands, ignore_index=True).dropna(subset=["lo", "hi"])
     bands["lo"] = bands["lo"].clip(lower=bands["epoch_s"] / 10)  # a log axis cannot show a band through zero
     predicted = pd.DataFrame(predicted)
+    back = pd.DataFrame(back, columns=["panel", "gpus", "seconds", "label"])
+    back = back[back["seconds"] > 0]
     keys = set(fitted)
     cells = runs[runs["status"].eq("ok") & (runs[METRIC] > 0)]  # the cells the fit used
     cells = cells[[tuple(k) in keys for k in cells[GROUP].itertuples(index=False)]]
@@ -95,9 +116,25 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
         + geom_ribbon(bands, aes("gpus", ymin="lo", ymax="hi"), inherit_aes=False, fill="#999999", alpha=0.25)
         + geom_line(aes(colour="part", linetype="range", group="group"))
         + geom_point(cells, aes("gpus", METRIC), inherit_aes=False, size=1.8, alpha=0.7)
+        + geom_point(back, aes("gpus", "seconds"), shape="^", fill="white", colour=BACKTEST_COLOUR, size=3.5)
+        + geom_text(
+            back,
+            aes("gpus", "seconds", label="label"),
+            colour=BACKTEST_COLOUR,
+            size=7,
+            ha="right",
+            va="bottom",
+            nudge_y=0.08,
+        )
         + geom_point(predicted, aes("gpus", "seconds"), shape="D", fill="white", colour="#b91c1c", size=3.5)
         + geom_text(
-            predicted, aes("gpus", "seconds", label="label"), colour="#b91c1c", size=7, ha="right", nudge_y=0.15
+            predicted,
+            aes("gpus", "seconds", label="label"),
+            colour="#b91c1c",
+            size=7,
+            ha="right",
+            va="top",
+            nudge_y=-0.08,
         )
         + scale_colour_manual(values=PARTS, name="")
         + scale_linetype_manual(values=RANGES, name="")
@@ -110,13 +147,32 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
     return figure
 
 
+def prediction_label(columns: dict, test: Backtest | None) -> str:
+    """'predicted: efficiency 0.71 [0.65, 0.77], back-test error +0.02': the interval and, beside
+    it, how far the same fit was off where it could be checked."""
+    label = (
+        f"predicted: efficiency {columns['model_predicted_efficiency']:.2f}"
+        f" [{columns['model_predicted_efficiency_lo']:.2f}, {columns['model_predicted_efficiency_hi']:.2f}]"
+    )
+    return label + (f"\nback-test error {test.error:+.2f} at {test.gpus}" if test else "\nnot back-tested")
+
+
 def caption(fitted: dict, refused: dict) -> str:
     """What the figure shows, which fits are poor, and which series were not fitted and why."""
+    forms = sorted({fit.form for fit in fitted.values()}, key=["weak", "strong"].index)
     text = (
-        "Points: measured cells (one per seed). Lines: the model epoch(N) = (compute + latency [N>1] + "
-        "bandwidth (N-1)/N + node step [nodes>1]) / N fitted to them, split into compute and communication; "
-        "grey: 95% band of the fit. Dashed: extrapolated beyond the largest measured GPU count. "
-        "Red diamond: a PREDICTION at twice that count, not a measurement."
+        "Points: measured cells (one per seed). Lines: the model of each series' scaling fitted to them, "
+        + "; ".join(f"{form}: {FORMULAS[form]}" for form in forms)
+        + "; split into compute"
+        + (
+            ", the per-step floor (strong: the step's fixed work and the whole gradient's allreduce bandwidth)"
+            if "strong" in forms
+            else ""
+        )
+        + " and communication; grey: 95% band of the fit. Dashed: extrapolated beyond the largest measured "
+        "GPU count. Green triangle: the back-test, the fit without the largest count predicting it "
+        "(predicted vs measured efficiency). Red diamond: a PREDICTION at twice that count, not a measurement, "
+        "with its interval and the back-test's error."
     )
     poor = [k for k, fit in fitted.items() if fit.poor]
     if poor:
