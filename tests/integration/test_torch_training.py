@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -236,7 +235,9 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
 
 
 def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(prepared_data, tmp_path):
-    settings = cell_settings("torch", "native", 2, epochs=3, collective_timeout_s=300)
+    # a collective timeout far beyond launch_cell's limit: a rank left waiting would hang the test
+    # past that limit instead of failing it by timeout, so only the agreement check can end it
+    settings = cell_settings("torch", "native", 2, epochs=3, collective_timeout_s=3600)
     out = tmp_path / "cell"
     # a first attempt that stops after epoch 1's checkpoint (stall: blocks until killed)
     process = subprocess.Popen(
@@ -253,11 +254,9 @@ def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(prepa
         process.send_signal(signal.SIGTERM)  # as SLURM at a time limit: launch.py stops its ranks
         process.communicate(timeout=60)
     # the next attempt: rank 1 does not see the cell's folder (a node-local folder on another node)
-    started = time.monotonic()
     result = launch_cell(settings, prepared_data, out, SCALEBENCH_FAULT="hide_checkpoint:1")
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
-    assert time.monotonic() - started < 120, "it failed at once, not after the 300 s collective timeout"
     reason = "rank 0 resumes from its checkpoint after epoch 1, but rank 1 found no usable checkpoint"
     assert reason in output, output[-3000:]
     run = json.loads((out / "run.json").read_text())
