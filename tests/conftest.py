@@ -148,6 +148,26 @@ def start_cell(settings: dict, data: Path, out: Path, **env: str) -> subprocess.
     )
 
 
+def assert_refused(result: subprocess.CompletedProcess, out: Path, message: str) -> None:
+    """A cell that no retry can change ended refused at its first attempt (train/refusal.py), before
+    any epoch: through launch.py (the train rule) as a successful job with status refused and the
+    reason in run.json; a rank started directly exits with REFUSED_EXIT_CODE and leaves its mark."""
+    from scalebench.train import outcome
+
+    output = result.stdout + result.stderr
+    assert message in output, output[-3000:]
+    run_json = out / "run.json"
+    if result.returncode == 0:  # launch.py recorded the outcome
+        run = json.loads(run_json.read_text())
+        assert run["status"] == "refused" and message in run["reason"], run
+    else:
+        assert result.returncode == outcome.REFUSED_EXIT_CODE, output[-3000:]
+        marks = sorted((out / outcome.MARKS["refused"]).glob("rank*"))
+        assert marks and message in marks[0].read_text()
+    records = (out / "metrics.jsonl").read_text() if (out / "metrics.jsonl").exists() else ""
+    assert '"type": "epoch"' not in records
+
+
 def rank_pids(out: Path) -> list[int]:
     """Processes running a rank of the cell writing to `out`: Python executing train.py
     (not torchrun, horovodrun or a shell wrapper)."""

@@ -15,6 +15,7 @@ import pytest
 from conftest import (
     PYTHON,
     assert_curves_equal_records,
+    assert_refused,
     cell_settings,
     launch_cell,
     launcher_command,
@@ -167,9 +168,8 @@ def test_out_of_memory_is_a_benchmark_outcome(prepared_data, tmp_path):
 
 def test_fp16_autocast_on_cpu_is_refused(prepared_data, tmp_path):
     result = launch_cell(cell_settings("torch", "native", 1, precision="fp16"), prepared_data, tmp_path)
-    assert result.returncode != 0
-    assert "training.precision: fp16 needs a GPU; use bf16 on the CPU" in result.stderr
-    assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
+    assert result.returncode == 0, result.stderr[-3000:]  # refused: a result, no retry would change it
+    assert_refused(result, tmp_path, "training.precision: fp16 needs a GPU; use bf16 on the CPU")
 
 
 def test_bf16_autocast_trains_on_cpu(prepared_data, tmp_path):
@@ -337,8 +337,6 @@ def test_missing_horovod_names_the_fix(monkeypatch):
 
 def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp_path):
     result = launch_cell(cell_settings("torch", "native", 2, device="cuda"), prepared_data, tmp_path)
-    assert result.returncode != 0
-    assert "this cell is meant for GPUs (training.device is cuda) but torch" in result.stderr
-    run = json.loads((tmp_path / "run.json").read_text())
-    assert run["status"] == "failed" and "DeviceError" in run["error"]
-    assert not (tmp_path / "metrics.jsonl").exists()
+    assert result.returncode == 0, result.stderr[-3000:]  # refused: a result, no retry would change it
+    assert_refused(result, tmp_path, "this cell is meant for GPUs (training.device is cuda) but torch")
+    assert "DeviceError" in json.loads((tmp_path / "run.json").read_text())["reason"]
