@@ -34,8 +34,10 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 def to_inputs(images: torch.Tensor, masks: torch.Tensor) -> Batch:
     """uint8 images and masks (N x H x W, on their device) as the model's float32 inputs there:
     the image scaled to [0, 1], the mask as 0/1, N x 1 x H x W channels-last."""
-    images = images.unsqueeze(1).float().div_(255.0).contiguous(memory_format=LAYOUT)
-    masks = masks.unsqueeze(1).float().contiguous(memory_format=LAYOUT)
+    # .to() allocates channels-last strides even for one channel (contiguous() would keep NCHW's,
+    # which it also accepts as channels-last there), so the kernels see the layout the model trains in
+    images = images.unsqueeze(1).to(torch.float32, memory_format=LAYOUT).div_(255.0)
+    masks = masks.unsqueeze(1).to(torch.float32, memory_format=LAYOUT)
     return images, masks
 
 
