@@ -66,6 +66,9 @@ def test_accumulating_two_batches_steps_like_one_batch_of_both(framework, prepar
     assert [(e["steps"], e["optimizer_steps"]) for e in epochs_2b] == [(4, 2)] * 2
     assert run["training"]["global_batch"] == run_2b["training"]["global_batch"] == 12
     # every gradient is allreduced once per optimizer step (2 epochs x 2 steps), half as often as
-    # there are batches; the loop's own reductions are fewer
+    # there are batches (2 x 4); none once per batch. TensorFlow's unnamed reductions are the
+    # loop's own scalars (epoch figures, data placement, resume, the test), all under Horovod's
+    # default op name, and their count follows the loop, not the batches
     assert list(reductions.values()).count(2 * 2) == gradient_tensors(framework)
-    assert max(reductions.values()) < 2 * 4
+    gradients = {name: count for name, count in reductions.items() if name != "HorovodAllreduce"}
+    assert max(gradients.values()) < 2 * 4
