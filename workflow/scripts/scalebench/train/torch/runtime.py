@@ -66,11 +66,6 @@ def tf32_enabled(device: torch.device) -> bool | None:
     return bool(allowed) and torch.cuda.get_device_capability(device)[0] >= 8
 
 
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A batch on the device in the training layout."""
-    return tensor.to(device, non_blocking=True, memory_format=LAYOUT)
-
-
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
