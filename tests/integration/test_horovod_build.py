@@ -72,10 +72,12 @@ def unpack(archive: Path, into: Path, patched: bool) -> Path:
 def cmake4() -> list[str]:
     """The command of a CMake 4 from PyPI's wheel, installed into the cache (not on PATH)."""
     target = CACHE / "tools" / f"cmake-{CMAKE4}"
-    if not (target / "bin" / "cmake").exists():
-        pip("install", "--quiet", "--target", str(target), f"cmake=={CMAKE4}")
-    # the wheel's bin/cmake is a Python entry point that finds its binary through the package
-    return ["env", f"PYTHONPATH={target}", str(target / "bin" / "cmake")]
+    # The wheel's own binary, not its bin/cmake entry point: that script's shebang names the Python
+    # that installed it, which may be a virtual environment long deleted (a cache outlives clones).
+    binary = target / "cmake" / "data" / "bin" / "cmake"
+    if not binary.exists():
+        pip("install", "--quiet", "--upgrade", "--target", str(target), f"cmake=={CMAKE4}")
+    return [str(binary)]
 
 
 def configure(cmake: list[str], source: Path, build: Path) -> subprocess.CompletedProcess:
