@@ -13,8 +13,6 @@ rule train:
         f"{RUNS}/train.log",
     benchmark:
         f"{RUNS}/benchmark.tsv"
-    conda:
-        "../envs/train.yaml"
     threads: train_threads
     resources:
         **train_resources(),
