@@ -95,150 +95,37 @@ rule render_tables:
         "../workflow/scripts/render_tables.py"
 
 
-rule plot_scaling:
-    input:
-        scaling="results/summary/scaling.csv",
-        runs="results/summary/runs.csv",
-    output:
-        speedup=report(
-            "results/figures/speedup.png",
-            caption="../report/speedup.rst",
-            category="Scaling",
-            labels={"figure": "speedup", "measure": "total training time"},
-        ),
-        speedup_epoch=report(
-            "results/figures/speedup_epoch.png",
-            caption="../report/speedup_epoch.rst",
-            category="Scaling",
-            labels={"figure": "speedup", "measure": "steady-state epoch time"},
-        ),
-        efficiency=report(
-            "results/figures/efficiency.png",
-            caption="../report/efficiency.rst",
-            category="Scaling",
-            labels={"figure": "parallel efficiency", "measure": "total training time"},
-        ),
-        efficiency_epoch=report(
-            "results/figures/efficiency_epoch.png",
-            caption="../report/efficiency_epoch.rst",
-            category="Scaling",
-            labels={"figure": "parallel efficiency", "measure": "steady-state epoch time"},
-        ),
-        speedup_target=report(
-            "results/figures/speedup_target.png",
-            caption="../report/speedup_target.rst",
-            category="Scaling",
-            labels={"figure": "speedup", "measure": "time to target IOU"},
-        ),
-        efficiency_target=report(
-            "results/figures/efficiency_target.png",
-            caption="../report/efficiency_target.rst",
-            category="Scaling",
-            labels={"figure": "parallel efficiency", "measure": "time to target IOU"},
-        ),
-        throughput=report(
-            "results/figures/throughput.png",
-            caption="../report/throughput.rst",
-            category="Scaling",
-            labels={"figure": "throughput per GPU", "measure": "images / s / GPU"},
-        ),
-        time_split=report(
-            "results/figures/time_split.png",
-            caption="../report/time_split.rst",
-            category="Scaling",
-            labels={"figure": "where the time goes", "measure": "seconds per epoch"},
-        ),
-        model=report(
-            "results/figures/scaling_model.png",
-            caption="../report/scaling_model.rst",
-            category="Scaling",
-            labels={
-                "figure": "scaling model and prediction",
-                "measure": "steady-state epoch time",
+# One rule per drawing group of scalebench/report/figures.py (plot_scaling, plot_training,
+# plot_predictions): its figures, each filed in the report with its caption report/<name>.rst.
+for drawing in sb_figures.RULE_INPUTS:
+
+    rule:
+        name:
+            f"plot_{drawing}"
+        input:
+            **figure_rule_inputs(drawing),
+        output:
+            **{
+                figure.name: report(
+                    figure.path,
+                    caption=f"../{figure.caption}",
+                    category=figure.category,
+                    labels=figure.labels,
+                )
+                for figure in sb_figures.figures_of(drawing)
             },
-        ),
-        cost=report(
-            "results/figures/cost.png",
-            caption="../report/cost.rst",
-            category="Scaling",
-            labels={"figure": "cost", "measure": "images per kJ and per GPU-hour"},
-        ),
-        iou=report(
-            "results/figures/iou.png",
-            caption="../report/iou.rst",
-            category="Quality",
-            labels={"figure": "test IOU vs GPUs"},
-        ),
-        completeness=report(
-            "results/figures/completeness.png",
-            caption="../report/completeness.rst",
-            category="Completeness",
-            labels={"figure": "status of every cell"},
-        ),
-    log:
-        "results/logs/plot_scaling.log",
-    conda:
-        "../envs/pipeline.yaml"
-    params:
-        per_node=sb_resources.ranks_per_node_limit(config["cluster"]),
-    script:
-        "../workflow/scripts/plot_scaling.py"
-
-
-rule plot_training:
-    input:
-        runs="results/summary/runs.csv",
-        epochs="results/summary/epochs.csv",
-    output:
-        loss=report(
-            "results/figures/loss.png",
-            caption="../report/loss.rst",
-            category="Quality",
-            labels={"figure": "training loss"},
-        ),
-        iou_time=report(
-            "results/figures/iou_time.png",
-            caption="../report/iou_time.rst",
-            category="Quality",
-            labels={"figure": "validation IOU vs training time"},
-        ),
-        time_to_target=report(
-            "results/figures/time_to_target.png",
-            caption="../report/time_to_target.rst",
-            category="Quality",
-            labels={"figure": "time to target IOU"},
-        ),
-    log:
-        "results/logs/plot_training.log",
-    conda:
-        "../envs/pipeline.yaml"
-    params:
-        target_iou=config["training"]["target_iou"],
-    script:
-        "../workflow/scripts/plot_training.py"
-
-
-rule plot_predictions:
-    input:
-        runs="results/summary/runs.csv",
-        images=f"{PREPARED}/images.npy",
-        masks=f"{PREPARED}/masks.npy",
-    output:
-        figure=report(
-            "results/figures/predictions.png",
-            caption="../report/predictions.rst",
-            category="Quality",
-            labels={"figure": "predictions on test images"},
-        ),
-    log:
-        "results/logs/plot_predictions.log",
-    conda:
-        "../envs/pipeline.yaml"
-    params:
-        runs_root=runs_folder,
-        images_shown=3,
-    script:
-        "../workflow/scripts/plot_predictions.py"
+        log:
+            f"results/logs/plot_{drawing}.log",
+        conda:
+            "../envs/pipeline.yaml"
+        params:
+            drawing=drawing,
+            target_iou=config["training"]["target_iou"],
+            per_node=sb_resources.ranks_per_node_limit(config["cluster"]),
+            runs_root=runs_folder,
+            images_shown=3,
+        script:
+            "../workflow/scripts/plot_figures.py"
 
 
 # Only with compare.baseline set (final_outputs): this study against another study's runs.csv.

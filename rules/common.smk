@@ -18,6 +18,7 @@ from scalebench.analysis import baseline_tables as sb_baseline
 from scalebench.data import keys as sb_keys
 from scalebench.launch import local_gpus as sb_local_gpus
 from scalebench.launch import resources as sb_resources
+from scalebench.report import figures as sb_figures
 
 # validate() also converts the strings of --config (partial=true, matrix={"gpus": [1, 2]})
 # to the schema's types: Snakemake reads values inside a structure as strings.
@@ -112,24 +113,16 @@ def cell_outputs(name):
     return [f"{cell.folder}/{name}" for cell in CELLS]
 
 
-FIGURES = [
-    "speedup",
-    "speedup_epoch",
-    "efficiency",
-    "efficiency_epoch",
-    "speedup_target",
-    "efficiency_target",
-    "throughput",
-    "time_split",
-    "cost",
-    "scaling_model",
-    "iou",
-    "completeness",
-    "loss",
-    "iou_time",
-    "time_to_target",
-    "predictions",
-]
+def figure_rule_inputs(drawing):
+    """The files a drawing rule of scalebench/report/figures.py reads, by the names its script uses."""
+    files = {
+        "runs": "results/summary/runs.csv",
+        "scaling": "results/summary/scaling.csv",
+        "epochs": "results/summary/epochs.csv",
+        "images": f"{PREPARED}/images.npy",
+        "masks": f"{PREPARED}/masks.npy",
+    }
+    return {name: files[name] for name in sb_figures.RULE_INPUTS[drawing]}
 
 
 def final_outputs():
@@ -139,7 +132,7 @@ def final_outputs():
     return (
         [f"results/summary/{name}.csv" for name in tables]
         + [f"results/tables/{name}.html" for name in tables if name != "epochs"]
-        + [f"results/figures/{name}.png" for name in FIGURES]
+        + [figure.path for figure in sb_figures.FIGURES]
     )
 
 

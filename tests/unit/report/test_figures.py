@@ -2,42 +2,87 @@
 
 from __future__ import annotations
 
+import copy
+import math
+
 import numpy as np
+import pandas as pd
 import pytest
 from cell_records import cell, write_cell
+from conftest import REPO
+from matplotlib.collections import PathCollection
+from matplotlib.figure import Figure
 from PIL import Image
+from plotnine import aes, geom_point, ggplot
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import study as summary
 from scalebench.analysis.scaling import scaling
 from scalebench.analysis.summary_csv import read_epochs, read_runs
 from scalebench.report import scaling_figures as plots
-from scalebench.report import training_figures as plots_training
+from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figures_of
 from scalebench.report.predictions import picture_panel
 from scalebench.report.save import save_figure
 from scalebench.rerun import Invocation
 
 
-def all_figures(runs, epochs, target=0.8) -> dict:
-    table = scaling(runs)
+def all_figures(runs, epochs, target=0.8, folder=None) -> dict:
+    """Every figure the report registers, drawn as its rule draws it (the picture panel only where
+    a folder of cells is given)."""
+    inputs = FigureInputs(
+        runs=runs, scaling=scaling(runs), epochs=epochs, target_iou=target, runs_root=folder, prepared=folder
+    )
     return {
-        "speedup": plots.speedup_figure(table, runs),
-        "speedup_epoch": plots.speedup_figure(table, runs, "steady_epoch_s"),
-        "efficiency": plots.efficiency_figure(table, runs),
-        "speedup_target": plots.speedup_figure(table, runs, "time_to_target_s"),
-        "efficiency_target": plots.efficiency_figure(table, runs, "time_to_target_s"),
-        "iou": plots.iou_figure(runs),
-        "throughput": plots.throughput_figure(runs),
-        "time_split": plots.time_split_figure(runs),
-        "cost": plots.cost_figure(runs),
-        "completeness": plots.completeness_figure(runs),
-        "loss": plots_training.loss_figure(epochs),
-        "iou_time": plots_training.iou_time_figure(epochs, target),
-        "time_to_target": plots_training.time_to_target_figure(runs, epochs, target),
+        figure.name: figure.draw(inputs) for figure in FIGURES if folder is not None or figure.rule != "predictions"
     }
+
+
+def drawn_values(drawing: Figure) -> tuple[np.ndarray, int]:
+    """The y values a drawn figure shows, in data coordinates, and how many shapes carry them: points,
+    line vertices, and each polygon's extent and height (a stacked bar's height is its value)."""
+    values, shapes = [], 0
+    for axis in drawing.axes:
+        for line in axis.lines:
+            values.extend(np.asarray(line.get_ydata(), float))
+            shapes += 1
+        for collection in axis.collections:
+            if isinstance(collection, PathCollection):
+                offsets = np.asarray(collection.get_offsets(), float).reshape(-1, 2)
+                values.extend(offsets[:, 1])
+                shapes += len(offsets)
+                continue
+            for path in collection.get_paths():
+                heights = path.vertices[:, 1]
+                values.extend([*heights, heights.max() - heights.min()])
+                shapes += 1
+    return np.asarray(values, float), shapes
+
+
+def assert_draws_its_data(name: str, figure) -> None:
+    """A figure with rows draws them: each finite value of the column it maps to y appears among the
+    drawn values (or its logarithm, on a log axis); a categorical y has a shape per row. The picture panel
+    shows an image in every panel."""
+    if isinstance(figure, Figure):
+        images = [axis for axis in figure.axes if axis.images]
+        assert images, f"{name}: no image drawn"
+        return
+    if figure.data is None or len(figure.data) == 0:
+        return  # a placeholder: the tests of empty studies check it says why
+    column = figure.data[figure.mapping["y"]]
+    drawn, shapes = drawn_values(copy.deepcopy(figure).draw())  # a ggplot draws once: save it afterwards
+    assert shapes, f"{name}: nothing drawn"
+    if not pd.api.types.is_numeric_dtype(column):
+        assert shapes >= len(column), f"{name}: {shapes} shapes for {len(column)} rows"
+        return
+    for value in column[np.isfinite(column)]:
+        candidates = [value, math.log10(value), math.log2(value)] if value > 0 else [value]
+        assert any(np.isclose(drawn, c, rtol=1e-6, atol=1e-9).any() for c in candidates), (
+            f"{name}: {figure.mapping['y']} = {value} is not drawn"
+        )
 
 
 def render(figures: dict, folder) -> None:
     for name, figure in figures.items():
+        assert_draws_its_data(name, figure)
         path = folder / f"{name}.png"
         save_figure(figure, path)
         width, height = Image.open(path).size
@@ -55,6 +100,49 @@ def test_a_single_cell_study_renders_every_figure(tmp_path):
     write_cell(tmp_path / "runs", epochs_extra={3: {"val_iou": 0.85}})
     runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell()], 0.8), tmp_path)
     render(all_figures(runs, epochs), tmp_path)
+
+
+def saved_predictions(folder, count: int = 8) -> None:
+    """The prepared dataset's arrays and the test masks a finished cell saves."""
+    (folder / "predictions").mkdir()
+    for index in (3, 7):
+        Image.fromarray(np.full((16, 24), 255, np.uint8)).save(folder / "predictions" / f"test_{index:05d}.png")
+
+
+def test_every_registered_figure_draws_the_study_it_is_given(tmp_path):
+    cells = [cell(gpus=gpus, seed=seed) for gpus in (1, 2, 4, 8) for seed in (1, 2, 3)]
+    for entry in cells:
+        gpus = entry["gpus"]  # weak scaling with a cost per reduction, so that the scaling model fits
+        seconds = (100 + 2 * (gpus > 1) + 8 * (gpus - 1) / gpus) / gpus * (1 + 0.004 * entry["seed"])
+        folder = write_cell(
+            tmp_path / "runs",
+            gpus=entry["gpus"],
+            seed=entry["seed"],
+            times=(2 * seconds, seconds, seconds, seconds),
+            epochs_extra={3: {"val_iou": 0.85}},
+            run_extra={"nodes": 1, "hosts": ["n1"]},
+        )
+        saved_predictions(folder)
+    np.save(tmp_path / "images.npy", np.zeros((8, 16, 24), np.uint8))
+    np.save(tmp_path / "masks.npy", np.ones((8, 16, 24), np.uint8))
+    runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", cells, 0.8), tmp_path)
+    inputs = FigureInputs(
+        runs=runs, scaling=scaling(runs), epochs=epochs, runs_root=tmp_path / "runs", prepared=tmp_path
+    )
+    figures = {figure.name: figure.draw(inputs) for figure in FIGURES}
+    drawn = [name for name, figure in figures.items() if isinstance(figure, Figure) or figure.data is not None]
+    assert sorted(drawn) == sorted(figure.name for figure in FIGURES)  # no placeholder among them
+    render(figures, tmp_path)
+
+
+def test_the_registry_names_each_figure_once_with_its_caption_and_rule():
+    names = [figure.name for figure in FIGURES]
+    assert len(names) == len(set(names))
+    for figure in FIGURES:
+        assert (REPO / figure.caption).is_file(), figure.caption
+    assert sum(len(figures_of(rule)) for rule in RULE_INPUTS) == len(FIGURES)
+    with pytest.raises(KeyError, match="no drawing rule 'plots'; the rules are scaling, training, predictions"):
+        figures_of("plots")
 
 
 def test_nothing_finished_gives_placeholders_not_crashes(tmp_path):
@@ -175,3 +263,20 @@ def test_a_backend_with_another_base_gets_its_own_ideal_line_and_says_so(tmp_pat
         (2, 4, 2.0),
     ]
     render({"speedup": figure}, tmp_path)
+
+
+def test_the_check_fails_a_figure_that_draws_nothing_or_other_values(tmp_path):
+    write_cell(tmp_path / "runs", seed=1)
+    write_cell(tmp_path / "runs", seed=2, times=(10.0, 4.0, 8.0, 5.0))
+    runs, _ = analysis.collect(tmp_path / "runs", [cell(seed=1), cell(seed=2)])
+    assert_draws_its_data("throughput", plots.throughput_figure(runs))
+    blank = plots.throughput_figure(runs)
+    blank.layers = type(blank.layers)()  # the axes, labels and legend without a single point
+    with pytest.raises(AssertionError, match="throughput: nothing drawn"):
+        assert_draws_its_data("throughput", blank)
+    values = runs.dropna(subset=["images_per_s_per_gpu"])
+    shifted = ggplot(values, aes("gpus", "images_per_s_per_gpu")) + geom_point(
+        values.assign(images_per_s_per_gpu=values["images_per_s_per_gpu"] * 3)
+    )  # its data are the true values, its points others
+    with pytest.raises(AssertionError, match="is not drawn"):
+        assert_draws_its_data("throughput", shifted)
