@@ -13,14 +13,6 @@ from scalebench.analysis import study as summary
 from scalebench.rerun import Invocation
 
 
-def test_steady_state_epoch_time_is_the_median_after_the_first():
-    assert analysis.steady_epoch_time([10.0, 4.0, 6.0, 5.0]) == 5.0
-    assert analysis.steady_epoch_time([10.0, 4.0, 6.0]) == 5.0
-    assert analysis.steady_epoch_time([7.0]) == 7.0
-    assert math.isnan(analysis.steady_epoch_time([]))
-    assert analysis.steady_epoch_time([10.0, None, 3.0]) == 3.0
-
-
 def test_a_finished_cell_becomes_one_row_with_its_numbers(tmp_path):
     write_cell(tmp_path, gpus=2)
     runs, epochs = analysis.collect(tmp_path, [cell(gpus=2)])

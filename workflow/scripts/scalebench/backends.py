@@ -28,6 +28,8 @@ class BackendSpec:
     compression_reason: str = ""
     # why its steps cannot be compiled (training.compile: true); "" where they can
     compile_reason: str = ""
+    # it adds up training.horovod.backward_passes_per_step batches' gradients before each reduction
+    accumulates: bool = False
 
 
 # TensorFlow's all-reduce takes tf.distribute.experimental.CommunicationOptions, which has
@@ -42,7 +44,7 @@ NATIVE_TORCH = BackendSpec("native", "DistributedDataParallel, one process per G
 NATIVE_TF = BackendSpec(
     "native", "MultiWorkerMirroredStrategy, one process per GPU", compression_reason=TF_COLLECTIVES_REASON
 )
-HOROVOD = BackendSpec("horovod", "Horovod allreduce, one process per GPU")
+HOROVOD = BackendSpec("horovod", "Horovod allreduce, one process per GPU", accumulates=True)
 FSDP = BackendSpec(
     "fsdp",
     "FullyShardedDataParallel, one process per GPU, parameters and gradients sharded across ranks",
@@ -123,6 +125,14 @@ def compile_problem(framework: str, backend: str, compile_steps: bool, determini
     if not reason:
         return None
     return f"compiled steps are not available for {FRAMEWORK_NAMES[framework]} backend {backend}: {reason}"
+
+
+def precision_problem(precision: str, device_type: str) -> str | None:
+    """Why `precision` cannot run on a `device_type` device; None where it can. Neither framework
+    autocasts to float16 on the CPU (bf16 does run there)."""
+    if precision == "fp16" and device_type == "cpu":
+        return "fp16 needs a GPU; use bf16 on the CPU"
+    return None
 
 
 def describe_registry() -> str:

@@ -245,9 +245,11 @@ def axis_problems(config: dict) -> list[str]:
                 f"config key 'matrix.batch_per_gpu': strong scaling ({where}) divides training.global_batch "
                 "over the ranks, so it has no batch per GPU to sweep; sweep batch sizes in weak scaling only"
             )
-    if training["device"] == "cpu" and "fp16" in matrix.get("precision", [training["precision"]]):
-        key = "matrix.precision" if "precision" in matrix else "training.precision"
-        problems.append(f"config key '{key}': fp16 needs a GPU (training.device: cpu); bf16 runs on CPUs")
+    key = "matrix.precision" if "precision" in matrix else "training.precision"
+    for precision in dict.fromkeys(matrix.get("precision", [training["precision"]])):
+        problem = backends.precision_problem(precision, training["device"])
+        if problem:
+            problems.append(f"config key '{key}': {problem} (training.device: {training['device']})")
     return problems
 
 

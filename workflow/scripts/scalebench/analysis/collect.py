@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scalebench import measures
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.train import energy
@@ -119,14 +120,6 @@ def _number(value) -> float:
     return value if math.isfinite(value) else math.nan
 
 
-def steady_epoch_time(epoch_times: list[float]) -> float:
-    """Median epoch time after the first (warm-up, compilation); the only epoch if there is one."""
-    times = [t for t in (_number(t) for t in epoch_times) if not math.isnan(t)]
-    if not times:
-        return math.nan
-    return float(np.median(times[1:])) if len(times) > 1 else times[0]
-
-
 def time_to_target(epochs: list[dict], target: float | None, training: dict | None = None) -> tuple[float, str]:
     """Training time until validation IOU first reached `target`, and why it is NaN where it is
     (never reached, no validation during training). `training`: run.json's training settings."""
@@ -224,7 +217,7 @@ def read_cell(
     memory = [m for m in (_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
     total_time = float(np.nansum(times)) if times else math.nan
     total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
-    images_per_s = steady_epoch_time(throughputs)  # the same warm-up rule as the epoch time
+    images_per_s = measures.steady_epoch_time(throughputs)  # the same warm-up rule as the epoch time
     train_time = _number(final.get("train_time_s"))
     if math.isnan(train_time) and epochs:
         train_time = _number(epochs[-1].get("train_time_s"))
@@ -237,7 +230,7 @@ def read_cell(
         "reason": reason,
         "epochs": len(epochs),
         "train_time_s": train_time,
-        "steady_epoch_s": steady_epoch_time(times),
+        "steady_epoch_s": measures.steady_epoch_time(times),
         "first_epoch_s": times[0] if times else math.nan,
         "setup_s": _number(final.get("setup_s", run.get("setup_s"))),
         "test_time_s": _number(final.get("test_time_s")),
@@ -253,7 +246,7 @@ def read_cell(
         "time_to_target_reason": to_target_reason or None,
         "stopped_at_target": bool(final.get("stopped_at_target")) if final else None,
         "peak_mem_mb": max(memory) if memory else math.nan,
-        "mfu": steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
+        "mfu": measures.steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
         "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
         **cost(run, final, epochs),
         "parameters": run.get("parameters"),
@@ -282,9 +275,9 @@ def cell_settings(settings: dict | None, run: dict, keys: dict) -> dict:
     study = (settings or {}).get("training") or {}
     values = {column: trained.get(column, study.get(column)) for column in SETTING_COLUMNS}
     if "global_batch" not in trained and study.get("scaling") != "strong" and "batch_per_gpu" in study:
-        # images per step, as run.json would record it (Horovod accumulates several batches per step)
-        passes = study["horovod"]["backward_passes_per_step"] if keys["backend"] == "horovod" else 1
-        values["global_batch"] = study["batch_per_gpu"] * int(keys["gpus"]) * passes
+        # as run.json records it: a cell without run.json (failed, missing) has the study's
+        passes = measures.backward_passes(keys["framework"], keys["backend"], study)
+        values["global_batch"] = measures.images_per_step(study["batch_per_gpu"], int(keys["gpus"]), passes)
     return values
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from scalebench.analysis.collect import steady_epoch_time
+from scalebench import measures
 from scalebench.config import legacy_label_problems
 
 COLUMNS = ["time_per_epoch", "loss", "lr", "training_time", "test_time", "iou"]
@@ -110,7 +110,7 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
                 "reason": f"imported from {path}",
                 "epochs": len(table),
                 "train_time_s": float(last["training_time"]),
-                "steady_epoch_s": steady_epoch_time(times),
+                "steady_epoch_s": measures.steady_epoch_time(times),
                 "first_epoch_s": times[0],
                 "test_time_s": float(last["test_time"]),
                 "iou": float(last["iou"]),

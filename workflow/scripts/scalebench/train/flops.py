@@ -8,6 +8,7 @@ except the first convolution, whose input (the image) needs no gradient.
 from __future__ import annotations
 
 from scalebench.train.architecture import CHANNELS
+from scalebench.train.settings import PRECISION_OF
 
 
 def forward_flops(height: int, width: int, channels: tuple[int, ...] = CHANNELS) -> tuple[int, int]:
@@ -61,7 +62,7 @@ def precision_key(autocast_dtype: str | None, tf32: bool) -> str:
     """Which peak applies: the autocast type of amp runs, else tf32 where the framework computes
     fp32 convolutions in TF32 (both do by default on A100 and later), else fp32."""
     if autocast_dtype is not None:
-        return {"bfloat16": "bf16", "float16": "fp16"}[autocast_dtype]
+        return PRECISION_OF[autocast_dtype]
     return "tf32" if tf32 else "fp32"
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scalebench import measures
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
 from scalebench.train import (
@@ -357,8 +358,7 @@ class TrainingLoop:
     def report(self, record: dict, epoch: int) -> None:
         if not self.is_root:
             return
-        times = self.epoch_times
-        steady = float(np.median(times[1:])) if len(times) > 1 else times[0]
+        steady = measures.steady_epoch_time(self.epoch_times)
         print(
             metrics.progress_line(record, self.training.epochs, steady * (self.training.epochs - epoch - 1)), flush=True
         )

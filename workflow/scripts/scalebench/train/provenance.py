@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from scalebench import measures
 from scalebench.files import write_json_atomic
 from scalebench.train import flops, metrics
 from scalebench.train.lr_schedule import scaled_lr
@@ -128,7 +129,7 @@ def training_record(
         "scaling": training.scaling,
         "batch_per_gpu": training.batch_per_gpu,
         "backward_passes_per_step": passes,  # batches per optimizer step: 1 unless the backend accumulates
-        "global_batch": training.batch_per_gpu * replicas * passes,  # images per optimizer step
+        "global_batch": measures.images_per_step(training.batch_per_gpu, replicas, passes),
         "base_lr": training.base_lr,
         "lr_scaling": training.lr_scaling,
         "scaled_lr": scaled_lr(training, replicas),  # the rate after warm-up, before any decay

@@ -19,6 +19,9 @@ from typing import Any
 from scalebench import backends
 from scalebench.cell import Cell
 
+AUTOCAST = {"bf16": "bfloat16", "fp16": "float16"}  # training.precision -> the type of the passes
+PRECISION_OF = {dtype: precision for precision, dtype in AUTOCAST.items()}
+
 
 @dataclass(frozen=True)
 class LoaderSettings:
@@ -74,7 +77,7 @@ class TrainingSettings:
     @property
     def autocast_dtype(self) -> str | None:
         """The type of the forward and backward pass (bfloat16 or float16), None for fp32."""
-        return {"bf16": "bfloat16", "fp16": "float16"}.get(self.precision)
+        return AUTOCAST.get(self.precision)
 
 
 @dataclass(frozen=True)

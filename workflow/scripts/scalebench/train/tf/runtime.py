@@ -13,10 +13,11 @@ import random
 import numpy as np
 import tensorflow as tf
 
+from scalebench import backends
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 from scalebench.train.refusal import SettingRefused
-from scalebench.train.settings import RunSettings
+from scalebench.train.settings import PRECISION_OF, RunSettings
 
 
 def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: int = 1) -> str:
@@ -116,8 +117,9 @@ def keras_policy(autocast_dtype: str | None, device_type: str) -> str | None:
     """The Keras mixed-precision policy of bf16 and fp16 runs (None for fp32); float16 needs a GPU."""
     if autocast_dtype is None:
         return None
-    if autocast_dtype == "float16" and device_type == "cpu":
-        raise SettingRefused("training.precision: fp16 needs a GPU; use bf16 on the CPU")
+    problem = backends.precision_problem(PRECISION_OF[autocast_dtype], device_type)
+    if problem:
+        raise SettingRefused(f"training.precision: {problem}")
     return {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[autocast_dtype]
 
 

@@ -8,10 +8,11 @@ import random
 import numpy as np
 import torch
 
+from scalebench import backends
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 from scalebench.train.refusal import SettingRefused
-from scalebench.train.settings import RunSettings
+from scalebench.train.settings import PRECISION_OF, RunSettings
 
 # Channels-last (NHWC) activations and weights: 1.7x faster training steps on the CPU than NCHW
 # (oneDNN), the layout tensor cores prefer, and the layout the TensorFlow UNet uses.
@@ -53,8 +54,9 @@ def autocast_dtype(name: str | None, device: torch.device) -> torch.dtype | None
     """The autocast type of bf16 and fp16 runs (None for fp32); float16 needs a GPU."""
     if name is None:
         return None
-    if name == "float16" and device.type == "cpu":
-        raise SettingRefused("training.precision: fp16 needs a GPU; use bf16 on the CPU")
+    problem = backends.precision_problem(PRECISION_OF[name], device.type)
+    if problem:
+        raise SettingRefused(f"training.precision: {problem}")
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 

@@ -1,0 +1,40 @@
+"""How the figures a cell records are defined, once for the ranks that record them and the
+analysis that reads them back (or fills them in for a cell that predates a field)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+
+from scalebench import backends
+
+
+def steady_epoch_time(epoch_times: Iterable[float | None]) -> float:
+    """Median epoch time after the first (warm-up, compilation); the only epoch if there is one;
+    NaN with none. Values that are missing or not finite are left out."""
+    times = [t for t in map(_finite, epoch_times) if t is not None]
+    if not times:
+        return math.nan
+    return float(statistics.median(times[1:])) if len(times) > 1 else times[0]
+
+
+def _finite(value) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def backward_passes(framework: str, backend: str, training: Mapping) -> int:
+    """Batches per optimizer step: training.horovod.backward_passes_per_step for a backend that
+    accumulates gradients before reducing them, else 1."""
+    if backends.spec(framework, backend).accumulates:
+        return int(training["horovod"]["backward_passes_per_step"])
+    return 1
+
+
+def images_per_step(batch_per_gpu: int, replicas: int, passes: int) -> int:
+    """The global batch: images per optimizer step over all replicas."""
+    return batch_per_gpu * replicas * passes
