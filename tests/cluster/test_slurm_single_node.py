@@ -118,3 +118,24 @@ def test_partition_slurm_rejects_fails_every_cell_with_sbatch_message(single_nod
     # each cell was tried (keep-going), each failed with sbatch's own words
     assert output.count("invalid partition specified") >= 2, output[-4000:]
     assert len(list((tmp_path / "results" / "data" / "prepared").glob("*/manifest.json"))) == 1
+
+
+def test_a_task_binding_cell_that_sbatch_refuses_shows_sbatch_s_error_as_its_reason(single_node, tmp_path):
+    # this cluster schedules no GPUs (no GRES), so sbatch refuses the job's --gpus-per-task
+    config = cluster_config(gpus=(1,), gpus_per_node=1, gpu_binding="task")
+    result = run_slurm_snakemake(single_node, tmp_path, config, timeout=600)
+    assert result.returncode != 0 and "SLURM sbatch failed" in result.stderr, describe(result, tmp_path)
+    assert "--gpus-per-task=1" in result.stderr, result.stderr[-3000:]
+    log = tmp_path / "results" / "runs" / "torch" / "native" / "g1" / "s1" / "train.log"
+    assert not log.exists() or not log.read_text()  # Snakemake may leave it empty; launch.py never ran
+    table = "results/summary/incomplete.csv"
+    collected = run_slurm_snakemake(single_node, tmp_path, config, table, "--config", "partial=true")
+    assert collected.returncode == 0, describe(collected, tmp_path)
+    with open(tmp_path / table) as handle:
+        rows = {row["item"]: row for row in csv.DictReader(handle)}
+    row = rows["torch/native/g1/s1"]
+    assert row["status"] == "failed" and " --force " not in row["rerun"], row  # its submission failed
+    assert re.match(r"its job never started: sbatch refused it: sbatch: error: .+ \(\.snakemake/log/", row["reason"]), (
+        row
+    )
+    print(row["reason"])  # the cluster's own words, for the record

@@ -76,6 +76,11 @@ BAD_CONFIGS = [
     ({"training": {"base_lr": 0}}, "config key 'training.base_lr': 0 is less than or equal to the minimum"),
     ({"dataset": {"source": "folder"}}, "config key 'dataset.folder': required when dataset.source is folder"),
     ({"cluster": {"gres": "gpu:4"}}, "config key 'cluster.gres': 'gpu:4' does not match"),
+    ({"cluster": {"gpu_binding": "socket"}}, "config key 'cluster.gpu_binding': 'socket' is not one of"),
+    (
+        {"cluster": {"gpu_binding": "task", "gpus_per_node": 0}},
+        "config key 'cluster.gpu_binding': task binds GPUs to tasks, but cluster.gpus_per_node is 0",
+    ),
     (
         {"launchers": {"local": {"torch_native": "torchrun {nprocs} {program}"}}},
         "config key 'launchers.local.torch_native': unknown placeholder {nprocs}",

@@ -6,6 +6,7 @@ import sys
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from scalebench.analysis.study import collect_study
+from scalebench.analysis.submissions import submit_errors
 from scalebench.rerun import Invocation
 
 params = snakemake.params
@@ -18,6 +19,7 @@ summary = collect_study(
     Invocation(tuple(invocation["program"]), invocation["directory"], tuple(invocation["options"])),
     params.data_key,
     json.loads(params.left_out),
+    submit_errors(),  # Snakemake's logs in its working directory, where this script runs
 )
 summary.runs.to_csv(snakemake.output.runs, index=False)
 summary.epochs.to_csv(snakemake.output.epochs, index=False)

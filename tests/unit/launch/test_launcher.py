@@ -90,6 +90,15 @@ def test_ranks_learn_whether_their_cell_runs_on_slurm():
     assert rank_environment(1, local_allocation())["SCALEBENCH_EXECUTOR"] == "local"
 
 
+def test_task_binding_tells_srun_the_gpus_of_each_task(monkeypatch):
+    # the jobstep plugin removed the job's SLURM_* variables: srun reads --gpus-per-task from this one
+    monkeypatch.delenv("SLURM_GPUS_PER_TASK", raising=False)
+    slurm = Allocation("slurm", ["n1"], "10.0.0.1", 12345, 4)
+    assert rank_environment(4, slurm, gpus_per_task=2)["SLURM_GPUS_PER_TASK"] == "2"
+    assert "SLURM_GPUS_PER_TASK" not in rank_environment(4, slurm)  # node binding: every task sees its node's
+    assert "SLURM_GPUS_PER_TASK" not in rank_environment(1, local_allocation(), gpus_per_task=1)
+
+
 def default_templates(schema) -> dict:
     return sb_config.validate({}, schema)["launchers"]
 

@@ -253,3 +253,39 @@ def test_the_local_gpu_resource_leaves_the_sbatch_line_as_it_is(tmp_path):
     without = sbatch_lines(tmp_path / "plain", study)
     for cell, argv in with_limit.items():  # the same words but the test's own folder
         assert [w.replace("/declared", "/plain") for w in argv] == without[cell]
+
+
+def test_node_binding_is_the_default_and_its_sbatch_line_is_unchanged(tmp_path):
+    explicit = sbatch_lines(tmp_path / "node", gpu_study(gpu_binding="node"))
+    default = sbatch_lines(tmp_path / "default", gpu_study())
+    for cell, argv in explicit.items():  # the same words but the test's own folder
+        assert [w.replace("/node", "/default") for w in argv] == default[cell]
+        assert not any(w.startswith("--gpus-per-task") for w in argv)
+
+
+@pytest.mark.parametrize(
+    ("gpus", "nodes", "per_node"),
+    [(1, 1, 1), (2, 1, 2), (4, 1, 4), (8, 2, 4), (16, 4, 4)],
+)
+def test_task_binding_asks_for_one_gpu_per_task_and_no_gres(tmp_path_factory, gpus, nodes, per_node):
+    lines = sbatch_lines(tmp_path_factory.mktemp("task"), gpu_study(gpu_binding="task"))
+    found = options(lines[("native", gpus)])
+    assert found["--gpus-per-task"] == "1"
+    assert (found["--nodes"], found["--ntasks-per-node"]) == (str(nodes), str(per_node))
+    assert (found["--cpus-per-task"], found["--mem"]) == ("8", str(32000 * per_node))
+    # no per-node GPU request beside the per-task one, and no task count per GPU
+    assert not {"--gres", "--gpus", "--ntasks-per-gpu"} & set(found)
+    # one rank per node: the plugin counts tasks itself (--ntasks), which must be the node count
+    assert found.get("--ntasks", str(nodes)) == str(nodes) and ("--ntasks" in found) == (per_node == 1)
+
+
+@pytest.mark.parametrize(("framework", "backend"), [("torch", "dp"), ("tensorflow", "mirrored")])
+def test_task_binding_gives_a_one_process_backend_all_its_gpus_in_its_one_task(tmp_path, framework, backend):
+    config = gpu_study(gpu_binding="task")
+    config["matrix"].update(frameworks=[framework], backends=[backend], gpus=[1, 4])
+    lines = sbatch_lines(tmp_path, config, framework=framework)
+    for gpus in (1, 4):
+        found = options(lines[(backend, gpus)])
+        assert found["--gpus-per-task"] == str(gpus) and "--gres" not in found
+        assert (found["--nodes"], found["--ntasks"], found["--ntasks-per-node"]) == ("1", "1", "1")
+        assert found["--cpus-per-task"] == str(8 * gpus)

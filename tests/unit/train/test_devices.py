@@ -20,9 +20,11 @@ from scalebench.train.torch import native, runtime
 SLURM_JOB = {"SCALEBENCH_EXECUTOR": "slurm"}  # launch.py sets it for the ranks of a SLURM cell
 
 
-def run_settings(env: dict | None = None, **training) -> RunSettings:
+def run_settings(env: dict | None = None, binding: str = "node", **training) -> RunSettings:
     settings = cell_settings("torch", "native", 2, **training)
     settings["gpus_per_node"] = 4
+    if binding != "node":  # config.train_settings names it only where it is not node
+        settings["gpu_binding"] = binding
     return RunSettings.from_json(settings, "data", "out", env=env or {})
 
 
@@ -62,6 +64,53 @@ def test_each_rank_takes_its_local_gpu_and_makes_it_current(fake_cuda, local_ran
     device = runtime.choose_device(run_settings(SLURM_JOB), local_rank, 2)
     assert device == torch.device("cuda", local_rank)
     assert fake_cuda["current"] == [device]
+
+
+@pytest.mark.parametrize("local_rank", [0, 1, 2, 3])
+def test_under_task_binding_each_rank_uses_the_one_gpu_its_task_sees(fake_cuda, local_rank):
+    fake_cuda["count"] = 1  # --gpus-per-task=1: SLURM left each task only its own GPU
+    device = runtime.choose_device(run_settings(SLURM_JOB, binding="task"), local_rank, 4)
+    assert device == torch.device("cuda", 0) and fake_cuda["current"] == [device]
+
+
+def test_under_task_binding_a_task_that_sees_its_node_s_gpus_takes_its_local_rank_s(fake_cuda):
+    fake_cuda["count"] = 4  # SLURM did not bind (--gpu-bind=none): as node binding
+    assert runtime.choose_device(run_settings(SLURM_JOB, binding="task"), 3, 4) == torch.device("cuda", 3)
+
+
+def test_one_gpu_per_task_is_refused_where_it_could_be_shared(fake_cuda):
+    fake_cuda["count"] = 1
+    # node binding: every task should see the node's GPUs, so one GPU is the node's only one
+    with pytest.raises(DeviceError, match=r"ranks would share a GPU.*cluster.gpu_binding: task"):
+        runtime.choose_device(run_settings(SLURM_JOB), 1, 4)
+    fake_cuda["count"] = 2  # task binding: neither its own one nor the node's four, so which is its own?
+    with pytest.raises(DeviceError, match=r"sees 2 GPU\(s\) under cluster.gpu_binding: task, not its own 1 nor the 4"):
+        runtime.choose_device(run_settings(SLURM_JOB, binding="task"), 1, 4)
+    assert fake_cuda["current"] == []
+
+
+def test_use_gpus_under_task_binding():
+    assert devices.use_gpus(True, "auto", 1, 4, 1, "lib", binding="task") is True
+    assert devices.use_gpus(True, "auto", 4, 1, 4, "lib", binding="task") is True  # dp: its one task's four
+    assert devices.use_gpus(True, "auto", 8, 8, 1, "lib", binding="task") is True  # unbound: the node's
+    with pytest.raises(DeviceError, match=r"sees 2 GPU\(s\) under cluster.gpu_binding: task, fewer than its 4"):
+        devices.use_gpus(True, "auto", 2, 1, 4, "lib", binding="task")
+    assert devices.use_gpus(True, "cpu", 1, 4, 1, "lib", binding="task") is False
+
+
+def test_the_memory_of_a_task_s_only_gpu_is_asked_of_that_gpu(monkeypatch):
+    asked = []
+
+    def nvidia_smi(command, **kwargs):
+        asked.append(command[1])
+        return subprocess.CompletedProcess(command, 0, stdout="81559\n")
+
+    monkeypatch.setattr(devices.subprocess, "run", nvidia_smi)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # SLURM's own numbering for this task's GPU
+    assert devices.memory_total_mb("gpu", 2) == 81559.0  # local rank 2 uses cuda:0, which is GPU 2
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    devices.memory_total_mb("gpu", 3)
+    assert asked == ["--id=2", "--id=3"]
 
 
 def test_no_gpu_on_a_gpu_cell_fails_before_anything_starts(fake_cuda):
@@ -164,8 +213,10 @@ tf = runtime.tf
 count, ranks, env = json.loads(sys.argv[1])
 tf.config.list_physical_devices = lambda kind=None: [f"/physical_device:GPU:{i}" for i in range(count)] if kind == "GPU" else []
 settings = json.loads(sys.argv[2])
+tf.config.set_visible_devices = lambda chosen, kind: print(f"configured: {len(chosen)} GPU(s) visible, {', '.join(chosen)}")
+tf.config.experimental.set_memory_growth = lambda gpu, grow: None
 try:
-    runtime.configure(RunSettings.from_json(settings, "d", "o", env=env), 0, ranks)
+    runtime.configure(RunSettings.from_json(settings, "d", "o", env=env), ranks - 1, ranks)
 except DeviceError as error:
     print("refused:", error)
 """
@@ -176,12 +227,19 @@ except DeviceError as error:
     [
         (0, 1, SLURM_JOB, "refused: this cell is meant for GPUs"),
         (2, 4, {}, "refused: 4 rank(s) on this node need 4 GPUs"),
+        (1, 4, {"binding": "node"}, "refused: 4 rank(s) on this node need 4 GPUs"),
+        (1, 4, {"binding": "task"}, "configured: 1 GPU(s) visible, /physical_device:GPU:0"),
+        (2, 4, {"binding": "task"}, "refused: this task sees 2 GPU(s) under cluster.gpu_binding: task"),
     ],
 )
 def test_tensorflow_refuses_like_torch(gpus, ranks, env, expected):
     # a fresh process: TensorFlow's devices can be set only before its runtime starts
     settings = cell_settings("tensorflow", "native", 2)
     settings["gpus_per_node"] = 4
+    env = dict(env)
+    if env.pop("binding", "node") == "task":
+        settings["gpu_binding"] = "task"
+        env.update(SLURM_JOB)
     command = [sys.executable, "-c", TF_PROBE, json.dumps([gpus, ranks, env]), json.dumps(settings)]
     result = subprocess.run(command, capture_output=True, text=True, env=tool_env(PYTHONPATH=str(SCRIPTS)), timeout=300)
     assert expected in result.stdout, result.stdout + result.stderr[-2000:]

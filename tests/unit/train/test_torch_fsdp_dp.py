@@ -20,10 +20,12 @@ from scalebench.train.torch.model import UNet
 BATCH = 4
 
 
-def run_settings(backend: str, gpus: int, env: dict | None = None, **training) -> RunSettings:
+def run_settings(backend: str, gpus: int, env: dict | None = None, binding: str = "node", **training) -> RunSettings:
     settings = cell_settings("torch", "native", gpus, **training)
     settings["cell"]["backend"] = backend
     settings["gpus_per_node"] = 4
+    if binding != "node":
+        settings["gpu_binding"] = binding
     return RunSettings.from_json(settings, "data", "out", env=env or {})
 
 
@@ -197,3 +199,36 @@ def test_dp_needs_all_its_gpus_visible_in_its_one_process(fake_cuda):
     with pytest.raises(DeviceError, match=r"1 rank\(s\) on this node need 4 GPUs but torch .* sees 2"):
         torch_framework.start(run)
     assert fake_cuda["current"] == []
+
+
+@pytest.mark.parametrize("binding", ["node", "task"])
+def test_dp_s_one_task_drives_every_gpu_it_sees_under_either_binding(fake_cuda, monkeypatch, binding):
+    # task binding asks --gpus-per-task=4 for dp's one task: it sees the cell's four, as under node binding
+    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, binding=binding)
+    backend = dp.create(run, rank_env.detect({}))
+    torch_framework = framework.create(run, backend)
+    monkeypatch.setattr(runtime, "set_determinism", lambda *args: None)
+    torch_framework.start(run)
+    assert torch_framework.replica_devices == [torch.device("cuda", i) for i in range(4)]
+    assert backend.options()["dp"]["device_ids"] == [0, 1, 2, 3]
+
+
+def test_dp_under_task_binding_refuses_a_task_with_fewer_gpus_than_its_cell(fake_cuda):
+    fake_cuda["count"] = 2
+    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, binding="task")
+    torch_framework = framework.create(run, dp.create(run, rank_env.detect({})))
+    with pytest.raises(
+        DeviceError, match=r"this task sees 2 GPU\(s\) under cluster.gpu_binding: task, fewer than its 4"
+    ):
+        torch_framework.start(run)
+    assert fake_cuda["current"] == []
+
+
+@pytest.mark.parametrize("binding", ["node", "task"])
+def test_fsdp_ranks_take_distinct_gpus_under_either_binding(fake_cuda, binding):
+    # node binding: each task sees the node's 4 GPUs and takes its local rank's; task binding: only its own
+    fake_cuda["count"] = 4 if binding == "node" else 1
+    run = run_settings("fsdp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, binding=binding)
+    chosen = [runtime.choose_device(run, local_rank, 4) for local_rank in range(4)]
+    expected = [torch.device("cuda", i if binding == "node" else 0) for i in range(4)]
+    assert chosen == expected and fake_cuda["current"] == expected

@@ -203,6 +203,11 @@ def _check_semantics(config: dict) -> None:
     largest = max(matrix["gpus"])
     if largest > cluster["max_gpus"]:
         problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
+    if cluster["gpu_binding"] == "task" and not cluster["gpus_per_node"]:
+        problems.append(
+            "config key 'cluster.gpu_binding': task binds GPUs to tasks, but cluster.gpus_per_node is 0 "
+            "(a CPU-only cluster); use node"
+        )
     problems += matrix_problems(config)
     if not cluster["allow_uneven"]:
         # one-process backends never span nodes (left_out), so only the counts of other cells matter
@@ -495,6 +500,8 @@ def train_settings(config: dict, cell: Cell) -> dict:
     # only where set: the cells of a study without it keep their settings (and are not retrained)
     if config["cluster"]["network_interface"]:
         settings["network_interface"] = config["cluster"]["network_interface"]
+    if config["cluster"]["gpu_binding"] != "node":  # a rank sees only its own GPUs (train/devices.py)
+        settings["gpu_binding"] = config["cluster"]["gpu_binding"]
     return settings
 
 

@@ -7,6 +7,7 @@ import pandas as pd
 
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.legacy import Skipped
+from scalebench.analysis.submissions import NEVER_STARTED
 from scalebench.cell import RUNS_ROOT, cell_path
 from scalebench.config import LeftOut
 from scalebench.rerun import Invocation
@@ -27,8 +28,8 @@ def cell_target(row) -> str:
 
 def needs_force(row) -> bool:
     """Missing outputs are rebuilt by naming them; where run.json exists (diverged, oom, stale,
-    a truncated record) --force makes Snakemake rerun that one job."""
-    return row["status"] != "missing" and not row["reason"].startswith("no run.json")
+    a truncated record) --force makes Snakemake rerun that one job; a job sbatch refused left no outputs."""
+    return row["status"] != "missing" and not row["reason"].startswith(("no run.json", NEVER_STARTED))
 
 
 def incomplete(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
@@ -28,8 +29,12 @@ def collect_study(
     invocation: Invocation,
     data_key: str | None = None,
     left_out: list[dict] | None = None,
+    submit_errors: dict[str, str] | None = None,
 ) -> Summary:
+    """submit_errors: {a job's output path: why its sbatch failed} (submissions.submit_errors): the
+    reason of a missing cell whose job never started."""
     runs, epochs = analysis.collect(runs_root, cells, target_iou, data_key)
+    runs = never_started(runs, runs_root, submit_errors or {})
     legacy_runs, legacy_epochs, skipped = legacy.import_all(legacy_entries)
     for skip in skipped:
         print(f"WARNING: legacy file skipped: {skip.path}: {skip.reason}", file=sys.stderr)
@@ -42,3 +47,18 @@ def collect_study(
         provenance=analysis.provenance(runs[runs["source"] == analysis.OWN_SOURCE]),
         incomplete=completeness.incomplete(runs, skipped, invocation, left_out or []),
     )
+
+
+def never_started(runs: pd.DataFrame, runs_root: str, submit_errors: dict[str, str]) -> pd.DataFrame:
+    """Cells whose sbatch failed are failed with sbatch's error as their reason, not missing (or failed
+    for the empty train.log that Snakemake leaves): launch.py, had it run, would have written to it."""
+    runs = runs.copy()
+    for index, row in runs.iterrows():
+        if row["source"] != analysis.OWN_SOURCE or row["status"] not in ("missing", "failed"):
+            continue
+        folder = Path(runs_root) / completeness.row_path(row)
+        log = folder / "train.log"
+        reason = submit_errors.get(completeness.cell_target(row))
+        if reason and not (folder / "run.json").exists() and (not log.exists() or log.stat().st_size == 0):
+            runs.at[index, "status"], runs.at[index, "reason"] = "failed", reason
+    return runs

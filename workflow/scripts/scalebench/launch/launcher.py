@@ -101,9 +101,12 @@ def launch_processes(framework: str, backend: str, gpus: int, allocation: Alloca
     return backends.processes(framework, backend, gpus)
 
 
-def rank_environment(threads: int, allocation: Allocation, interface: str | None = None) -> dict[str, str]:
-    """The launcher's environment: thread counts, unbuffered output, the rendezvous under SLURM, and
-    the network interface of cluster.network_interface for every library (network.py)."""
+def rank_environment(
+    threads: int, allocation: Allocation, interface: str | None = None, gpus_per_task: int | None = None
+) -> dict[str, str]:
+    """The launcher's environment: thread counts, unbuffered output, the rendezvous under SLURM, the
+    network interface of cluster.network_interface for every library (network.py), and under task
+    binding the GPUs of each of srun's tasks."""
     env = dict(os.environ)
     if interface:
         env.update(network.collective_environment(interface))
@@ -123,6 +126,10 @@ def rank_environment(threads: int, allocation: Allocation, interface: str | None
         env.update(MASTER_ADDR=allocation.master_addr, MASTER_PORT=str(allocation.port))
         if allocation.addresses:
             env[NODE_ADDRESSES] = ",".join(f"{h}={a}" for h, a in zip(allocation.hosts, allocation.addresses))
+        if gpus_per_task:
+            # srun reads it as --gpus-per-task (which binds each task to its own GPUs); the jobstep
+            # plugin removed the job's copy, and the templates need not name it
+            env["SLURM_GPUS_PER_TASK"] = str(gpus_per_task)
     return env
 
 
@@ -205,15 +212,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launch ({where}): error: {error}", flush=True)
         return 1
     per_rank = settings["training"]["threads_per_rank"]
-    # a one-process backend's task holds the CPUs of all its devices (resources.py)
-    threads = per_rank * backends.devices_per_process(framework, backend, cell["gpus"]) if per_rank else None
+    # a one-process backend's task holds the CPUs (and under task binding the GPUs) of all its devices (resources.py)
+    per_process = backends.devices_per_process(framework, backend, cell["gpus"])
+    threads = per_rank * per_process if per_rank else None
     threads = threads or allocation.cpus_per_rank
+    gpus_per_task = per_process if settings.get("gpu_binding") == "task" else None
     print(f"launch ({where}): {command}", flush=True)
     if where == "slurm":
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
     started = time.time()
     outcome.clear(args.out)  # marks of an earlier attempt
-    code = run(command, rank_environment(threads, allocation, interface))
+    code = run(command, rank_environment(threads, allocation, interface, gpus_per_task))
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)
     if ended:

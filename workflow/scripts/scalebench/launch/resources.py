@@ -20,6 +20,10 @@ Plugin rules this mapping works around (submit_string.get_submit_command):
   so CPU cells with one rank per node set ``tasks`` to the node count.
 - A resource that is ``None`` is dropped by Snakemake; an empty string is kept
   and would become e.g. ``--qos=''``. Unset options are therefore ``None``.
+- The plugin has no per-task GPU resource, so ``cluster.gpu_binding: task`` asks for
+  ``--gpus-per-task`` through ``slurm_extra`` (which the plugin allows; ``--gpus`` and
+  ``--gres`` it forbids there) and no gres. The job is then no GPU job to the plugin:
+  one rank per node sets ``tasks`` to the node count, as CPU cells do.
 - A rule's resource replaces the one of ``--default-resources`` (a profile's
   ``default-resources``), even when its function returns ``None``. The account,
   partition, QoS and constraint are therefore declared only where the config
@@ -101,15 +105,18 @@ def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, objec
         layout = node_layout(cluster, cell.gpus)
         nodes, ranks_per_node, per_task = len(layout), layout[0], 1
     uses_gpus = cluster["gpus_per_node"] > 0
+    per_node_gres = uses_gpus and cluster["gpu_binding"] == "node"
     extra = [cluster["extra"]] if cluster["extra"] else []
     if cluster["exclusive"]:
         extra.append("--exclusive")
+    if uses_gpus and not per_node_gres:  # SLURM binds each task to its own GPUs (train/devices.py)
+        extra.append(f"--gpus-per-task={per_task}")
     resources: dict[str, object] = {
         "nodes": nodes,
         "tasks": None,
         "tasks_per_node": None,
         "mpi": "srun",
-        "gres": cluster["gres"].format(n=ranks_per_node * per_task) if uses_gpus else None,
+        "gres": cluster["gres"].format(n=ranks_per_node * per_task) if per_node_gres else None,
         "cpus_per_task": cluster["cpus_per_rank"] * per_task,
         "mem_mb": cluster["mem_mb_per_rank"] * ranks_per_node * per_task,
         "runtime": runtime_minutes(config, cell, attempt),
@@ -123,7 +130,7 @@ def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, objec
     else:
         resources["mpi"] = ""
         extra.append("--ntasks-per-node=1")
-        if not uses_gpus:
+        if not per_node_gres:
             resources["tasks"] = nodes
     resources["slurm_extra"] = " ".join(extra) or None
     return resources

@@ -4,6 +4,14 @@ A cell meant for GPUs (training.device cuda, or auto in a SLURM job of a cluster
 with cluster.gpus_per_node > 0) never falls back to the CPU: a rank that sees no
 GPU, or a node with more ranks than visible GPUs, fails before the first step
 with a message that says what is missing. device cpu means the CPU everywhere.
+
+cluster.gpu_binding says what a task sees. node: all its node's GPUs, and each
+rank takes its local rank's. task: SLURM bound the task to its own GPUs
+(--gpus-per-task), so a task that sees exactly its share uses it, GPU 0 up; SLURM
+never gives two tasks the same one. A rank only knows what it sees, so a task
+seeing one GPU under node binding (ranks would share it) and a task seeing some
+GPUs but neither its share nor the node's under task binding (which are its own
+cannot be told) are refused.
 """
 
 from __future__ import annotations
@@ -26,13 +34,15 @@ def use_gpus(
     per_process: int,
     library: str,
     share: bool = False,
+    binding: str = "node",
 ) -> bool:
     """True to train on GPUs, False for the CPU; raises DeviceError where neither is right.
 
     visible: GPUs the framework sees in this process; ranks_on_node: processes of the cell on
     this node; per_process: GPUs each process drives (1, or all of a node's for one-process
     backends); library: the framework and its build, for the message; share: ranks may share
-    a GPU (SCALEBENCH_SHARE_GPU=1, for a functional check of the multi-rank path on one GPU).
+    a GPU (SCALEBENCH_SHARE_GPU=1, for a functional check of the multi-rank path on one GPU);
+    binding: cluster.gpu_binding, node or task (the module's docstring).
     """
     if setting == "cpu":
         return False
@@ -46,6 +56,15 @@ def use_gpus(
             )
         return False
     needed = ranks_on_node * per_process
+    if binding == "task" and visible == per_process:
+        return True  # this task's own GPUs (gpu_index: from 0)
+    if binding == "task" and visible < needed:
+        what = f"fewer than its {per_process}" if visible < per_process else f"not its own {per_process}"
+        raise DeviceError(
+            f"this task sees {visible} GPU(s) under cluster.gpu_binding: task, {what} nor the {needed} of the "
+            f"{ranks_on_node} rank(s) on this node ({library}): which are this rank's cannot be told and ranks "
+            "could share a GPU; check that SLURM binds GPUs to tasks (--gpus-per-task, --gpu-bind) or use node"
+        )
     if needed > visible and share and per_process == 1:
         print(
             f"warning: {ranks_on_node} ranks share {visible} GPU(s) (SCALEBENCH_SHARE_GPU=1): a functional check, "
@@ -54,15 +73,19 @@ def use_gpus(
         )
         return True
     if needed > visible:
+        own = (
+            " (or, where each task sees only its own GPU, cluster.gpu_binding: task)" if visible == per_process else ""
+        )
         raise DeviceError(
             f"{ranks_on_node} rank(s) on this node need {needed} GPUs but {library} sees {visible}: ranks would "
-            "share a GPU; give each node as many GPUs as ranks (cluster.gpus_per_node, the gres template)"
+            f"share a GPU; give each node as many GPUs as ranks (cluster.gpus_per_node, the gres template){own}"
         )
     return True
 
 
 def gpu_index(local_rank: int, visible: int) -> int:
-    """The GPU of a one-GPU rank: its local rank (ranks beyond the visible GPUs only when sharing)."""
+    """The GPU of a one-GPU rank: its local rank among the node's GPUs; 0 where the task sees only its own
+    (task binding; ranks beyond the visible GPUs otherwise only when sharing)."""
     return local_rank % visible
 
 
@@ -83,7 +106,8 @@ def memory_total_mb(device_type: str, index: int) -> float | None:
         if device_type != "gpu":
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
         visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
-        gpu = visible[index] if index < len(visible) else str(index)  # nvidia-smi counts every GPU
+        # the framework's index, as gpu_index picks it; nvidia-smi counts every GPU where the variable is unset
+        gpu = visible[index % len(visible)] if visible else str(index)
         query = ["nvidia-smi", f"--id={gpu}", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
         return float(subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout.split()[0])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):

@@ -93,6 +93,7 @@ class RunSettings:
     threads: int  # compute threads of this rank (threads_per_rank resolved)
     gpu_required: bool  # device cuda, or auto in a SLURM cell of a cluster with GPUs: no GPU is an error
     share_gpu: bool = False  # SCALEBENCH_SHARE_GPU=1: ranks may share a GPU (functional checks on one GPU only)
+    gpu_binding: str = "node"  # cluster.gpu_binding: what a task sees, its node's GPUs or its own (train/devices.py)
     # the JSON this rank was started with, recorded in run.json: the report tells a cell
     # trained with other settings than the study's from it, key by key
     source: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -116,6 +117,7 @@ class RunSettings:
             threads=threads,
             gpu_required=training.device == "cuda" or (training.device == "auto" and on_gpu_cluster),
             share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
+            gpu_binding=settings.get("gpu_binding", "node"),  # set only where not node (config.train_settings)
             source=settings,
         )
 

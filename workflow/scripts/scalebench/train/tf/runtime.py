@@ -24,7 +24,7 @@ def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: i
     """Threads and devices for this process, before its first operation; returns 'gpu' or 'cpu'.
 
     A process with one replica (MultiWorkerMirrored, Horovod) sees its local rank's
-    GPU; one holding several (MirroredStrategy) its first `replicas` GPUs. On the CPU,
+    GPU (under task binding the only one its task sees); one holding several (MirroredStrategy) its first `replicas` GPUs. On the CPU,
     several replicas split it into logical devices. devices.use_gpus decides, or refuses.
     """
     tf.config.threading.set_intra_op_parallelism_threads(run.threads)
@@ -32,8 +32,10 @@ def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: i
     gpus = tf.config.list_physical_devices("GPU")
     build = tf.sysconfig.get_build_info()
     library = f"TensorFlow {tf.__version__} (CUDA build: {build.get('cuda_version') if build.get('is_cuda_build') else 'none'})"
-    share = run.share_gpu
-    if not devices.use_gpus(run.gpu_required, run.training.device, len(gpus), ranks_on_node, replicas, library, share):
+    share, binding = run.share_gpu, run.gpu_binding
+    if not devices.use_gpus(
+        run.gpu_required, run.training.device, len(gpus), ranks_on_node, replicas, library, share, binding
+    ):
         if gpus:
             tf.config.set_visible_devices([], "GPU")
         if replicas > 1:
