@@ -32,9 +32,16 @@ import time
 from pathlib import Path
 
 from scalebench import backends
-from scalebench.launch import network
+from scalebench.launch import accounting, network
 from scalebench.launch.ports import PortError, reserve_local_block, reserve_slurm_block
-from scalebench.launch.slurm import NODE_ADDRESSES, Allocation, SlurmError, block_distribution, slurm_allocation
+from scalebench.launch.slurm import (
+    NODE_ADDRESSES,
+    Allocation,
+    SlurmError,
+    block_distribution,
+    export_addresses,
+    slurm_allocation,
+)
 from scalebench.train import outcome
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
@@ -122,7 +129,7 @@ def rank_environment(threads: int, allocation: Allocation, interface: str | None
         # srun's ranks read these in rank_env.detect(); torchrun sets its own.
         env.update(MASTER_ADDR=allocation.master_addr, MASTER_PORT=str(allocation.port))
         if allocation.addresses:
-            env[NODE_ADDRESSES] = ",".join(f"{h}={a}" for h, a in zip(allocation.hosts, allocation.addresses))
+            env[NODE_ADDRESSES] = export_addresses(allocation.hosts, allocation.addresses)
     return env
 
 
@@ -216,6 +223,10 @@ def main(argv: list[str] | None = None) -> int:
     code = run(command, rank_environment(threads, allocation, interface))
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)
+    # what SLURM accounted (the step's energy, the allocation's GPU-hours), beside the loop's figures
+    fields = accounting.record(Path(args.out) / "run.json", env.get("SLURM_JOB_ID") if where == "slurm" else None)
+    if fields and where == "slurm":
+        print(f"launch: SLURM accounting: {json.dumps(fields)}", flush=True)
     if ended:
         status, reason = ended
         print(f"launch: the cell ended {status} ({reason}): recorded as status {status}, not retried", flush=True)
