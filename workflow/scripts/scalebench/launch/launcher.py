@@ -130,6 +130,8 @@ def rank_environment(threads: int, allocation: Allocation, interface: str | None
         env.update(MASTER_ADDR=allocation.master_addr, MASTER_PORT=str(allocation.port))
         if allocation.addresses:
             env[NODE_ADDRESSES] = export_addresses(allocation.hosts, allocation.addresses)
+        if allocation.interface_addresses:
+            env[network.ADDRESSES] = export_addresses(allocation.hosts, allocation.interface_addresses)
     return env
 
 
@@ -202,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         interface = settings.get("network_interface")
         if interface:  # the rendezvous on the interface's address of this (the first) node
             allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
+            if where == "slurm" and len(allocation.hosts) > 1:  # every node's, for TensorFlow's workers
+                gathered = network.gather_addresses(interface, allocation.hosts)
+                allocation = dataclasses.replace(allocation, interface_addresses=gathered)
             command = build_command(template, processes, allocation, train_args)
     except (LaunchError, network.InterfaceMissing) as error:
         # the cell's shape against its allocation: the next attempt gets the same (train/refusal.py)
