@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             if where == "slurm" and len(allocation.hosts) > 1:  # every node's, for TensorFlow's workers
                 gathered = network.gather_addresses(interface, allocation.hosts)
                 allocation = dataclasses.replace(allocation, interface_addresses=gathered)
+                print(f"launch: {interface} on each node: {export_addresses(allocation.hosts, gathered)}", flush=True)
             command = build_command(template, processes, allocation, train_args)
     except (LaunchError, network.InterfaceMissing) as error:
         # the cell's shape against its allocation: the next attempt gets the same (train/refusal.py)
