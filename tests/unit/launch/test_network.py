@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO, cell_settings, launch_cell, tiny_config
 from scalebench import config as sb_config
 from scalebench.cell import Cell
-from scalebench.launch import network, rank_env, tf_config
+from scalebench.launch import accounting, network, rank_env, tf_config
 from scalebench.launch.launcher import rank_environment
 from scalebench.launch.slurm import Allocation, SlurmError
 from scalebench.train.refusal import Refused
@@ -67,6 +67,9 @@ def test_a_cell_trains_over_the_interface_and_records_it(prepared_data, tmp_path
     assert "--master-addr=127.0.0.1" in result.stdout
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["status"] == "ok" and run["network_interface"] == "lo"
+    # a local run has no SLURM accounting: empty with the reason, never 0
+    assert (run["alloc_gpu_hours"], run["step_energy_j"]) == (None, None)
+    assert run["alloc_gpu_hours_reason"] == run["step_energy_reason"] == accounting.NOT_SLURM
 
 
 @pytest.mark.integration
