@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from .conftest import cluster_config, describe, implemented_backends, read_run, run_slurm_snakemake, slurm_jobs
@@ -52,3 +54,31 @@ def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_p
     output = result.stdout + result.stderr
     # Snakemake resubmitted it with the doubled runtime (minutes)
     assert "runtime=1," in output and "runtime=2," in output, output[-3000:]
+
+
+def test_tensorflow_workers_use_the_chosen_interface_and_slurm_s_unaccounted_figures_stay_empty(two_nodes, tmp_path):
+    # cluster.network_interface on two nodes: launch.py gathers each node's address on it (one srun step)
+    # and MultiWorkerMirrored's workers are named by those addresses. This cluster has no accounting
+    # (accounting_storage/none) and no GPUs: the step's energy and the allocation's GPU-hours stay
+    # empty with those reasons, never 0.
+    config = cluster_config(frameworks=("tensorflow",), gpus=(2,), ranks_per_node=1, network_interface="lo")
+    result = run_slurm_snakemake(two_nodes, tmp_path, config, timeout=900)
+    assert result.returncode == 0, describe(result, tmp_path)
+    run = read_run(tmp_path, "tensorflow/native/g2/s1")
+    assert run["status"] == "ok" and run["hosts"] == ["sbnode1", "sbnode2"], run
+    assert run["network_interface"] == "lo"
+    log = (tmp_path / "results" / "runs" / "tensorflow" / "native" / "g2" / "s1" / "train.log").read_text()
+    assert "launch: lo on each node: sbnode1=127.0.0.1,sbnode2=127.0.0.1" in log
+    assert run["slurm"]["step_id"] == "1"  # step 0 gathered the addresses
+    assert run["step_energy_j"] is None and run["step_energy_source"] is None
+    assert run["step_energy_reason"].startswith("no accounting: AccountingStorageType is accounting_storage/none")
+    assert run["alloc_gpu_hours"] is None and "holds no GPUs" in run["alloc_gpu_hours_reason"]
+    assert run["gpu_hours"] > 0  # the epochs' own figure is still there
+    # and sacct itself has nothing to say here: the reason is this cluster's, not a guess
+    sacct = subprocess.run(
+        ["sacct", "-j", f"{run['slurm']['job_id']}.1", "-n", "-P", "--format=ConsumedEnergyRaw"],
+        capture_output=True,
+        text=True,
+        env=two_nodes.env(),
+    )
+    assert "accounting storage is disabled" in sacct.stderr, sacct

@@ -232,3 +232,33 @@ def test_cost_columns_gpu_hours_and_energy_of_the_epochs(tmp_path):
     assert math.isnan(runs["energy_j"].iloc[2]) and runs["energy_reason"].iloc[2] == unread  # empty, never 0
     assert math.isnan(runs["energy_j"].iloc[3]) and "not recorded" in runs["energy_reason"].iloc[3]
     assert list(epochs[epochs["seed"] == 1]["energy_j"]) == [100.0, 200.0, 300.0, 400.0]
+
+
+def test_slurm_s_accounting_columns_beside_the_epochs_cost(tmp_path):
+    accounted = {
+        "alloc_gpu_hours": 0.25,
+        "alloc_gpu_hours_reason": None,
+        "step_energy_j": 90000.0,
+        "step_energy_source": "sacct",
+        "step_energy_reason": None,
+    }
+    unaccounted = {
+        "alloc_gpu_hours": None,
+        "alloc_gpu_hours_reason": "not a SLURM job (a local run)",
+        "step_energy_j": None,
+        "step_energy_source": None,
+        "step_energy_reason": "no accounting: AccountingStorageType is accounting_storage/none, so sacct has no steps",
+    }
+    write_cell(tmp_path, gpus=4, seed=1, run_extra=accounted)
+    write_cell(tmp_path, gpus=4, seed=2, run_extra=unaccounted)
+    write_cell(tmp_path, gpus=4, seed=3)  # written before SLURM's accounting was recorded
+    runs, _ = analysis.collect(tmp_path, [cell(gpus=4, seed=s) for s in (1, 2, 3)])
+    assert runs["alloc_gpu_hours"].iloc[0] == 0.25 and runs["step_energy_j"].iloc[0] == 90000.0
+    assert runs["step_energy_source"].iloc[0] == "sacct"
+    assert runs["gpu_hours"].iloc[0] == pytest.approx(4 * 25.0 / 3600)  # the epochs' figure, unchanged
+    for seed in (1, 2):  # empty with the reason, never 0
+        row = runs.iloc[seed]
+        assert math.isnan(row["alloc_gpu_hours"]) and math.isnan(row["step_energy_j"])
+        assert row["alloc_gpu_hours_reason"] and row["step_energy_reason"]
+    assert runs["step_energy_reason"].iloc[1].startswith("no accounting")
+    assert "not recorded" in runs["alloc_gpu_hours_reason"].iloc[2]

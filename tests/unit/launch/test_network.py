@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 from conftest import REPO, cell_settings, launch_cell, tiny_config
 from scalebench import config as sb_config
 from scalebench.cell import Cell
-from scalebench.launch import network, rank_env, tf_config
+from scalebench.launch import accounting, network, rank_env, tf_config
 from scalebench.launch.launcher import rank_environment
-from scalebench.launch.slurm import Allocation
+from scalebench.launch.slurm import Allocation, SlurmError
 from scalebench.train.refusal import Refused
 
 
@@ -66,6 +67,9 @@ def test_a_cell_trains_over_the_interface_and_records_it(prepared_data, tmp_path
     assert "--master-addr=127.0.0.1" in result.stdout
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["status"] == "ok" and run["network_interface"] == "lo"
+    # a local run has no SLURM accounting: empty with the reason, never 0
+    assert (run["alloc_gpu_hours"], run["step_energy_j"]) == (None, None)
+    assert run["alloc_gpu_hours_reason"] == run["step_energy_reason"] == accounting.NOT_SLURM
 
 
 @pytest.mark.integration
@@ -82,3 +86,55 @@ def test_an_interface_the_node_lacks_refuses_the_cell_at_its_first_attempt(prepa
 def test_schema_documents_the_key():
     text = (REPO / "README.md").read_text()
     assert "`cluster.network_interface`" in text
+
+
+def two_node_tf_env(**extra: str) -> dict[str, str]:
+    """Rank 2 of four TensorFlow workers on two SLURM nodes (two per node), as srun starts them."""
+    return {
+        "SLURM_PROCID": "2",
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": "4",
+        "SLURM_STEP_ID": "1",
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+        "SLURM_STEP_NODELIST": "gpu[01-02]",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+        "MASTER_PORT": "30000",
+        **extra,
+    }
+
+
+def test_tensorflow_workers_on_several_nodes_are_named_by_each_node_s_interface_address():
+    # what launch.py exports after gathering every node's address on the interface
+    allocation = Allocation("slurm", ["gpu01", "gpu02"], "10.1.0.1", 30000, 1, ("10.0.0.1", "10.0.0.2"))
+    allocation = dataclasses.replace(allocation, interface_addresses=("127.0.0.1", "127.0.0.2"))
+    exported = rank_environment(1, allocation, "lo")
+    assert exported[network.ADDRESSES] == "gpu01=127.0.0.1,gpu02=127.0.0.2"
+    env = two_node_tf_env(**{key: exported[key] for key in (network.VARIABLE, network.ADDRESSES)})
+    workers = tf_config.build_tf_config(rank_env.detect(env), env)["cluster"]["worker"]
+    assert [w.rsplit(":", 1)[0] for w in workers] == ["127.0.0.1", "127.0.0.1", "127.0.0.2", "127.0.0.2"]
+    assert len(set(workers)) == 4
+    # two node names on one address (a test cluster) still get distinct ports
+    same = two_node_tf_env(**{network.VARIABLE: "lo", network.ADDRESSES: "gpu01=127.0.0.1,gpu02=127.0.0.1"})
+    assert len(set(tf_config.build_tf_config(rank_env.detect(same), same)["cluster"]["worker"])) == 4
+
+
+def test_tensorflow_workers_on_several_nodes_without_the_gathered_addresses_are_refused():
+    env = two_node_tf_env(**{network.VARIABLE: "lo", network.ADDRESSES: "gpu01=127.0.0.1"})
+    with pytest.raises(tf_config.ClusterMismatch, match="no address of it was exported for gpu02"):
+        tf_config.build_tf_config(rank_env.detect(env), env)
+
+
+def test_each_node_reports_its_address_or_why_it_has_none():
+    assert network.node_report("lo") == f"{network.node_name()}=127.0.0.1"  # this machine's, through psutil
+    assert network.node_report("nosuch0").startswith(f"{network.node_name()}!cluster.network_interface is")
+    reports = "gpu02=10.0.0.2\ngpu01=10.0.0.1\n"
+    assert network.parse_reports(reports, ["gpu01", "gpu02"]) == ("10.0.0.1", "10.0.0.2")
+    with pytest.raises(network.InterfaceMissing, match="no such interface on node gpu02"):
+        network.parse_reports(
+            "gpu01=10.0.0.1\ngpu02!cluster.network_interface is 'ib0', but there is no such "
+            "interface on node gpu02; it has: lo (127.0.0.1)\n",
+            ["gpu01", "gpu02"],
+        )
+    with pytest.raises(SlurmError, match="no address of the interface came back from gpu02"):
+        network.parse_reports("gpu01=10.0.0.1\n", ["gpu01", "gpu02"])

@@ -74,6 +74,12 @@ RUN_COLUMNS = [
     "energy_j",  # joules over the same epochs, all ranks; empty where not measured (energy_reason says why)
     "energy_source",  # nvml (the GPUs only) or rapl (the nodes' CPU packages)
     "energy_reason",
+    # what SLURM accounted (launch/accounting.py): empty with the reason outside SLURM or unaccounted
+    "alloc_gpu_hours",  # the allocation's GPUs x its run time when the ranks' step ended, in hours
+    "alloc_gpu_hours_reason",
+    "step_energy_j",  # joules of the ranks' whole step by sacct's ConsumedEnergyRaw (0 there: not measured)
+    "step_energy_source",  # sacct
+    "step_energy_reason",
     "parameters",
     *PROVENANCE_COLUMNS,
 ]
@@ -249,6 +255,7 @@ def read_cell(
         "mfu": measures.steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
         "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
         **cost(run, final, epochs),
+        **slurm_cost(run),
         "parameters": run.get("parameters"),
         "nodes": run.get("nodes"),
         "hosts": ",".join(run.get("hosts") or []),
@@ -292,6 +299,26 @@ def cost(run: dict, final: dict, epochs: list[dict]) -> dict:
     else:
         joules, reason = math.nan, "not recorded (the cell predates energy measurement, or has no epoch)"
     return {"energy_j": joules, "energy_source": run.get("energy_source") or None, "energy_reason": reason or None}
+
+
+def slurm_cost(run: dict) -> dict:
+    """The allocation's GPU-hours and the step's energy as SLURM accounted them (run.json)."""
+    if "alloc_gpu_hours_reason" not in run and "alloc_gpu_hours" not in run:
+        reason = "not recorded (the cell predates SLURM's accounting in run.json)"
+        return {
+            "alloc_gpu_hours": math.nan,
+            "alloc_gpu_hours_reason": reason,
+            "step_energy_j": math.nan,
+            "step_energy_source": None,
+            "step_energy_reason": reason,
+        }
+    return {
+        "alloc_gpu_hours": _number(run.get("alloc_gpu_hours")),
+        "alloc_gpu_hours_reason": run.get("alloc_gpu_hours_reason") or None,
+        "step_energy_j": _number(run.get("step_energy_j")),
+        "step_energy_source": run.get("step_energy_source") or None,
+        "step_energy_reason": run.get("step_energy_reason") or None,
+    }
 
 
 def _versions(run: dict) -> str:

@@ -32,9 +32,16 @@ import time
 from pathlib import Path
 
 from scalebench import backends
-from scalebench.launch import network
+from scalebench.launch import accounting, network
 from scalebench.launch.ports import PortError, reserve_local_block, reserve_slurm_block
-from scalebench.launch.slurm import NODE_ADDRESSES, Allocation, SlurmError, block_distribution, slurm_allocation
+from scalebench.launch.slurm import (
+    NODE_ADDRESSES,
+    Allocation,
+    SlurmError,
+    block_distribution,
+    export_addresses,
+    slurm_allocation,
+)
 from scalebench.train import outcome
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
@@ -125,7 +132,9 @@ def rank_environment(
         # srun's ranks read these in rank_env.detect(); torchrun sets its own.
         env.update(MASTER_ADDR=allocation.master_addr, MASTER_PORT=str(allocation.port))
         if allocation.addresses:
-            env[NODE_ADDRESSES] = ",".join(f"{h}={a}" for h, a in zip(allocation.hosts, allocation.addresses))
+            env[NODE_ADDRESSES] = export_addresses(allocation.hosts, allocation.addresses)
+        if allocation.interface_addresses:
+            env[network.ADDRESSES] = export_addresses(allocation.hosts, allocation.interface_addresses)
         if gpus_per_task:
             # srun reads it as --gpus-per-task (which binds each task to its own GPUs); the jobstep
             # plugin removed the job's copy, and the templates need not name it
@@ -202,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
         interface = settings.get("network_interface")
         if interface:  # the rendezvous on the interface's address of this (the first) node
             allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
+            if where == "slurm" and len(allocation.hosts) > 1:  # every node's, for TensorFlow's workers
+                gathered = network.gather_addresses(interface, allocation.hosts)
+                allocation = dataclasses.replace(allocation, interface_addresses=gathered)
+                print(f"launch: {interface} on each node: {export_addresses(allocation.hosts, gathered)}", flush=True)
             command = build_command(template, processes, allocation, train_args)
     except (LaunchError, network.InterfaceMissing) as error:
         # the cell's shape against its allocation: the next attempt gets the same (train/refusal.py)
@@ -225,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     code = run(command, rank_environment(threads, allocation, interface, gpus_per_task))
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)
+    # what SLURM accounted (the step's energy, the allocation's GPU-hours), beside the loop's figures
+    fields = accounting.record(Path(args.out) / "run.json", env.get("SLURM_JOB_ID") if where == "slurm" else None)
+    if fields and where == "slurm":
+        print(f"launch: SLURM accounting: {json.dumps(fields)}", flush=True)
     if ended:
         status, reason = ended
         print(f"launch: the cell ended {status} ({reason}): recorded as status {status}, not retried", flush=True)

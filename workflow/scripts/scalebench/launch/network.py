@@ -7,19 +7,28 @@ study measures. With the key set, launch.py checks the interface on the cell's
 first node, puts the rendezvous on its address and tells every library to use
 it (collective_environment); each rank checks its own node has it (check_node),
 so a name a node lacks ends the cell at its first attempt, refused, with the
-node's interfaces in the reason.
+node's interfaces in the reason. On several SLURM nodes launch.py first asks
+every node for its address on the interface (gather_addresses: one srun step,
+one task per node) and exports them (ADDRESSES), so TensorFlow names every
+worker by it: a rank knows no other node's interfaces by itself.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
+from scalebench.launch.slurm import SlurmError
 from scalebench.train.refusal import Refused
 
 KEY = "cluster.network_interface"
 VARIABLE = "SCALEBENCH_NETWORK_INTERFACE"  # launch.py -> ranks: the interface's name
+ADDRESSES = "SCALEBENCH_INTERFACE_ADDRS"  # launch.py -> ranks: "node=address,..." on the interface
+NODE_SCRIPT = Path(__file__).resolve().parents[2] / "interface_address.py"
 
 
 class InterfaceMissing(Refused, RuntimeError):
@@ -63,3 +72,56 @@ def check_node(env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
     name = env.get(VARIABLE)
     return address_of(name) if name else None
+
+
+def node_name() -> str:
+    """SLURM's name of this node (nodes may share a hostname), else the hostname."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
+def node_report(name: str) -> str:
+    """One node's answer to gather_addresses: "node=address", or "node!why" where it lacks one."""
+    try:
+        return f"{node_name()}={address_of(name)}"
+    except InterfaceMissing as error:
+        return f"{node_name()}!{error}"
+
+
+def parse_reports(output: str, hosts: list[str]) -> tuple[str, ...]:
+    """Each host's address (in the order of `hosts`) from the nodes' reports, or InterfaceMissing
+    naming the nodes that lack it; a node that did not answer is a SlurmError."""
+    addresses, missing = {}, []
+    for line in output.splitlines():
+        name, sep, address = line.strip().partition("=")
+        if sep:
+            addresses[name] = address
+        elif "!" in line:
+            missing.append(line.strip().split("!", 1)[1])
+    if missing:
+        raise InterfaceMissing("; ".join(missing))
+    silent = [host for host in hosts if host not in addresses]
+    if silent:
+        raise SlurmError(f"no address of the interface came back from {', '.join(silent)}:\n{output[-2000:]}")
+    return tuple(addresses[host] for host in hosts)
+
+
+def gather_addresses(name: str, hosts: list[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The address of interface `name` on each of the allocation's `hosts`: one srun step with one
+    task per node, run once by launch.py before the ranks start (SlurmError where srun fails)."""
+    command = [
+        "srun",
+        f"--nodes={len(hosts)}",
+        f"--ntasks={len(hosts)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={','.join(hosts)}",
+        sys.executable,
+        str(NODE_SCRIPT),
+        name,
+    ]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise SlurmError(f"{' '.join(command)} failed: {error}") from error
+    if result.returncode:
+        raise SlurmError(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+    return parse_reports(result.stdout, hosts)

@@ -34,6 +34,7 @@ class Allocation:
     port: int
     cpus_per_rank: int
     addresses: tuple[str, ...] = ()  # each host's NodeAddr, in order (SLURM only)
+    interface_addresses: tuple[str, ...] = ()  # each host's address on cluster.network_interface (network.py)
 
 
 def expand_nodelist(nodelist: str) -> list[str]:
@@ -91,7 +92,7 @@ def block_distribution(ranks: int, nodes: int) -> list[int]:
     return [max(0, min(per_node, ranks - i * per_node)) for i in range(nodes)]
 
 
-def _scontrol(*args: str) -> str:
+def scontrol(*args: str) -> str:
     try:
         result = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
@@ -101,7 +102,7 @@ def _scontrol(*args: str) -> str:
     return result.stdout
 
 
-def _fields(oneliner: str) -> dict[str, str]:
+def oneliner_fields(oneliner: str) -> dict[str, str]:
     """KEY=VALUE pairs of `scontrol show ... --oneliner` output."""
     return dict(re.findall(r"(\S+?)=(\S*)", oneliner))
 
@@ -109,9 +110,11 @@ def _fields(oneliner: str) -> dict[str, str]:
 def slurm_allocation(job_id: str, port: int | None = None) -> Allocation:
     """The allocation of SLURM job `job_id`, read with scontrol (the job's own env is trimmed);
     `port`: the start of the block launch.py reserved (ports.reserve_slurm_block), else the job id's."""
-    job = _fields(_scontrol("show", "job", "--oneliner", job_id))
-    hosts = _scontrol("show", "hostnames", job["NodeList"]).split()
-    addresses = tuple(_fields(_scontrol("show", "node", "--oneliner", host)).get("NodeAddr") or host for host in hosts)
+    job = oneliner_fields(scontrol("show", "job", "--oneliner", job_id))
+    hosts = scontrol("show", "hostnames", job["NodeList"]).split()
+    addresses = tuple(
+        oneliner_fields(scontrol("show", "node", "--oneliner", host)).get("NodeAddr") or host for host in hosts
+    )
     cpus = job.get("CPUs/Task", "1")
     return Allocation(
         executor="slurm",
@@ -123,7 +126,12 @@ def slurm_allocation(job_id: str, port: int | None = None) -> Allocation:
     )
 
 
-def node_addresses(env: Mapping[str, str]) -> dict[str, str]:
-    """Node name -> address as launch.py exported them (empty when it did not)."""
-    pairs = [item.split("=", 1) for item in env.get(NODE_ADDRESSES, "").split(",") if "=" in item]
+def export_addresses(hosts: list[str], addresses: tuple[str, ...]) -> str:
+    """The value of NODE_ADDRESSES (or network.ADDRESSES): "name=address,..."."""
+    return ",".join(f"{host}={address}" for host, address in zip(hosts, addresses, strict=True))
+
+
+def node_addresses(env: Mapping[str, str], variable: str = NODE_ADDRESSES) -> dict[str, str]:
+    """Node name -> address as launch.py exported them in `variable` (empty when it did not)."""
+    pairs = [item.split("=", 1) for item in env.get(variable, "").split(",") if "=" in item]
     return {name: address for name, address in pairs}

@@ -4,7 +4,8 @@ Every rank is one TensorFlow worker. The i-th worker on an address listens at
 ``worker_port(master_port, i)``, inside the cell's port block (ports.py), so two
 cells on one node never collide. On SLURM the step's tasks per node give each
 rank's host; node names that share an address (launch.py exports them) count
-as one address.
+as one address. With cluster.network_interface workers are named by their
+node's address on it, which launch.py gathers from every node (network.py).
 A TF_CONFIG already in the environment is used as it is, after checking it
 against the launcher's rank and world size.
 """
@@ -47,21 +48,40 @@ def rank_hosts(info: RankInfo, env: Mapping[str, str]) -> list[str]:
     return [info.master_addr] * info.world_size
 
 
+def worker_names(hosts: list[str], env: Mapping[str, str], own: str | None) -> dict[str, str]:
+    """What each host's workers are named by: its address on cluster.network_interface where one
+    is chosen (`own`: this node's; on several nodes, those launch.py gathered and exported),
+    else the host's name."""
+    if own is None:
+        return {host: host for host in hosts}
+    if len(set(hosts)) == 1:
+        return {hosts[0]: own}
+    gathered = node_addresses(env, network.ADDRESSES)
+    missing = sorted(set(hosts) - set(gathered))
+    if missing:
+        raise ClusterMismatch(
+            f"{network.KEY} is set but no address of it was exported for {', '.join(missing)} "
+            f"({network.ADDRESSES}): start TensorFlow cells on several nodes through launch.py"
+        )
+    return {host: gathered[host] for host in hosts}
+
+
 def build_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict:
     """TF_CONFIG for this rank: one worker per rank, each on its own port of the cell's block.
 
-    With cluster.network_interface, workers on one node are named by that interface's address
-    (the node's; a cell on several nodes keeps the host names: no rank knows another node's address).
+    With cluster.network_interface every worker is named by its node's address on that interface
+    (worker_names). Workers that share an address (several slurmd on one host) take distinct ports.
     """
     addresses = node_addresses(env)
     hosts = rank_hosts(info, env)
-    interface_address = network.check_node(env) if len(set(hosts)) == 1 else None
+    own = network.check_node(env)  # also refuses a node without the interface
+    names = worker_names(hosts, env, own)
     on_address: Counter[str] = Counter()
     workers = []
     for host in hosts:
-        address = addresses.get(host, host)
+        address = names[host] if own else addresses.get(host, host)
         try:
-            workers.append(f"{interface_address or host}:{worker_port(info.master_port, on_address[address])}")
+            workers.append(f"{names[host]}:{worker_port(info.master_port, on_address[address])}")
         except PortError as error:
             raise ClusterMismatch(f"{error} ({address})") from error
         on_address[address] += 1

@@ -51,6 +51,7 @@ SLURM_VARIABLES = {
     # the step's placement: on a test cluster all nodes share one hostname, so these
     # (SLURM's node names) show where the ranks ran
     "node": "SLURMD_NODENAME",
+    "step_id": "SLURM_STEP_ID",  # launch.py reads the step's energy from sacct (launch/accounting.py)
     "step_nodelist": "SLURM_STEP_NODELIST",
     "step_tasks_per_node": "SLURM_STEP_TASKS_PER_NODE",
 }

@@ -1,0 +1,89 @@
+"""What SLURM accounts for a cell (launch/accounting.py), read from the formats scontrol and sacct print."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from scalebench.launch import accounting
+from scalebench.launch.slurm import oneliner_fields
+
+# `scontrol show job -d --oneliner` of a two-node GPU job (the fields that matter; src/scontrol/info_job.c)
+GPU_JOB = (
+    "JobId=4242 JobName=train JobState=RUNNING Reason=None RunTime=1-02:03:04 TimeLimit=2-00:00:00 "
+    "NumNodes=2 NumCPUs=16 ReqTRES=cpu=16,mem=64G,node=2,billing=16,gres/gpu=8 "
+    "AllocTRES=cpu=16,mem=64G,node=2,billing=16,gres/gpu=8,gres/gpu:a100=8 JOB_GRES=gpu:a100:8 "
+    "Nodes=gpu01 CPU_IDs=0-7 Mem=32768 GRES=gpu:a100:4(IDX:0-3) Nodes=gpu02 CPU_IDs=0-7 Mem=32768 "
+    "GRES=gpu:a100:4(IDX:0-3)"
+)
+
+
+def test_allocation_gpu_hours_are_its_gpus_times_its_run_time():
+    job = oneliner_fields(GPU_JOB)
+    assert accounting.allocated_gpus(job) == 8
+    hours, reason = accounting.allocation_gpu_hours(job)
+    assert reason == "" and hours == pytest.approx(8 * (26 * 3600 + 3 * 60 + 4) / 3600)
+
+
+def test_the_gpus_come_from_the_allocated_gres_where_gres_is_not_a_tracked_tres():
+    untracked = GPU_JOB.replace(",gres/gpu=8,gres/gpu:a100=8", "")
+    assert accounting.allocated_gpus(oneliner_fields(untracked)) == 8
+    assert accounting.gres_gpus("gpu:2(IDX:0-1),shard:4") == 2
+    assert accounting.gres_gpus("gpu:a100:2,gpu:v100:1") == 3
+    assert accounting.gres_gpus("(null)") == 0
+
+
+def test_an_allocation_without_gpus_has_no_gpu_hours_and_says_why():
+    cpu_job = oneliner_fields("JobId=7 RunTime=00:00:42 AllocTRES=cpu=2,mem=2000M,node=1,billing=2 JOB_GRES=(null)")
+    assert accounting.allocation_gpu_hours(cpu_job) == (
+        None,
+        "the allocation holds no GPUs (neither AllocTRES nor JOB_GRES names one)",
+    )
+    assert accounting.run_time_s("00:00:42") == 42 and accounting.run_time_s("INVALID") is None
+
+
+CONFIG = """Configuration data as of 2026-01-01T00:00:00
+AccountingStorageType   = accounting_storage/slurmdbd
+AcctGatherEnergyType    = acct_gather_energy/ipmi
+ClusterName             = gpu
+"""
+
+
+def test_the_step_s_energy_is_sacct_s_consumed_energy_in_joules():
+    answers = iter(["", "|RUNNING\n", "123456|COMPLETED\n"])  # not accounted yet, still running, ended
+    config = accounting.config_values(CONFIG)
+    assert accounting.step_energy("4242.1", config, lambda step: next(answers), poll_s=0) == (123456.0, "")
+
+
+@pytest.mark.parametrize("raw", ["0", ""])
+def test_sacct_s_zero_or_empty_energy_is_not_measured_never_zero_joules(raw):
+    joules, reason = accounting.step_energy("4242.1", accounting.config_values(CONFIG), lambda s: f"{raw}|COMPLETED\n")
+    assert joules is None and "not measured" in reason and "4242.1" in reason
+
+
+def test_a_cluster_without_accounting_or_energy_gathering_says_so_without_asking_sacct():
+    def sacct(step: str) -> str:
+        raise AssertionError("sacct asked")
+
+    none = CONFIG.replace("accounting_storage/slurmdbd", "accounting_storage/none")
+    assert accounting.step_energy("1.0", accounting.config_values(none), sacct)[1].startswith("no accounting")
+    ungathered = CONFIG.replace("acct_gather_energy/ipmi", "acct_gather_energy/none")
+    assert "gathers no energy" in accounting.step_energy("1.0", accounting.config_values(ungathered), sacct)[1]
+
+
+def test_a_step_never_accounted_as_ended_is_empty_with_the_reason():
+    joules, reason = accounting.step_energy(
+        "4242.1", accounting.config_values(CONFIG), lambda s: "", wait_s=0, poll_s=0
+    )
+    assert joules is None and "had not accounted step 4242.1" in reason
+
+
+def test_a_local_run_records_empty_accounting_with_the_reason(tmp_path):
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps({"status": "ok", "gpu_hours": 0.5}))
+    accounting.record(run_json, None)
+    run = json.loads(run_json.read_text())
+    assert run["gpu_hours"] == 0.5  # the loop's own figure stays
+    assert run["alloc_gpu_hours"] is None and run["alloc_gpu_hours_reason"] == accounting.NOT_SLURM
+    assert run["step_energy_j"] is None and run["step_energy_reason"] == accounting.NOT_SLURM
+    assert accounting.record(tmp_path / "absent.json", None) is None
