@@ -232,7 +232,7 @@ def run_ddp_probe(options: argparse.Namespace, data: Path) -> list[dict]:
 
 
 def _free_port() -> int:
-    from scalebench.launch import rank_env
+    from scalebench.train import rank_env
 
     return rank_env.free_port()
 

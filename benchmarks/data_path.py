@@ -34,7 +34,7 @@ def torch_loader(args: dict) -> dict:
     """Images/s of the training DataLoader alone, built as train/torch/data.py builds it."""
     import torch
     from scalebench.data.preprocess import read_manifest
-    from scalebench.train.settings import RunSettings
+    from scalebench.settings import RunSettings
     from scalebench.train.torch import data
 
     run = RunSettings.from_json(args["settings"], args["data"], "unused")
@@ -56,7 +56,7 @@ def tf_loader(args: dict) -> dict:
     """Images/s of tf_data.train_dataset alone (one replica), as train/tf/framework.py builds it per epoch."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from scalebench.data.preprocess import load_arrays
-    from scalebench.train.settings import RunSettings
+    from scalebench.settings import RunSettings
     from scalebench.train.tf import data as tf_data
     from scalebench.train.tf import runtime as tf_runtime
 

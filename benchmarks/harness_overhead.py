@@ -114,10 +114,10 @@ def tf_bare(args: dict) -> dict:
 
 def harness(args: dict, framework: str) -> dict:
     """The project's loop in this process, rank 0 of 1, writing its records into args['out']."""
-    from scalebench.launch import rank_env
+    from scalebench.settings import RunSettings
+    from scalebench.train import rank_env
     from scalebench.train.entry import cell_hash, create_framework
     from scalebench.train.loop import TrainingLoop
-    from scalebench.train.settings import RunSettings
 
     started = time.perf_counter()
     settings = args["settings"]

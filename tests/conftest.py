@@ -99,7 +99,7 @@ def cell_settings(framework: str, backend: str, gpus: int, seed: int = 1, **trai
 def backend_run_settings(framework: str, backend: str, compression: str, gpus: int = 2):
     """A rank's settings for `backend` with `compression` set after validation (which refuses the
     pairs that cannot), to build backends the matrix would leave out."""
-    from scalebench.train.settings import RunSettings
+    from scalebench.settings import RunSettings
 
     settings = cell_settings(framework, "native", gpus)
     settings["cell"]["backend"] = backend
@@ -109,7 +109,7 @@ def backend_run_settings(framework: str, backend: str, compression: str, gpus: i
 
 def training_settings(**training: object):
     """The typed training settings a rank of tiny_config() receives, with overrides."""
-    from scalebench.train.settings import RunSettings
+    from scalebench.settings import RunSettings
 
     return RunSettings.from_json(cell_settings("torch", "native", 1, **training), "data", "out").training
 
@@ -152,7 +152,7 @@ def assert_refused(result: subprocess.CompletedProcess, out: Path, message: str)
     """A cell that no retry can change ended refused at its first attempt (train/refusal.py), before
     any epoch: through launch.py (the train rule) as a successful job with status refused and the
     reason in run.json; a rank started directly exits with REFUSED_EXIT_CODE and leaves its mark."""
-    from scalebench.train import outcome
+    from scalebench import outcome
 
     output = result.stdout + result.stderr
     assert message in output, output[-3000:]

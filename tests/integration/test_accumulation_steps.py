@@ -12,11 +12,11 @@ import time
 import numpy as np
 import pytest
 from conftest import REPO, cell_settings, tool_env
-from scalebench.launch import rank_env
+from scalebench.settings import RunSettings
+from scalebench.train import rank_env
 from scalebench.train.accumulation import optimizer_steps
 from scalebench.train.entry import cell_hash, create_framework
 from scalebench.train.loop import TrainingLoop
-from scalebench.train.settings import RunSettings
 
 pytestmark = pytest.mark.integration
 

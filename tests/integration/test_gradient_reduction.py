@@ -15,7 +15,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 from conftest import backend_run_settings as run_settings
-from scalebench.launch import ports, rank_env
+from scalebench.cluster import ports
+from scalebench.train import rank_env
 from scalebench.train.torch import fsdp, native
 from torch import nn
 

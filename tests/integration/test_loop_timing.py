@@ -6,10 +6,9 @@ import re
 
 import pytest
 from conftest import cell_settings
-from scalebench.launch import rank_env
-from scalebench.train import loop
+from scalebench.settings import RunSettings
+from scalebench.train import loop, rank_env
 from scalebench.train.entry import cell_hash, create_framework
-from scalebench.train.settings import RunSettings
 
 pytestmark = pytest.mark.integration
 

@@ -91,7 +91,7 @@ def _epochs_done(out: Path) -> int:
 def _start_workers(settings: dict, data: Path, out: Path) -> list[subprocess.Popen]:
     """Both workers without a supervising launcher (torchrun would kill the survivor itself):
     what remains to stop the survivor is TensorFlow's own failure detection."""
-    from scalebench.launch import ports
+    from scalebench.cluster import ports
 
     port = ports.reserve_local_block()  # held by this test process while the workers run
     workers = []

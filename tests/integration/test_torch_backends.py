@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import BIN, assert_refused, cell_settings, rank_command, rank_pids, read_records, tool_env, wait_for
-from scalebench.launch.ports import free_port
+from scalebench.cluster.ports import free_port
 
 pytestmark = pytest.mark.integration
 

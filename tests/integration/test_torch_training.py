@@ -325,8 +325,8 @@ def test_horovod_with_batch_norm_learns(prepared_data, tmp_path):
 
 
 def test_missing_horovod_names_the_fix(monkeypatch):
-    from scalebench.launch import rank_env
-    from scalebench.train.settings import RunSettings
+    from scalebench.settings import RunSettings
+    from scalebench.train import rank_env
     from scalebench.train.torch import horovod as torch_horovod
 
     monkeypatch.setitem(sys.modules, "horovod.torch", None)  # as if Horovod were not installed

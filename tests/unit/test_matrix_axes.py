@@ -13,8 +13,8 @@ from scalebench.analysis import study as summary
 from scalebench.analysis.scaling import scaling
 from scalebench.report.scaling_figures import tidy
 from scalebench.rerun import Invocation
+from scalebench.settings import RunSettings
 from scalebench.train.lr_schedule import scaled_lr
-from scalebench.train.settings import RunSettings
 
 STUDY = Invocation(("snakemake",), "/work/study", ("--configfile", "/s.yaml"))
 

@@ -31,3 +31,11 @@ def test_fp16_needs_a_gpu_in_both_frameworks_and_bf16_does_not():
     assert backends.precision_problem("fp16", "cpu") == "fp16 needs a GPU; use bf16 on the CPU"
     assert backends.precision_problem("fp16", "cuda") is None
     assert backends.precision_problem("bf16", "cpu") is None
+
+
+def test_cell_energy_and_gpu_hours():
+    assert measures.cell_energy([1.0, 2.5], "") == (3.5, "")
+    assert measures.cell_energy([1.0, None], "") == (None, "1 of 2 epochs were not measured")
+    assert measures.cell_energy([None], "no powercap") == (None, "no powercap")
+    assert measures.cell_energy([], "") == (None, "no epoch completed")
+    assert measures.gpu_hours(8, 1800.0) == 4.0

@@ -5,7 +5,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from scalebench.launch.network import node_report  # noqa: E402
+from scalebench.cluster.network import node_report  # noqa: E402
 
 if __name__ == "__main__":
     print(node_report(sys.argv[1]), flush=True)

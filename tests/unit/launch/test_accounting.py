@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from scalebench.cluster.slurm import oneliner_fields
 from scalebench.launch import accounting
-from scalebench.launch.slurm import oneliner_fields
 
 # `scontrol show job -d --oneliner` of a two-node GPU job (the fields that matter; src/scontrol/info_job.c)
 GPU_JOB = (

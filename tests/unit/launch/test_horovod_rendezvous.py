@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 from conftest import cell_settings, rank_command, tool_env
-from scalebench.launch.rank_env import LayoutMismatch, adopt_srun_rank
-from scalebench.launch.slurm import block_distribution
+from scalebench.cluster.slurm import block_distribution
+from scalebench.train.rank_env import LayoutMismatch, adopt_srun_rank
 
 
 def test_plan_follows_srun_block_distribution():

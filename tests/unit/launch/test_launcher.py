@@ -7,6 +7,7 @@ import shlex
 import pytest
 from conftest import tiny_config
 from scalebench import config as sb_config
+from scalebench.cluster.slurm import Allocation, port_for_job
 from scalebench.launch.launcher import (
     LaunchError,
     build_command,
@@ -15,7 +16,6 @@ from scalebench.launch.launcher import (
     placeholders,
     rank_environment,
 )
-from scalebench.launch.slurm import Allocation, port_for_job
 
 SRUN = "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} --cpus-per-task={cpus_per_rank} {python} {program}"
 

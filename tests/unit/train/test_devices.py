@@ -9,12 +9,11 @@ import sys
 import pytest
 import torch
 from conftest import SCRIPTS, cell_settings, tool_env
-from scalebench.launch import rank_env
-from scalebench.train import devices
+from scalebench.settings import RunSettings
+from scalebench.train import devices, rank_env
 from scalebench.train.devices import DeviceError
 from scalebench.train.horovod_common import check_gpu_reductions
 from scalebench.train.placement import DataPlacement
-from scalebench.train.settings import RunSettings
 from scalebench.train.torch import native, runtime
 
 SLURM_JOB = {"SCALEBENCH_EXECUTOR": "slurm"}  # launch.py sets it for the ranks of a SLURM cell
@@ -207,7 +206,7 @@ def test_horovod_without_nccl_refuses_a_gpu_cell_unless_allowed():
 TF_PROBE = """
 import json, sys
 from scalebench.train.devices import DeviceError
-from scalebench.train.settings import RunSettings
+from scalebench.settings import RunSettings
 from scalebench.train.tf import runtime
 tf = runtime.tf
 count, ranks, env = json.loads(sys.argv[1])

@@ -172,11 +172,3 @@ def test_sum_across_ranks_is_known_only_when_every_measuring_rank_read():
     assert energy.total(one_failed, "") == (None, "1 of 2 measuring ranks could not read their counter")
     assert energy.total(reduce(energy.contribution(None, True)), "no pynvml") == (None, "no pynvml")
     assert energy.measures_node("cpu", 1) is False and energy.measures_node("gpu", 1) is True
-
-
-def test_cell_total_and_gpu_hours():
-    assert energy.cell_total([1.0, 2.5], "") == (3.5, "")
-    assert energy.cell_total([1.0, None], "") == (None, "1 of 2 epochs were not measured")
-    assert energy.cell_total([None], "no powercap") == (None, "no powercap")
-    assert energy.cell_total([], "") == (None, "no epoch completed")
-    assert energy.gpu_hours(8, 1800.0) == 4.0

@@ -10,7 +10,7 @@ import torch
 from conftest import REPO, sb_config, training_settings
 from conftest import backend_run_settings as run_settings
 from scalebench import backends
-from scalebench.launch import rank_env
+from scalebench.train import rank_env
 from scalebench.train.entry import create_framework
 from scalebench.train.loop import check_compression
 from scalebench.train.torch import fsdp, native

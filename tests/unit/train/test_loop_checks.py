@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from scalebench.launch import rank_env
+from scalebench.train import rank_env
 from scalebench.train.loop import LaunchMismatch, check_batch, check_launch
 from scalebench.train.tf.mirrored import MirroredBackend
 from scalebench.train.torch.native import DDPBackend

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from conftest import cell_settings
-from scalebench.launch import rank_env
-from scalebench.train import provenance
-from scalebench.train.settings import RunSettings, TrainingSettings
+from scalebench.settings import RunSettings, TrainingSettings
+from scalebench.train import provenance, rank_env
 from scalebench.train.tf.mirrored import MirroredBackend
 from scalebench.train.tf.native import MultiWorkerBackend
 from scalebench.train.torch.horovod import HorovodTorchBackend

@@ -7,8 +7,8 @@ import json
 
 import pytest
 from conftest import REPO, cell_settings, sb_config
+from scalebench.settings import HorovodSettings, LoaderSettings, RunSettings, TrainingSettings
 from scalebench.train.entry import cell_hash
-from scalebench.train.settings import HorovodSettings, LoaderSettings, RunSettings, TrainingSettings
 
 
 def schema_keys(*path: str) -> set[str]:

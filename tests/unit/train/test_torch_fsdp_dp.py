@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import cell_settings
-from scalebench.launch import rank_env
+from scalebench.settings import RunSettings
+from scalebench.train import rank_env
 from scalebench.train.accumulation import ONE_BATCH_STEP
 from scalebench.train.devices import DeviceError
 from scalebench.train.placement import DataPlacement
-from scalebench.train.settings import RunSettings
 from scalebench.train.torch import data, dp, framework, fsdp, runtime
 from scalebench.train.torch.model import UNet
 

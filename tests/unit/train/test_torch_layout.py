@@ -57,7 +57,7 @@ def test_horovod_steps_after_its_allreduces_finished_and_without_a_second_synchr
     # skip_synchronize(), so the scaler never unscales gradients whose allreduce is in flight.
     from contextlib import contextmanager
 
-    from scalebench.launch import rank_env
+    from scalebench.train import rank_env
 
     calls = []
 

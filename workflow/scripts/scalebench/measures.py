@@ -38,3 +38,20 @@ def backward_passes(framework: str, backend: str, training: Mapping) -> int:
 def images_per_step(batch_per_gpu: int, replicas: int, passes: int) -> int:
     """The global batch: images per optimizer step over all replicas."""
     return batch_per_gpu * replicas * passes
+
+
+def cell_energy(epoch_joules: list[float | None], last_reason: str) -> tuple[float | None, str]:
+    """The cell's energy over its epochs: their sum where every epoch was measured (epochs of a
+    run resumed from a checkpoint written before energy was recorded were not), else None."""
+    if not epoch_joules:
+        return None, "no epoch completed"
+    unknown = sum(joules is None for joules in epoch_joules)
+    if not unknown:
+        return float(sum(epoch_joules)), ""
+    return None, last_reason or f"{unknown} of {len(epoch_joules)} epochs were not measured"
+
+
+def gpu_hours(gpus: int, train_time_s: float) -> float:
+    """GPUs x the training time (the epochs' summed time, the slowest rank's: no setup, evaluation
+    or checkpoints), in hours: the window the energy is measured over too."""
+    return gpus * train_time_s / 3600

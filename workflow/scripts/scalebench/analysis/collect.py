@@ -18,7 +18,6 @@ import pandas as pd
 from scalebench import measures
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
-from scalebench.train import energy
 
 # variant: the label of the optional axes' values ('' for a study without them; see cell.py)
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
@@ -294,7 +293,7 @@ def cost(run: dict, final: dict, epochs: list[dict]) -> dict:
     if "energy_j" in final:
         joules, reason = _number(final["energy_j"]), final.get("energy_reason") or ""
     elif epochs and all("energy_j" in e for e in epochs):
-        total, reason = energy.cell_total([e["energy_j"] for e in epochs], run.get("energy_reason") or "")
+        total, reason = measures.cell_energy([e["energy_j"] for e in epochs], run.get("energy_reason") or "")
         joules = _number(total)
     else:
         joules, reason = math.nan, "not recorded (the cell predates energy measurement, or has no epoch)"
@@ -335,8 +334,8 @@ def no_variant_as_empty(variants: pd.Series) -> pd.Series:
 def runs_frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
     frame["variant"] = no_variant_as_empty(frame["variant"])
-    # the one definition, for own, legacy and read-back rows alike
-    frame["gpu_hours"] = pd.to_numeric(frame["gpus"]) * pd.to_numeric(frame["train_time_s"]) / 3600
+    # the ranks' definition (measures.py), for own, legacy and read-back rows alike
+    frame["gpu_hours"] = measures.gpu_hours(pd.to_numeric(frame["gpus"]), pd.to_numeric(frame["train_time_s"]))
     for column in ("gpus", "seed", "epochs", "parameters", "nodes", "batch_per_gpu", "global_batch"):
         frame[column] = frame[column].astype("Int64")
     frame["stopped_at_target"] = frame["stopped_at_target"].astype("boolean")  # empty where no final record

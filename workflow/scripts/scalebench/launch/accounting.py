@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from scalebench.cluster.slurm import SlurmError, oneliner_fields, scontrol
 from scalebench.files import write_json_atomic
-from scalebench.launch.slurm import SlurmError, oneliner_fields, scontrol
 
 ACCOUNTING_FIELDS = (
     "alloc_gpu_hours",

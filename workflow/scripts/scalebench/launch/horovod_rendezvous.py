@@ -20,8 +20,7 @@ import os
 import socket
 import subprocess
 
-from scalebench.launch.rank_env import HOROVOD_PLAN, RENDEZVOUS
-from scalebench.launch.slurm import block_distribution, slurm_allocation
+from scalebench.cluster.slurm import HOROVOD_PLAN, RENDEZVOUS, block_distribution, slurm_allocation
 
 
 def start_rendezvous(port: int):

@@ -31,10 +31,10 @@ import sys
 import time
 from pathlib import Path
 
-from scalebench import backends
-from scalebench.launch import accounting, network
-from scalebench.launch.ports import PortError, reserve_local_block, reserve_slurm_block
-from scalebench.launch.slurm import (
+from scalebench import backends, outcome
+from scalebench.cluster import network
+from scalebench.cluster.ports import PortError, reserve_local_block, reserve_slurm_block
+from scalebench.cluster.slurm import (
     NODE_ADDRESSES,
     Allocation,
     SlurmError,
@@ -42,7 +42,7 @@ from scalebench.launch.slurm import (
     export_addresses,
     slurm_allocation,
 )
-from scalebench.train import outcome
+from scalebench.launch import accounting
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
 LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
@@ -194,11 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--launchers", required=True, help="the config's launchers section as JSON")
     args = parser.parse_args(argv)
-    settings = json.loads(args.settings)
-    cell = settings["cell"]
     env = dict(os.environ)
+    run_settings = RunSettings.from_json(json.loads(args.settings), args.data, args.out, env)
+    cell = run_settings.cell.to_json()  # run.json's cell where a refusal comes before any rank wrote it
     where = executor(env)
-    framework, backend = cell["framework"], cell["backend"]
+    framework, backend, gpus = run_settings.cell.framework, run_settings.cell.backend, run_settings.cell.gpus
     template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
     train_args = cell_arguments(args.settings, args.data, args.out)
     try:
@@ -206,9 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             allocation = slurm_allocation(env["SLURM_JOB_ID"], reserve_slurm_block(env["SLURM_JOB_ID"]))
         else:
             allocation = local_allocation()
-        processes = launch_processes(framework, backend, cell["gpus"], allocation)
+        processes = launch_processes(framework, backend, gpus, allocation)
         command = build_command(template, processes, allocation, train_args)
-        interface = settings.get("network_interface")
+        interface = run_settings.network_interface
         if interface:  # the rendezvous on the interface's address of this (the first) node
             allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
             if where == "slurm" and len(allocation.hosts) > 1:  # every node's, for TensorFlow's workers
@@ -224,12 +224,12 @@ def main(argv: list[str] | None = None) -> int:
     except (SlurmError, PortError) as error:
         print(f"launch ({where}): error: {error}", flush=True)
         return 1
-    per_rank = settings["training"]["threads_per_rank"]
-    # a one-process backend's task holds the CPUs (and under task binding the GPUs) of all its devices (resources.py)
-    per_process = backends.devices_per_process(framework, backend, cell["gpus"])
-    threads = per_rank * per_process if per_rank else None
-    threads = threads or allocation.cpus_per_rank
-    gpus_per_task = per_process if settings.get("gpu_binding") == "task" else None
+    # the ranks compute the same (settings.py); under SLURM a task's CPUs are the allocation's
+    cpus_per_task = allocation.cpus_per_rank if where == "slurm" else None
+    threads = process_threads(run_settings.training.threads_per_rank, run_settings.cell, cpus_per_task)
+    # a one-process backend's task holds the GPUs of all its devices under task binding (resources.py)
+    per_process = backends.devices_per_process(framework, backend, gpus)
+    gpus_per_task = per_process if run_settings.gpu_binding == "task" else None
     print(f"launch ({where}): {command}", flush=True)
     if where == "slurm":
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)

@@ -37,7 +37,7 @@ import math
 
 from scalebench import backends
 from scalebench.cell import Cell
-from scalebench.launch.slurm import block_distribution
+from scalebench.cluster.slurm import block_distribution
 
 # The train rule's resources (rules/common.smk: train_resources), the keys of job_resources.
 RESOURCE_NAMES = (

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from scalebench.train.refusal import Refused
+from scalebench.refusal import Refused
 
 
 class DeviceError(Refused, RuntimeError):

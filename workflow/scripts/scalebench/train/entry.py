@@ -21,14 +21,14 @@ import time
 import traceback
 from pathlib import Path
 
-from scalebench import backends
+from scalebench import backends, outcome
+from scalebench.cluster import network
 from scalebench.data.preprocess import read_manifest
-from scalebench.launch import network, rank_env
-from scalebench.train import outcome, provenance
+from scalebench.refusal import Refused, SettingRefused
+from scalebench.settings import RunSettings
+from scalebench.train import provenance, rank_env
 from scalebench.train.interfaces import Framework
 from scalebench.train.loop import TrainingLoop, check_launch
-from scalebench.train.refusal import Refused, SettingRefused
-from scalebench.train.settings import RunSettings
 
 FRAMEWORK_PACKAGES = {"torch": "scalebench.train.torch", "tensorflow": "scalebench.train.tf"}
 
@@ -67,15 +67,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the cell's results folder")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
-    settings = json.loads(args.settings)
-    run = RunSettings.from_json(settings, args.data, args.out)
+    run = RunSettings.from_json(json.loads(args.settings), args.data, args.out)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     try:
         rank_env.adopt_srun_rank()  # a Horovod rank started by horovod_srun.py: Horovod's variables from srun's
     except rank_env.LayoutMismatch as error:
         print(f"rank {os.environ['SLURM_PROCID']}: failed: {error}", file=sys.stderr, flush=True)
         if os.environ["SLURM_PROCID"] == "0":
-            provenance.record_failure(Path(args.out) / "run.json", settings["cell"], error)
+            provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
         return 1
     place = rank_env.detect()
     framework = None
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         network.check_node()  # cluster.network_interface exists on this rank's node
         framework = create_framework(run, place)
         check_launch(place.world_size, place.world_size_source, framework.backend, run.cell.gpus)
-        status = TrainingLoop(run, framework, cell_hash(settings, args.data), started).train()
+        status = TrainingLoop(run, framework, cell_hash(run.source, args.data), started).train()
         return 0 if status in ("ok", "diverged") else 1
     except outcome.CellOutOfMemory as error:
         # At once, without shutting the backend down (that would wait for the other ranks):
@@ -104,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(error, SystemExit):
             traceback.print_exc()
         if rank == 0:
-            provenance.record_failure(Path(args.out) / "run.json", settings["cell"], error)
+            provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
         return error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else 1
     finally:
         if framework is not None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from scalebench.launch.rank_env import RankInfo
+from scalebench.refusal import HorovodBuildError
+from scalebench.settings import HorovodSettings, RunSettings
 from scalebench.train.interfaces import Backend
-from scalebench.train.refusal import HorovodBuildError
-from scalebench.train.settings import HorovodSettings, RunSettings
+from scalebench.train.rank_env import RankInfo
 
 INSTALL_HINT = "run ./install.sh (it builds Horovod with PyTorch and TensorFlow support)"
 

@@ -16,10 +16,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from scalebench.launch.rank_env import RankInfo
+from scalebench.settings import RunSettings
 from scalebench.train.accumulation import Part
 from scalebench.train.placement import DataPlacement
-from scalebench.train.settings import RunSettings
+from scalebench.train.rank_env import RankInfo
 from scalebench.train.summaries import EpochWriter
 
 

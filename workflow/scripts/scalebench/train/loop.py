@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from scalebench import measures
+from scalebench import measures, outcome, records
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
+from scalebench.refusal import Refused, SettingRefused
+from scalebench.settings import RunSettings
 from scalebench.train import (
     accumulation,
     devices,
@@ -27,7 +29,6 @@ from scalebench.train import (
     faults,
     flops,
     metrics,
-    outcome,
     placement,
     provenance,
     resume,
@@ -35,8 +36,6 @@ from scalebench.train import (
 )
 from scalebench.train.interfaces import Backend, Framework
 from scalebench.train.lr_schedule import learning_rate
-from scalebench.train.refusal import Refused, SettingRefused
-from scalebench.train.settings import RunSettings
 
 
 class Diverged(Exception):
@@ -364,7 +363,7 @@ class TrainingLoop:
         )
 
     def final_evaluation(self, status: str, progress: Progress) -> dict:
-        final = metrics.final_record(
+        final = records.final_record(
             status, self.setup_s, progress.train_time_s, len(self.epoch_times), self.stopped_at_target
         )
         final.update(self.cost(progress))
@@ -385,9 +384,9 @@ class TrainingLoop:
     def cost(self, progress: Progress) -> dict:
         """GPU-hours and energy of the epochs (a resumed run's earlier epochs included)."""
         epochs = [record for record in self.metrics.records if record["type"] == "epoch"]
-        joules, reason = energy.cell_total([record.get("energy_j") for record in epochs], self.energy_reason)
+        joules, reason = measures.cell_energy([record.get("energy_j") for record in epochs], self.energy_reason)
         return {
-            "gpu_hours": energy.gpu_hours(self.backend.replicas, progress.train_time_s),
+            "gpu_hours": measures.gpu_hours(self.backend.replicas, progress.train_time_s),
             "energy_j": joules,
             "energy_source": self.energy.source or None,
             "energy_reason": reason,

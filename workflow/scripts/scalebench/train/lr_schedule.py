@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from scalebench.train.settings import TrainingSettings
+from scalebench.settings import TrainingSettings
 
 
 def scaled_lr(training: TrainingSettings, world_size: int) -> float:

@@ -7,12 +7,11 @@ ranks. Both frameworks write through this module (from loop.py).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Protocol
 
-from scalebench.files import json_safe
+from scalebench import records
 from scalebench.train import flops
 
 
@@ -49,20 +48,13 @@ class MetricsWriter:
     def write(self, record: dict) -> None:
         self.records.append(record)
         if self.enabled:
-            append_record(self.path, record)
+            records.append_record(self.path, record)
         if self.curves is not None:
             self.curves.write(record)
 
     def close_curves(self) -> None:
         if self.curves is not None:
             self.curves.close()
-
-
-def append_record(path: str | Path, record: dict) -> None:
-    """One line of metrics.jsonl."""
-    with open(path, "a") as handle:
-        handle.write(json.dumps(json_safe(record), sort_keys=True) + "\n")
-        handle.flush()
 
 
 def epoch_record(
@@ -103,31 +95,6 @@ def epoch_record(
             images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"], provenance["world_size"]
         ),
     }
-
-
-def final_record(
-    status: str, setup_s: float, train_time_s: float, epochs_completed: int, stopped_at_target: bool = False
-) -> dict:
-    """The final record; evaluation fills test_loss, iou and test_time_s (the test pairs) when the
-    run is ok, the loop the cost (gpu_hours, energy_j, energy_source, energy_reason: COST_FIELDS).
-    stopped_at_target: training ended early, after epoch epochs_completed, because its validation
-    IOU reached training.target_iou (training.stop_at_target)."""
-    return {
-        "type": "final",
-        "status": status,
-        "setup_s": setup_s,
-        "train_time_s": train_time_s,
-        "epochs_completed": epochs_completed,
-        "stopped_at_target": stopped_at_target,
-        "test_loss": None,
-        "iou": None,
-        "test_time_s": None,
-    }
-
-
-# The cost of a cell, in the final record and run.json: GPU-hours = GPUs x train_time_s (the
-# epochs' summed time); energy_j over the same epochs, None with energy_reason where unmeasured.
-COST_FIELDS = ("gpu_hours", "energy_j", "energy_source", "energy_reason")
 
 
 def format_duration(seconds: float) -> str:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scalebench.refusal import SettingRefused
 from scalebench.train import energy
-from scalebench.train.refusal import SettingRefused
 
 PLACEMENTS = ("auto", "device", "host")
 

@@ -10,18 +10,13 @@ import resource
 import socket
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-from scalebench import measures
+from scalebench import measures, records
 from scalebench.files import write_json_atomic
-from scalebench.train import flops, metrics
+from scalebench.settings import TrainingSettings
+from scalebench.train import flops
 from scalebench.train.lr_schedule import scaled_lr
-from scalebench.train.settings import TrainingSettings
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def git_commit(start: str | Path) -> str | None:
@@ -86,7 +81,7 @@ def start_record(cell: dict, config_hash: str) -> dict:
         "launch_host": socket.gethostname(),
         "slurm": slurm_info(),
         "argv": sys.argv,
-        "start": now_iso(),
+        "start": records.now_iso(),
         "status": "running",
     }
 
@@ -169,13 +164,13 @@ def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> N
     )
     provenance.update(
         status=final["status"],
-        end=now_iso(),
+        end=records.now_iso(),
         setup_s=final["setup_s"],
         resumed_from_epoch=start_epoch or None,
         epochs_completed=final["epochs_completed"],
         stopped_at_target=final["stopped_at_target"],
     )
-    provenance.update({key: final.get(key) for key in metrics.COST_FIELDS})
+    provenance.update({key: final.get(key) for key in records.COST_FIELDS})
     write_json_atomic(run_json, provenance)
 
 
@@ -184,5 +179,5 @@ def record_failure(run_json: Path, cell: dict, error: BaseException) -> None:
     import json
 
     state = json.loads(run_json.read_text()) if run_json.exists() else dict(cell)
-    state.update(status="failed", error=f"{type(error).__name__}: {error}", end=now_iso())
+    state.update(status="failed", error=f"{type(error).__name__}: {error}", end=records.now_iso())
     write_json_atomic(run_json, state)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from scalebench import backends
-from scalebench.train.refusal import SettingRefused
+from scalebench.refusal import SettingRefused
 
 DESCRIPTION = "XLA (jit_compile) of each replica's forward and backward; reduction, optimizer and evaluation outside"
 

@@ -16,11 +16,11 @@ import tensorflow as tf
 import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
+from scalebench.settings import RunSettings
 from scalebench.train import devices, energy, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
-from scalebench.train.settings import RunSettings
 from scalebench.train.summaries import EpochWriter
 from scalebench.train.tf import checkpoint, compiled, data, runtime
 from scalebench.train.tf.checkpoint import Checkpoint

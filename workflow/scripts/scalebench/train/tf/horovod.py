@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from scalebench.launch.rank_env import RankInfo
+from scalebench.refusal import HorovodBuildError
+from scalebench.settings import HorovodSettings, RunSettings
 from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend
-from scalebench.train.refusal import HorovodBuildError
-from scalebench.train.settings import HorovodSettings, RunSettings
+from scalebench.train.rank_env import RankInfo
 
 
 def _import_horovod():

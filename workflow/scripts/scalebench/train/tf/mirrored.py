@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from scalebench.launch.rank_env import RankInfo
-from scalebench.train.settings import RunSettings
+from scalebench.settings import RunSettings
+from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf.strategy import StrategyBackend
 
 

@@ -13,9 +13,9 @@ import os
 
 import tensorflow as tf
 
-from scalebench.launch import tf_config
-from scalebench.launch.rank_env import RankInfo
-from scalebench.train.settings import RunSettings
+from scalebench.settings import RunSettings
+from scalebench.train import tf_config
+from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf.strategy import StrategyBackend
 
 

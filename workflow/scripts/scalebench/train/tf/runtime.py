@@ -14,10 +14,10 @@ import numpy as np
 import tensorflow as tf
 
 from scalebench import backends
+from scalebench.refusal import SettingRefused
+from scalebench.settings import PRECISION_OF, RunSettings
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
-from scalebench.train.refusal import SettingRefused
-from scalebench.train.settings import PRECISION_OF, RunSettings
 
 
 def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: int = 1) -> str:

@@ -12,8 +12,8 @@ from contextlib import AbstractContextManager
 import numpy as np
 import tensorflow as tf
 
+from scalebench.settings import RunSettings
 from scalebench.train.interfaces import Backend
-from scalebench.train.settings import RunSettings
 from scalebench.train.tf import runtime
 
 

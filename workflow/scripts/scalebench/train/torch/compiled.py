@@ -12,7 +12,7 @@ import shutil
 
 import torch
 
-from scalebench.train.refusal import SettingRefused
+from scalebench.refusal import SettingRefused
 
 DESCRIPTION = "torch.compile (inductor) of the training model's forward and backward; evaluation eager"
 

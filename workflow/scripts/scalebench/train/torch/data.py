@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from scalebench.data.preprocess import load_arrays
-from scalebench.train.settings import LoaderSettings
+from scalebench.settings import LoaderSettings
 from scalebench.train.torch.runtime import LAYOUT
 
 Batch = tuple[torch.Tensor, torch.Tensor]

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from scalebench.launch.rank_env import RankInfo
+from scalebench.refusal import SettingRefused
+from scalebench.settings import RunSettings
 from scalebench.train.interfaces import Backend
-from scalebench.train.refusal import SettingRefused
-from scalebench.train.settings import RunSettings
+from scalebench.train.rank_env import RankInfo
 from scalebench.train.torch.data import ReplicaInputs
 
 

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scalebench.settings import RunSettings
 from scalebench.train import devices, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
-from scalebench.train.settings import RunSettings
 from scalebench.train.summaries import EpochWriter
 from scalebench.train.torch import checkpoint, compiled, data, runtime
 from scalebench.train.torch.checkpoint import Checkpoint

@@ -23,9 +23,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from scalebench.launch.rank_env import RankInfo
-from scalebench.train.refusal import SettingRefused
-from scalebench.train.settings import RunSettings
+from scalebench.refusal import SettingRefused
+from scalebench.settings import RunSettings
+from scalebench.train.rank_env import RankInfo
 from scalebench.train.torch.model import DoubleConv
 from scalebench.train.torch.native import DDPBackend
 

@@ -10,9 +10,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 
-from scalebench.launch.rank_env import RankInfo
+from scalebench.settings import RunSettings
 from scalebench.train.interfaces import Backend
-from scalebench.train.settings import RunSettings
+from scalebench.train.rank_env import RankInfo
 
 
 class DDPBackend(Backend):

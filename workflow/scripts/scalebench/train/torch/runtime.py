@@ -9,10 +9,10 @@ import numpy as np
 import torch
 
 from scalebench import backends
+from scalebench.refusal import SettingRefused
+from scalebench.settings import PRECISION_OF, RunSettings
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
-from scalebench.train.refusal import SettingRefused
-from scalebench.train.settings import PRECISION_OF, RunSettings
 
 # Channels-last (NHWC) activations and weights: 1.7x faster training steps on the CPU than NCHW
 # (oneDNN), the layout tensor cores prefer, and the layout the TensorFlow UNet uses.

@@ -9,10 +9,12 @@ import pytest
 from conftest import REPO, cell_settings, launch_cell, tiny_config
 from scalebench import config as sb_config
 from scalebench.cell import Cell
-from scalebench.launch import accounting, network, rank_env, tf_config
+from scalebench.cluster import network
+from scalebench.cluster.slurm import Allocation, SlurmError
+from scalebench.launch import accounting
 from scalebench.launch.launcher import rank_environment
-from scalebench.launch.slurm import Allocation, SlurmError
-from scalebench.train.refusal import Refused
+from scalebench.refusal import Refused
+from scalebench.train import rank_env, tf_config
 
 
 def test_the_interface_s_address_or_a_refusal_naming_the_key_and_the_nodes_interfaces():

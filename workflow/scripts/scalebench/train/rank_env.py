@@ -17,13 +17,8 @@ import socket
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
-from scalebench.launch.ports import free_port, port_for_job
-from scalebench.launch.slurm import local_task_count, step_hosts, step_tasks_per_node
-
-RENDEZVOUS = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
-# The ranks per host that horovod_srun.py gave Horovod's rendezvous server ("host:slots,..."), which must
-# be where srun put them: the server clears a host's keys once as many ranks as it expects have read them.
-HOROVOD_PLAN = "SCALEBENCH_HOROVOD_PLAN"
+from scalebench.cluster.ports import free_port, port_for_job
+from scalebench.cluster.slurm import HOROVOD_PLAN, RENDEZVOUS, local_task_count, step_hosts, step_tasks_per_node
 
 
 class LayoutMismatch(RuntimeError):

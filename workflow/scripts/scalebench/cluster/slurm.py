@@ -13,11 +13,18 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scalebench.launch.ports import port_for_job
+from scalebench.cluster.ports import port_for_job
 
 # launch.py tells the ranks which node names share an address (several slurmd on one host, as in a test
 # cluster), so TensorFlow workers there take distinct ports: "name=address,...".
 NODE_ADDRESSES = "SCALEBENCH_NODE_ADDRS"
+
+# What horovod_srun.py (launch.py's Horovod rendezvous under srun) tells the ranks it starts: the
+# rendezvous server's address, and the ranks per host it gave that server ("host:slots,..."), which
+# must be where srun put them: the server clears a host's keys once as many ranks as it expects
+# have read them.
+RENDEZVOUS = "HOROVOD_GLOO_RENDEZVOUS_ADDR"
+HOROVOD_PLAN = "SCALEBENCH_HOROVOD_PLAN"
 
 
 class SlurmError(RuntimeError):

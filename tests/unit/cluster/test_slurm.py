@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from scalebench.launch import slurm
+from scalebench.cluster import slurm
 
 
 def test_expand_nodelist():

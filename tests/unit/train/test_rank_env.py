@@ -7,8 +7,8 @@ import sys
 
 import pytest
 from conftest import SCRIPTS
-from scalebench.launch import rank_env
-from scalebench.launch.slurm import SlurmError, port_for_job
+from scalebench.cluster.slurm import SlurmError, port_for_job
+from scalebench.train import rank_env
 
 
 def srun_env(**extra: str) -> dict[str, str]:
@@ -89,7 +89,7 @@ def test_one_process_without_launcher_is_rank_0_of_1():
 
 def test_a_rank_imports_neither_the_launcher_nor_the_rendezvous():
     code = (
-        "import sys; import scalebench.launch.rank_env, scalebench.launch.tf_config; "
+        "import sys; import scalebench.train.rank_env, scalebench.train.tf_config; "
         "print(sorted(m for m in sys.modules if m.startswith(('scalebench', 'horovod'))))"
     )
     loaded = subprocess.run(

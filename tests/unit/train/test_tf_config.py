@@ -9,9 +9,9 @@ import json
 import re
 
 import pytest
-from scalebench.launch import rank_env
-from scalebench.launch.ports import MAX_RANKS_PER_NODE, PORT_BLOCK, SLURM_BLOCKS, port_for_job
-from scalebench.launch.tf_config import ClusterMismatch, resolve_tf_config
+from scalebench.cluster.ports import MAX_RANKS_PER_NODE, PORT_BLOCK, SLURM_BLOCKS, port_for_job
+from scalebench.train import rank_env
+from scalebench.train.tf_config import ClusterMismatch, resolve_tf_config
 
 
 def torchrun_env(rank: int, world: int, port: int = 29400) -> dict[str, str]:

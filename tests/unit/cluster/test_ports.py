@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 import yaml
 from conftest import REPO, SCRIPTS
-from scalebench.launch import ports
+from scalebench.cluster import ports
 
 
 def test_job_blocks_stay_in_the_slurm_range_below_the_local_one():
@@ -32,7 +32,7 @@ def test_local_launchers_hold_distinct_blocks(tmp_path):
     assert ports.LOCAL_BASE <= min(first, second) and max(first, second) + ports.PORT_BLOCK <= ports.LOCAL_END
 
 
-HOLD = "import sys, time; from scalebench.launch import ports; print(ports.reserve_local_block(sys.argv[1]), flush=True); time.sleep(60)"
+HOLD = "import sys, time; from scalebench.cluster import ports; print(ports.reserve_local_block(sys.argv[1]), flush=True); time.sleep(60)"
 
 
 def test_a_block_is_held_until_its_launcher_exits(tmp_path):
@@ -74,7 +74,7 @@ def test_horovod_rendezvous_listens_on_the_cells_block(tmp_path):
 
 
 HOLD_SLURM = (
-    "import socket, sys, time; from scalebench.launch import ports; "
+    "import socket, sys, time; from scalebench.cluster import ports; "
     "port = ports.reserve_slurm_block(sys.argv[2], sys.argv[1]); "
     "server = socket.create_server(('', port)); print(port, flush=True); time.sleep(60)"
 )

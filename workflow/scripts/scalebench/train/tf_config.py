@@ -16,10 +16,10 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 
-from scalebench.launch import network
-from scalebench.launch.ports import PortError, worker_port
-from scalebench.launch.rank_env import RankInfo
-from scalebench.launch.slurm import SlurmError, node_addresses, step_hosts, step_tasks_per_node
+from scalebench.cluster import network
+from scalebench.cluster.ports import PortError, worker_port
+from scalebench.cluster.slurm import SlurmError, node_addresses, step_hosts, step_tasks_per_node
+from scalebench.train.rank_env import RankInfo
 
 
 class ClusterMismatch(RuntimeError):

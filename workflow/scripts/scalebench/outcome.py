@@ -20,8 +20,8 @@ import json
 import shutil
 from pathlib import Path
 
+from scalebench import records
 from scalebench.files import write_json_atomic, write_text_atomic
-from scalebench.train import metrics, provenance
 
 OOM_EXIT_CODE = 75
 REFUSED_EXIT_CODE = 78  # EX_CONFIG: the set-up is wrong, not the run
@@ -52,10 +52,10 @@ def record(out: str | Path, status: str, reason: str, cell: dict | None = None) 
     lines = records_path.read_text().splitlines() if records_path.exists() else []
     epochs = [r for r in (json.loads(line) for line in lines if line.strip()) if r.get("type") == "epoch"]
     train_time = epochs[-1]["train_time_s"] if epochs else 0.0
-    metrics.append_record(records_path, metrics.final_record(status, None, train_time, len(epochs)))
+    records.append_record(records_path, records.final_record(status, None, train_time, len(epochs)))
     run_json = out / "run.json"
     run = json.loads(run_json.read_text()) if run_json.exists() else dict(cell or {})
-    run.update(status=status, reason=reason, error=f"{ERRORS[status]}: {reason}", end=provenance.now_iso())
+    run.update(status=status, reason=reason, error=f"{ERRORS[status]}: {reason}", end=records.now_iso())
     write_json_atomic(run_json, run)
 
 

@@ -94,6 +94,7 @@ class RunSettings:
     gpu_required: bool  # device cuda, or auto in a SLURM cell of a cluster with GPUs: no GPU is an error
     share_gpu: bool = False  # SCALEBENCH_SHARE_GPU=1: ranks may share a GPU (functional checks on one GPU only)
     gpu_binding: str = "node"  # cluster.gpu_binding: what a task sees, its node's GPUs or its own (train/devices.py)
+    network_interface: str | None = None  # cluster.network_interface (cluster/network.py)
     # the JSON this rank was started with, recorded in run.json: the report tells a cell
     # trained with other settings than the study's from it, key by key
     source: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -104,7 +105,8 @@ class RunSettings:
         env = os.environ if env is None else env
         training = build(TrainingSettings, settings["training"], "training")
         cell = Cell.from_json(settings["cell"])
-        threads = process_threads(training.threads_per_rank, cell, env)
+        cpus = env.get("SLURM_CPUS_PER_TASK")
+        threads = process_threads(training.threads_per_rank, cell, int(cpus) if cpus and cpus.isdigit() else None)
         # launch.py tells the ranks where the cell runs (a test run inside an allocation is local)
         on_gpu_cluster = settings["gpus_per_node"] > 0 and env.get("SCALEBENCH_EXECUTOR") == "slurm"
         return cls(
@@ -118,20 +120,22 @@ class RunSettings:
             gpu_required=training.device == "cuda" or (training.device == "auto" and on_gpu_cluster),
             share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
             gpu_binding=settings.get("gpu_binding", "node"),  # set only where not node (config.train_settings)
+            network_interface=settings.get("network_interface"),  # set only where set
             source=settings,
         )
 
 
-def process_threads(threads_per_rank: int | None, cell: Cell, env: dict[str, str]) -> int:
-    """Compute threads of one process: threads_per_rank for each device it drives (a one-process
-    backend drives all of the cell's, so it gets as many threads as that many ranks would), or
-    under SLURM with null the task's CPUs (one task then holds every device's CPUs)."""
+def process_threads(threads_per_rank: int | None, cell: Cell, cpus_per_task: int | None) -> int:
+    """Compute threads of one process, for launch.py (OMP_NUM_THREADS, TF's thread pools) and the
+    rank alike: threads_per_rank for each device it drives (a one-process backend drives all of the
+    cell's, so it gets as many threads as that many ranks would), or with null the SLURM task's
+    CPUs (one task then holds every device's CPUs), else one per device."""
     devices = 1
     if backends.exists(cell.framework, cell.backend):
         devices = backends.devices_per_process(cell.framework, cell.backend, cell.gpus)
     if threads_per_rank:
         return threads_per_rank * devices
-    return int(env.get("SLURM_CPUS_PER_TASK") or devices)
+    return cpus_per_task or devices
 
 
 def build(kind: type, data: dict[str, Any], where: str) -> Any:

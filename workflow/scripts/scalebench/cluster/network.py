@@ -22,8 +22,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from scalebench.launch.slurm import SlurmError
-from scalebench.train.refusal import Refused
+from scalebench.cluster.slurm import SlurmError
+from scalebench.refusal import Refused
 
 KEY = "cluster.network_interface"
 VARIABLE = "SCALEBENCH_NETWORK_INTERFACE"  # launch.py -> ranks: the interface's name
