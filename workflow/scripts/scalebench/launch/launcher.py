@@ -43,6 +43,7 @@ from scalebench.cluster.slurm import (
     slurm_allocation,
 )
 from scalebench.launch import accounting
+from scalebench.settings import RunSettings, process_threads
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
 LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"launch: {interface} on each node: {export_addresses(allocation.hosts, gathered)}", flush=True)
             command = build_command(template, processes, allocation, train_args)
     except (LaunchError, network.InterfaceMissing) as error:
-        # the cell's shape against its allocation: the next attempt gets the same (train/refusal.py)
+        # the cell's shape against its allocation: the next attempt gets the same (scalebench/refusal.py)
         print(f"launch ({where}): refused: {error}", flush=True)
         outcome.record(args.out, "refused", f"launch: {error}", cell)
         return 0

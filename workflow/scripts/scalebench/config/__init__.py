@@ -1,0 +1,41 @@
+"""Validate the study configuration and expand it into cells.
+
+The JSON schema (config/schema.yaml) fills defaults and rejects unknown keys and
+bad values; the checks cover what a schema cannot express. Every error names the
+config key, and all of it runs before Snakemake builds a job. One module per job:
+
+- coercion.py: `--config` strings to the schema's types;
+- validation.py: the schema, with defaults and removed keys;
+- checks.py: the checks across keys (and the labels of imported studies);
+- matrix.py: the cells, and those left out with the reason;
+- cell_settings.py: one cell's settings and what changed since it trained.
+
+The rules and the analysis read the names below from here.
+"""
+
+from scalebench.backends import BACKENDS, FRAMEWORKS
+from scalebench.cell import Cell
+from scalebench.config.cell_settings import cell_training, settings_changes, train_settings
+from scalebench.config.checks import ConfigError, legacy_label_problems
+from scalebench.config.coercion import coerce
+from scalebench.config.matrix import LeftOut, cell_problem, cells, left_out, variants
+from scalebench.config.validation import load_schema, validate
+
+__all__ = [
+    "BACKENDS",
+    "FRAMEWORKS",
+    "Cell",
+    "ConfigError",
+    "LeftOut",
+    "cell_problem",
+    "cell_training",
+    "cells",
+    "coerce",
+    "left_out",
+    "legacy_label_problems",
+    "load_schema",
+    "settings_changes",
+    "train_settings",
+    "validate",
+    "variants",
+]

@@ -1,0 +1,65 @@
+"""One cell's settings: the study's training settings with the cell's axes, the JSON its ranks
+are started with, and what changed since a finished cell trained."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from scalebench.cell import AXES, Cell
+
+
+
+def cell_training(config: dict, cell: Cell) -> dict:
+    """The training settings of one cell: the study's, with the values of the cell's optional
+    axes, and in strong scaling the batch per rank that divides the global batch."""
+    training = copy.deepcopy(config["training"])
+    axes = dict(cell.axes)
+    for axis in AXES:
+        if axis in axes:
+            training[axis] = axes[axis]
+    if training["scaling"] == "strong" and training["global_batch"] and training["global_batch"] % cell.gpus == 0:
+        training["batch_per_gpu"] = training["global_batch"] // cell.gpus
+    return training
+
+
+def train_settings(config: dict, cell: Cell) -> dict:
+    """Everything the training program needs for one cell, as plain JSON."""
+    settings = {
+        "cell": cell.to_json(),
+        "training": cell_training(config, cell),
+        "peak_tflops": config["cluster"]["peak_tflops"],
+        "gpus_per_node": config["cluster"]["gpus_per_node"],
+        "dataset": {
+            "source": config["dataset"]["source"],
+            "image_size": config["dataset"]["image_size"],
+            "split_seed": config["dataset"]["split_seed"],
+        },
+    }
+    # only where set: the cells of a study without it keep their settings (and are not retrained)
+    if config["cluster"]["network_interface"]:
+        settings["network_interface"] = config["cluster"]["network_interface"]
+    if config["cluster"]["gpu_binding"] != "node":  # a rank sees only its own GPUs (train/devices.py)
+        settings["gpu_binding"] = config["cluster"]["gpu_binding"]
+    return settings
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        flat: dict[str, Any] = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    return {prefix: value}
+
+
+def settings_changes(trained: dict, now: dict) -> list[str]:
+    """What differs between the settings a cell trained with and the study's now: 'key: old -> new'."""
+    before, after = _flatten(trained), _flatten(now)
+    missing = "(not set)"
+    return [
+        f"{key}: {json.dumps(before.get(key, missing))} -> {json.dumps(after.get(key, missing))}"
+        for key in sorted(set(before) | set(after))
+        if before.get(key, missing) != after.get(key, missing)
+    ]

@@ -1,0 +1,198 @@
+"""What the schema cannot express: the checks across keys that run after validation, each
+naming the config key, before Snakemake builds a job."""
+
+from __future__ import annotations
+
+from scalebench import backends
+from scalebench.cell import OWN_SOURCE, Cell
+from scalebench.config.cell_settings import cell_training
+from scalebench.config.matrix import cells, left_out
+from scalebench.data.split import split_counts
+from scalebench.launch.resources import node_layout, ranks_per_node_limit
+
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the offending key in the message."""
+
+
+def check_semantics(config: dict) -> None:
+    """Raise ConfigError naming every key whose value the other keys rule out."""
+    problems: list[str] = []
+    dataset, matrix, cluster = config["dataset"], config["matrix"], config["cluster"]
+    height, width = dataset["image_size"]
+    if height % 16 or width % 16:
+        problems.append(
+            f"config key 'dataset.image_size': {height} x {width} is not divisible by 16 "
+            "(the UNet halves the size four times)"
+        )
+    if dataset["source"] == "folder" and not dataset["folder"]:
+        problems.append("config key 'dataset.folder': required when dataset.source is folder")
+    axes = axis_problems(config)
+    if axes:  # the cells below cannot be built without them
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems + axes))
+    if dataset["source"] == "synthetic":
+        problems += synthetic_batch_problems(config)
+    if config["training"]["stop_at_target"] and not config["training"]["eval_every"]:
+        problems.append(
+            "config key 'training.stop_at_target': needs training.eval_every > 0 (the target is checked on "
+            "the validation IOU of the evaluated epochs)"
+        )
+    largest = max(matrix["gpus"])
+    if largest > cluster["max_gpus"]:
+        problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
+    if cluster["gpu_binding"] == "task" and not cluster["gpus_per_node"]:
+        problems.append(
+            "config key 'cluster.gpu_binding': task binds GPUs to tasks, but cluster.gpus_per_node is 0 "
+            "(a CPU-only cluster); use node"
+        )
+    problems += matrix_problems(config)
+    if not cluster["allow_uneven"]:
+        # one-process backends never span nodes (left_out), so only the counts of other cells matter
+        for gpus in sorted({cell.gpus for cell in cells(config)}):
+            reason = placement_problem(gpus, cluster)
+            if reason:
+                problems.append(f"config key 'matrix.gpus': {reason} (or set cluster.allow_uneven: true)")
+    for executor, templates in config["launchers"].items():
+        for name, template in templates.items():
+            problem = template_problem(template)
+            if problem:
+                problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
+    problems += legacy_label_problems(config["legacy"])
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def strong_cells(config: dict) -> bool:
+    """Whether any cell of the study scales strongly (training.scaling or matrix.scaling)."""
+    return "strong" in config["matrix"].get("scaling", [config["training"]["scaling"]])
+
+
+def axis_problems(config: dict) -> list[str]:
+    """The optional axes and the scaling settings, before any cell is built."""
+    matrix, training, problems = config["matrix"], config["training"], []
+    if strong_cells(config):
+        where = "matrix.scaling" if "scaling" in matrix else "training.scaling"
+        global_batch = training["global_batch"]
+        if global_batch is None:
+            problems.append(f"config key 'training.global_batch': required with strong scaling ({where} strong)")
+        else:
+            for gpus in sorted(matrix["gpus"]):
+                if global_batch % gpus:
+                    problems.append(
+                        f"config key 'training.global_batch': {global_batch} does not divide over {gpus} GPUs "
+                        f"(matrix.gpus); strong scaling gives every rank global_batch / GPUs images per step"
+                    )
+        if "batch_per_gpu" in matrix:
+            problems.append(
+                f"config key 'matrix.batch_per_gpu': strong scaling ({where}) divides training.global_batch "
+                "over the ranks, so it has no batch per GPU to sweep; sweep batch sizes in weak scaling only"
+            )
+    key = "matrix.precision" if "precision" in matrix else "training.precision"
+    for precision in dict.fromkeys(matrix.get("precision", [training["precision"]])):
+        problem = backends.precision_problem(precision, training["device"])
+        if problem:
+            problems.append(f"config key '{key}': {problem} (training.device: {training['device']})")
+    return problems
+
+
+def synthetic_batch_problems(config: dict) -> list[str]:
+    """Every cell's batch per rank must fit in its shard of the synthetic training set."""
+    dataset, problems = config["dataset"], []
+    count = dataset["synthetic"]["count"]
+    n_train, n_val, n_test = split_counts(count, dataset["test_fraction"], dataset["val_fraction"])
+    if n_train < 1:
+        return [
+            f"config key 'dataset.synthetic.count': {count} pairs leave no training data after "
+            f"{n_test} test and {n_val} validation pairs (dataset.test_fraction, dataset.val_fraction)"
+        ]
+    seen = set()
+    for cell in cells(config):
+        batch = cell_training(config, cell)["batch_per_gpu"]
+        shard = n_train // cell.gpus
+        if batch > shard and (batch, cell.gpus) not in seen:
+            seen.add((batch, cell.gpus))
+            problems.append(
+                f"config key '{batch_key(cell)}': {batch} is larger than the shard of the "
+                f"training set on {cell.gpus} ranks ({n_train} training pairs / {cell.gpus} = {shard})"
+            )
+    return problems
+
+
+def batch_key(cell: Cell) -> str:
+    """The config key that sets a cell's batch per rank, for messages."""
+    axes = dict(cell.axes)
+    if axes.get("scaling") == "strong":  # a strong cell always names its scaling (variants)
+        return "training.global_batch"
+    return "matrix.batch_per_gpu" if "batch_per_gpu" in axes else "training.batch_per_gpu"
+
+
+def legacy_label_problems(entries: list[dict]) -> list[str]:
+    """Labels that would merge two sources in the tables: repeated, or this project's own."""
+    problems, labels = [], [entry["label"] for entry in entries]
+    for index, label in enumerate(labels):
+        if label == OWN_SOURCE or label in labels[:index]:
+            problems.append(
+                f"config key 'legacy[{index}].label': {label!r} is already used; give every import its own label"
+            )
+    return problems
+
+
+LAUNCHER_PLACEHOLDERS = (
+    "ranks",
+    "nodes",
+    "ranks_per_node",
+    "hosts",
+    "master_addr",
+    "port",
+    "cpus_per_rank",
+    "python",
+    "program",
+    "scripts",
+)
+
+
+def template_problem(template: str) -> str | None:
+    """Why a launcher template cannot be filled, or None."""
+    import string
+
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as error:
+        return f"malformed template ({error})"
+    unknown = sorted({f for f in fields if f not in LAUNCHER_PLACEHOLDERS})
+    if unknown:
+        return f"unknown placeholder {{{unknown[0]}}}; known: " + ", ".join(
+            "{" + p + "}" for p in LAUNCHER_PLACEHOLDERS
+        )
+    if "program" not in fields:
+        return "the template must contain {program}"
+    return None
+
+
+def placement_problem(gpus: int, cluster: dict) -> str | None:
+    """Why a cell of `gpus` ranks would leave its last node short (uneven), or None."""
+    layout = node_layout(cluster, gpus)
+    if len(set(layout)) > 1:
+        return f"{gpus} GPUs cannot be spread evenly over {len(layout)} nodes of {ranks_per_node_limit(cluster)}"
+    return None
+
+
+def matrix_problems(config: dict) -> list[str]:
+    """A backend listed for none of the listed frameworks, or one that leaves no cell to run."""
+    matrix, problems = config["matrix"], []
+    runnable = cells(config)
+    for backend in matrix["backends"]:
+        if not any(backends.exists(framework, backend) for framework in matrix["frameworks"]):
+            owners = ", ".join(backends.FRAMEWORK_NAMES[f] for f in backends.frameworks_of(backend))
+            problems.append(
+                f"config key 'matrix.backends': {backend} exists for none of matrix.frameworks "
+                f"{matrix['frameworks']} (it is a {owners} backend; {backends.describe_registry()})"
+            )
+        elif not any(cell.backend == backend for cell in runnable):
+            why = "; ".join(e.describe() for e in left_out(config) if e.backend == backend)
+            problems.append(
+                f"config key 'matrix.backends': no cell of {backend} can run with matrix.gpus {sorted(matrix['gpus'])} "
+                f"({why}); give matrix.gpus a count it can run, or remove {backend}"
+            )
+    return problems

@@ -1,0 +1,127 @@
+"""The cells of the matrix: every combination of frameworks, backends, optional axes, GPU counts
+and seeds, those that run, and those left out with the reason (cell_problem)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from scalebench import backends
+from scalebench.cell import AXES, Cell
+from scalebench.config.cell_settings import cell_training
+from scalebench.launch import local_gpus
+from scalebench.launch.resources import ranks_per_node_limit
+
+
+
+def cell_problem(config: dict, cell: Cell, machine_gpus: int | None = None) -> str | None:
+    """Why the matrix leaves `cell` out, or None when it runs.
+
+    A pair that does not exist; fewer ranks than the backend needs (fsdp on 1); a backend
+    that drives one node from one process (dp, mirrored) on more devices than a node has;
+    dp on more than one device where the config says there are no GPUs (training.device:
+    cpu, or a CPU-only cluster); a gradient compression or compiled steps the backend does not have; a
+    strong-scaling global batch that does not divide over the cell's GPUs. With
+    `machine_gpus` (a local run: launch/local_gpus.py), more GPUs than this machine has.
+    """
+    framework, backend, gpus = cell.framework, cell.backend, cell.gpus
+    if not backends.exists(framework, backend):
+        name = backends.FRAMEWORK_NAMES[framework]
+        return f"{backend} is not a {name} backend (the backends: {backends.describe_registry()})"
+    spec = backends.spec(framework, backend)
+    if gpus < spec.min_ranks:
+        return spec.min_ranks_reason
+    cluster, device = config["cluster"], config["training"]["device"]
+    if spec.one_process:
+        per_node = ranks_per_node_limit(cluster)
+        if gpus > per_node:
+            key = "cluster.gpus_per_node" if cluster["gpus_per_node"] else "cluster.ranks_per_node, a CPU-only cluster"
+            return f"{backend} drives the devices of one node from one process, and a node has {per_node} ({key})"
+    if spec.cpu_devices is not None and gpus > spec.cpu_devices:
+        if device == "cpu":
+            return f"{spec.cpu_reason} (training.device: cpu)"
+        if cluster["gpus_per_node"] == 0:
+            return f"{spec.cpu_reason} (cluster.gpus_per_node: 0, a CPU-only cluster)"
+    training = cell_training(config, cell)
+    compression = backends.compression_problem(framework, backend, training["compression"])
+    if compression:
+        return compression
+    compiled = backends.compile_problem(framework, backend, training["compile"], training["deterministic"])
+    if compiled:
+        return compiled
+    if training["scaling"] == "strong" and training["global_batch"] is None:
+        return "training.global_batch is required with strong scaling"
+    if training["scaling"] == "strong" and training["global_batch"] % gpus:
+        return f"training.global_batch {training['global_batch']} does not divide over {gpus} GPUs (strong scaling)"
+    if machine_gpus is not None:
+        return local_gpus.problem(device, gpus, machine_gpus)
+    return None
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """Cells of the matrix that do not run: a framework/backend pair (at a variant of the optional
+    axes), at the GPU counts named, and why."""
+
+    framework: str
+    backend: str
+    gpus: tuple[int, ...]
+    reason: str
+    every_count: bool  # all of the matrix's GPU counts (a pair that does not exist, say)
+    variant: str = ""
+
+    @property
+    def item(self) -> str:
+        """'tensorflow/fsdp', 'torch/fsdp g1', or 'tensorflow/native compress-fp16' for a variant."""
+        pair = f"{self.framework}/{self.backend}" + (f" {self.variant}" if self.variant else "")
+        return pair if self.every_count else f"{pair} " + ", ".join(f"g{g}" for g in self.gpus)
+
+    def describe(self) -> str:
+        return f"left out: {self.item}: {self.reason}"
+
+
+def variants(config: dict) -> list[tuple[tuple[str, Any], ...]]:
+    """The axes of every combination of the optional axes the matrix lists, in a stable order:
+    [()] for a study without them. A strong-scaling cell always names itself and its global
+    batch (training.scaling: strong alone too, so it never shares a folder with a weak one)."""
+    matrix, training = config["matrix"], config["training"]
+    listed = [axis for axis in AXES if axis in matrix]
+    combos = []
+    for values in itertools.product(*[matrix[axis] for axis in listed]):
+        axes = dict(zip(listed, values, strict=True))
+        if axes.get("scaling", training["scaling"]) == "strong":
+            axes.update(scaling="strong", global_batch=training["global_batch"])
+        combos.append(tuple(axes.items()))
+    return combos
+
+
+def _every_cell(config: dict) -> Iterator[Cell]:
+    matrix = config["matrix"]
+    for framework, backend, axes, gpus, seed in itertools.product(
+        matrix["frameworks"], matrix["backends"], variants(config), sorted(matrix["gpus"]), sorted(matrix["seeds"])
+    ):
+        yield Cell(framework, backend, gpus, seed, axes)
+
+
+def left_out(config: dict, machine_gpus: int | None = None) -> list[LeftOut]:
+    """The cells of the matrix that do not run, grouped by pair, variant and reason (machine_gpus:
+    as cell_problem's)."""
+    counts = sorted(config["matrix"]["gpus"])
+    reasons: dict[tuple, list[int]] = {}
+    for cell in _every_cell(config):
+        reason = cell_problem(config, cell, machine_gpus)
+        if reason:
+            counts_of = reasons.setdefault((cell.framework, cell.backend, cell.variant, reason), [])
+            if cell.gpus not in counts_of:
+                counts_of.append(cell.gpus)
+    return [
+        LeftOut(framework, backend, tuple(gpus), reason, gpus == counts, variant)
+        for (framework, backend, variant, reason), gpus in reasons.items()
+    ]
+
+
+def cells(config: dict, machine_gpus: int | None = None) -> list[Cell]:
+    """Every cell of the matrix that runs (see left_out for the others), in a stable order."""
+    return [cell for cell in _every_cell(config) if cell_problem(config, cell, machine_gpus) is None]
