@@ -12,7 +12,7 @@ import types
 from pathlib import Path
 
 import pytest
-from scalebench.train import energy
+from scalebench.train import devices, energy
 
 
 def rapl_zone(root, name, zone_name, energy_uj, max_range=1000):
@@ -133,9 +133,10 @@ def test_nvml_energy_counter_in_millijoules_of_this_process_gpus():
 
 def test_nvml_rank_gpu_by_uuid_and_by_local_rank():
     nvml = FakeNvml(energy_mj={"GPU-b": 0})
-    energy.NvmlMeter(energy.process_gpus(1, 1), nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"})
+    energy.NvmlMeter(devices.process_gpus(1, 1, 2), nvml=nvml, environ={"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"})
     assert nvml.opened == ["GPU-b"]
-    assert energy.process_gpus(0, 4) == [0, 1, 2, 3]  # one process driving a node's GPUs
+    assert devices.process_gpus(0, 4, 4) == [0, 1, 2, 3]  # one process driving a node's GPUs
+    assert devices.process_gpus(3, 1, 1) == [0]  # a task that sees only its own GPU (task binding)
 
 
 def test_nvml_without_a_counter_integrates_sampled_power(monkeypatch):

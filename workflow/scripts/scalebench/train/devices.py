@@ -83,6 +83,16 @@ def use_gpus(
     return True
 
 
+def process_gpus(local_rank: int, per_process: int, visible: int) -> list[int]:
+    """The indices, among the GPUs this process sees (CUDA_VISIBLE_DEVICES's order, as the frameworks
+    and NVML's mapping in energy.py count them), of the GPUs it drives: a one-GPU rank's own
+    (gpu_index), or a one-process backend's first `per_process`. The runtimes choose their devices
+    with it and the energy meter and the free-memory probe read the same GPUs."""
+    if per_process == 1:
+        return [gpu_index(local_rank, visible)]
+    return list(range(per_process))
+
+
 def gpu_index(local_rank: int, visible: int) -> int:
     """The GPU of a one-GPU rank: its local rank among the node's GPUs; 0 where the task sees only its own
     (task binding; ranks beyond the visible GPUs otherwise only when sharing)."""

@@ -255,12 +255,6 @@ class NvmlMeter(Meter):
         return joules, ""
 
 
-def process_gpus(local_rank: int, per_process: int) -> list[int]:
-    """The framework's indices of the GPUs this process drives: its local rank's one GPU, or a
-    one-process backend's `per_process` GPUs from the first."""
-    return [local_rank * per_process + j for j in range(per_process)]
-
-
 def measures_node(device_type: str, local_rank: int) -> bool:
     """Whether this rank's energy counts: every GPU rank (its own GPUs); on CPUs the first rank
     of each node, since RAPL's counters are the node's, not a rank's."""

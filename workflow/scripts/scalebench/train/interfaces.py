@@ -130,6 +130,7 @@ class Framework(Protocol):
     name: str
     backend: Backend
     out_of_memory: tuple[type[BaseException], ...]  # errors that mean the device ran out of memory
+    gpu_indices: list[int]  # the GPUs it drives, among those it sees (devices.process_gpus), after start()
 
     def start(self, run: RunSettings) -> None:
         """Threads, device, the backend's setup and seeding, before anything is built."""

@@ -277,8 +277,7 @@ class TrainingLoop:
     def start_energy_meter(self) -> None:
         """This rank's energy meter (energy.py): NVML on its own GPUs, RAPL on a node's first CPU rank."""
         backend = self.backend
-        gpus = energy.process_gpus(backend.local_rank, len(backend.replica_ids))
-        self.energy = energy.meter_for(backend.device_type, gpus, self.run.share_gpu)
+        self.energy = energy.meter_for(backend.device_type, self.framework.gpu_indices, self.run.share_gpu)
         self.measures_energy = energy.measures_node(backend.device_type, backend.local_rank)
         self.energy_reason = self.energy.reason
 

@@ -17,7 +17,7 @@ import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import RunSettings
-from scalebench.train import devices, energy, placement, resume
+from scalebench.train import devices, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
@@ -144,7 +144,8 @@ class TensorFlowFramework:
         backend = self.backend
         # threads and visible devices before TensorFlow's first operation, then the backend
         replicas = run.cell.gpus // backend.processes(run.cell.gpus)
-        self.device_type = runtime.configure(run, backend.local_rank, backend.local_world_size, replicas)
+        self.gpu_indices = runtime.configure(run, backend.local_rank, backend.local_world_size, replicas)
+        self.device_type = "gpu" if self.gpu_indices else "cpu"
         backend.device_type = self.device_type
         self.input_device = runtime.input_device(self.device_type, replicas)
         backend.setup(run)
@@ -207,7 +208,7 @@ class TensorFlowFramework:
     def free_device_bytes(self) -> int | None:
         backend = self.backend
         if self.device_type == "gpu":
-            return placement.nvml_free_bytes(energy.process_gpus(backend.local_rank, len(self.replica_devices)))
+            return placement.nvml_free_bytes(self.gpu_indices)
         return placement.host_free_bytes(backend.local_world_size)
 
     def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:

@@ -20,8 +20,9 @@ from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 
 
-def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: int = 1) -> str:
-    """Threads and devices for this process, before its first operation; returns 'gpu' or 'cpu'.
+def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: int = 1) -> list[int]:
+    """Threads and devices for this process, before its first operation; returns the indices of the
+    GPUs it drives among those it sees (devices.process_gpus), none on the CPU.
 
     A process with one replica (MultiWorkerMirrored, Horovod) sees its local rank's
     GPU (under task binding the only one its task sees); one holding several (MirroredStrategy) its first `replicas` GPUs. On the CPU,
@@ -43,12 +44,13 @@ def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: i
             tf.config.set_logical_device_configuration(
                 cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
             )
-        return "cpu"
-    chosen = [gpus[devices.gpu_index(local_rank, len(gpus))]] if replicas == 1 else gpus[:replicas]
+        return []
+    indices = devices.process_gpus(local_rank, replicas, len(gpus))
+    chosen = [gpus[index] for index in indices]
     tf.config.set_visible_devices(chosen, "GPU")
     for gpu in chosen:  # grow as needed: peak memory is then what training used, not a preallocation
         tf.config.experimental.set_memory_growth(gpu, True)
-    return "gpu"
+    return indices
 
 
 def input_device(device_type: str, local_replicas: int) -> str | None:

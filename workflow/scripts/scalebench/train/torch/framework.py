@@ -43,11 +43,12 @@ class TorchFramework:
         )
         backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
         # each replica's device: DataParallel drives GPUs 0..n-1 (the first is self.device)
-        self.replica_devices = (
-            [torch.device("cuda", index) for index in range(per_process)]
-            if per_process > 1 and self.device.type == "cuda"
-            else [self.device]
+        self.gpu_indices = (
+            devices.process_gpus(backend.local_rank, per_process, torch.cuda.device_count())
+            if self.device.type == "cuda"
+            else []
         )
+        self.replica_devices = [torch.device("cuda", index) for index in self.gpu_indices] or [self.device]
         backend.setup(run)
         self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
         if self.training.compile:

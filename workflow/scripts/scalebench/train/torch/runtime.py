@@ -53,7 +53,7 @@ def choose_device(run: RunSettings, local_rank: int, ranks_on_node: int, per_pro
     )
     if not use:
         return torch.device("cpu")
-    device = torch.device("cuda", devices.gpu_index(local_rank, visible))
+    device = torch.device("cuda", devices.process_gpus(local_rank, per_process, visible)[0])
     torch.cuda.set_device(device)  # NCCL and every allocation use the current device
     return device
 
