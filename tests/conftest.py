@@ -149,7 +149,7 @@ def start_cell(settings: dict, data: Path, out: Path, **env: str) -> subprocess.
 
 
 def assert_refused(result: subprocess.CompletedProcess, out: Path, message: str) -> None:
-    """A cell that no retry can change ended refused at its first attempt (train/refusal.py), before
+    """A cell that no retry can change ended refused at its first attempt (scalebench/refusal.py), before
     any epoch: through launch.py (the train rule) as a successful job with status refused and the
     reason in run.json; a rank started directly exits with REFUSED_EXIT_CODE and leaves its mark."""
     from scalebench import outcome

@@ -1,4 +1,4 @@
-"""Print this node's address on a network interface (run by launch.py on every node; see scalebench/launch/network.py)."""
+"""Print this node's address on a network interface (run by launch.py on every node; see scalebench/cluster/network.py)."""
 
 import os
 import sys

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import torch
+import yaml
 from conftest import REPO, sb_config
 from scalebench.train.tf import data as tf_data
 from scalebench.train.tf import model as tf_model
@@ -17,7 +18,7 @@ from torch.utils.data import DistributedSampler
 
 def configured_image_size() -> tuple[int, int]:
     config = sb_config.validate(
-        sb_config.yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
+        yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
         sb_config.load_schema(REPO / "config" / "schema.yaml"),
     )
     return tuple(config["dataset"]["image_size"])

@@ -8,7 +8,7 @@ leaves a mark in the cell's folder and exits with OOM_EXIT_CODE; the launcher
 launch.py, seeing the mark, writes the final record and run.json's status oom
 and ends the job successfully: an out-of-memory run is a result, not a failure.
 
-A rank that refuses the cell (train/refusal.py: no usable GPU, ranks sharing
+A rank that refuses the cell (scalebench/refusal.py: no usable GPU, ranks sharing
 one, Horovod without NCCL, a refused setting) does the same with status refused
 and REFUSED_EXIT_CODE, so Snakemake does not retry what no retry can change.
 run.json's `reason` says why, in the rank's words.

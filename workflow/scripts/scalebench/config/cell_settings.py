@@ -10,7 +10,6 @@ from typing import Any
 from scalebench.cell import AXES, Cell
 
 
-
 def cell_training(config: dict, cell: Cell) -> dict:
     """The training settings of one cell: the study's, with the values of the cell's optional
     axes, and in strong scaling the batch per rank that divides the global batch."""

@@ -11,7 +11,6 @@ from scalebench.data.split import split_counts
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
 
 
-
 class ConfigError(ValueError):
     """A configuration problem, with the offending key in the message."""
 

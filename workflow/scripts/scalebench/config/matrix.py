@@ -15,7 +15,6 @@ from scalebench.launch import local_gpus
 from scalebench.launch.resources import ranks_per_node_limit
 
 
-
 def cell_problem(config: dict, cell: Cell, machine_gpus: int | None = None) -> str | None:
     """Why the matrix leaves `cell` out, or None when it runs.
 

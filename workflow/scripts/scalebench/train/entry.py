@@ -86,12 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if status in ("ok", "diverged") else 1
     except outcome.CellOutOfMemory as error:
         # At once, without shutting the backend down (that would wait for the other ranks):
-        # the launcher stops them and launch.py records the cell as oom (train/outcome.py).
+        # the launcher stops them and launch.py records the cell as oom (scalebench/outcome.py).
         print(f"rank {place.rank}: out of memory: {error}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(outcome.OOM_EXIT_CODE)
     except Refused as error:
-        # No retry would change this (train/refusal.py): the cell ends refused, with the reason, at once.
+        # No retry would change this (scalebench/refusal.py): the cell ends refused, with the reason, at once.
         rank = framework.backend.rank if framework is not None and hasattr(framework.backend, "rank") else place.rank
         print(f"rank {rank}: refused: {error}", file=sys.stderr, flush=True)
         outcome.mark(args.out, rank, f"{type(error).__name__}: {error}", "refused")

@@ -5,7 +5,7 @@ holds a replica per GPU and reduces with NCCL. Without GPUs it splits the CPU in
 one logical device per replica (runtime.configure): the replicas then share this
 process's threads, a functional run rather than a scaling measurement, and train.log
 and run.json (training.tf_replica_devices: logical CPU) say so. Cells beyond one node are left
-out of the matrix (scalebench/config.py); a node with fewer GPUs than the cell
+out of the matrix (scalebench/config/matrix.py); a node with fewer GPUs than the cell
 fails before the first step (devices.use_gpus).
 """
 

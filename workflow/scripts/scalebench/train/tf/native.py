@@ -1,7 +1,7 @@
 """TensorFlow's multi-worker backend: MultiWorkerMirroredStrategy, one process per GPU or CPU rank.
 
 The processes are started by torchrun or srun; TF_CONFIG comes from the launcher's
-environment (launch/tf_config.py); collectives are NCCL on GPU and RING on CPU, each
+environment (train/tf_config.py); collectives are NCCL on GPU and RING on CPU, each
 bounded by training.collective_timeout_s. MirroredStrategy in one process is the
 mirrored backend (mirrored.py).
 """
