@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import pytest
-from conftest import REPO, cell_settings, launch_cell, tiny_config
+from conftest import REPO, tiny_config
 from scalebench import config as sb_config
 from scalebench.cell import Cell
 from scalebench.cluster import network
 from scalebench.cluster.slurm import Allocation, SlurmError
-from scalebench.launch import accounting
 from scalebench.launch.launcher import rank_environment
 from scalebench.refusal import Refused
 from scalebench.train import rank_env, tf_config
@@ -59,30 +57,6 @@ def test_the_key_is_a_setting_only_where_set(schema):
     assert sb_config.train_settings(chosen, cell)["network_interface"] == "ib0"
     with pytest.raises(sb_config.ConfigError, match="cluster.network_interface"):
         sb_config.validate(tiny_config(cluster={"network_interface": ""}), schema)
-
-
-@pytest.mark.integration
-def test_a_cell_trains_over_the_interface_and_records_it(prepared_data, tmp_path):
-    settings = {**cell_settings("torch", "native", 2, epochs=1), "network_interface": "lo"}
-    result = launch_cell(settings, prepared_data, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "--master-addr=127.0.0.1" in result.stdout
-    run = json.loads((tmp_path / "run.json").read_text())
-    assert run["status"] == "ok" and run["network_interface"] == "lo"
-    # a local run has no SLURM accounting: empty with the reason, never 0
-    assert (run["alloc_gpu_hours"], run["step_energy_j"]) == (None, None)
-    assert run["alloc_gpu_hours_reason"] == run["step_energy_reason"] == accounting.NOT_SLURM
-
-
-@pytest.mark.integration
-def test_an_interface_the_node_lacks_refuses_the_cell_at_its_first_attempt(prepared_data, tmp_path):
-    settings = {**cell_settings("torch", "native", 2, epochs=1), "network_interface": "nosuch0"}
-    result = launch_cell(settings, prepared_data, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr  # refused: recorded, not retried
-    run = json.loads((tmp_path / "run.json").read_text())
-    assert run["status"] == "refused"
-    assert "cluster.network_interface is 'nosuch0'" in run["reason"] and "lo (127.0.0.1)" in run["reason"]
-    assert "torchrun" not in result.stdout  # no rank was started
 
 
 def test_schema_documents_the_key():
