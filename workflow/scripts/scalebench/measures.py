@@ -10,21 +10,23 @@ from collections.abc import Iterable, Mapping
 from scalebench import backends
 
 
-def steady_epoch_time(epoch_times: Iterable[float | None]) -> float:
-    """Median epoch time after the first (warm-up, compilation); the only epoch if there is one;
-    NaN with none. Values that are missing or not finite are left out."""
-    times = [t for t in map(_finite, epoch_times) if t is not None]
-    if not times:
-        return math.nan
-    return float(statistics.median(times[1:])) if len(times) > 1 else times[0]
-
-
-def _finite(value) -> float | None:
+def finite_number(value) -> float:
+    """A finite float, or NaN for None / non-numbers / inf (never 0): how a record's missing
+    figure is read."""
     try:
         number = float(value)
     except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
+        return math.nan
+    return number if math.isfinite(number) else math.nan
+
+
+def steady_epoch_time(epoch_times: Iterable[float | None]) -> float:
+    """Median epoch time after the first (warm-up, compilation); the only epoch if there is one;
+    NaN with none. Values that are missing or not finite are left out."""
+    times = [t for t in map(finite_number, epoch_times) if not math.isnan(t)]
+    if not times:
+        return math.nan
+    return float(statistics.median(times[1:])) if len(times) > 1 else times[0]
 
 
 def backward_passes(framework: str, backend: str, training: Mapping) -> int:

@@ -18,6 +18,7 @@ import pandas as pd
 from scalebench import measures
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
+from scalebench.measures import finite_number
 
 # variant: the label of the optional axes' values ('' for a study without them; see cell.py)
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
@@ -116,15 +117,6 @@ def read_metrics(path: str | Path) -> tuple[list[dict], bool]:
     return records, complete
 
 
-def _number(value) -> float:
-    """A finite float, or NaN for None / non-numbers / inf (never 0)."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return value if math.isfinite(value) else math.nan
-
-
 def time_to_target(epochs: list[dict], target: float | None, training: dict | None = None) -> tuple[float, str]:
     """Training time until validation IOU first reached `target`, and why it is NaN where it is
     (never reached, no validation during training). `training`: run.json's training settings."""
@@ -132,17 +124,17 @@ def time_to_target(epochs: list[dict], target: float | None, training: dict | No
         return math.nan, "no target IOU given"
     if not epochs:
         return math.nan, "no epoch record"
-    evaluated = [e for e in epochs if not math.isnan(_number(e.get("val_iou")))]
+    evaluated = [e for e in epochs if not math.isnan(finite_number(e.get("val_iou")))]
     if not evaluated:
-        if any(not math.isnan(_number(e.get("test_iou"))) for e in epochs):
+        if any(not math.isnan(finite_number(e.get("test_iou"))) for e in epochs):
             return math.nan, "evaluated the test pairs during training, not validation pairs (predates val_fraction)"
         every = (training or {}).get("eval_every")
         setting = f"training.eval_every: {every}" if every is not None else "training.eval_every"
         return math.nan, f"no validation evaluation during training ({setting})"
     for record in evaluated:
-        if _number(record["val_iou"]) >= target:
-            return _number(record.get("train_time_s")), ""
-    best = max(_number(record["val_iou"]) for record in evaluated)
+        if finite_number(record["val_iou"]) >= target:
+            return finite_number(record.get("train_time_s")), ""
+    best = max(finite_number(record["val_iou"]) for record in evaluated)
     return math.nan, f"never reached {target:g} (best {best:.3g} in {len(evaluated)} evaluations)"
 
 
@@ -216,16 +208,16 @@ def read_cell(
         status, reason = "stale", stale_reason(run, data_key, settings)
 
     gpus = int(keys["gpus"])
-    times = [_number(e.get("epoch_time_s")) for e in epochs]
-    waits = [_number(e.get("data_wait_s")) for e in epochs]
-    throughputs = [_number(e.get("images_per_s")) for e in epochs]
-    memory = [m for m in (_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
+    times = [finite_number(e.get("epoch_time_s")) for e in epochs]
+    waits = [finite_number(e.get("data_wait_s")) for e in epochs]
+    throughputs = [finite_number(e.get("images_per_s")) for e in epochs]
+    memory = [m for m in (finite_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
     total_time = float(np.nansum(times)) if times else math.nan
     total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
     images_per_s = measures.steady_epoch_time(throughputs)  # the same warm-up rule as the epoch time
-    train_time = _number(final.get("train_time_s"))
+    train_time = finite_number(final.get("train_time_s"))
     if math.isnan(train_time) and epochs:
-        train_time = _number(epochs[-1].get("train_time_s"))
+        train_time = finite_number(epochs[-1].get("train_time_s"))
     to_target, to_target_reason = time_to_target(epochs, target_iou, run.get("training"))
     row = {
         "source": OWN_SOURCE,
@@ -237,21 +229,21 @@ def read_cell(
         "train_time_s": train_time,
         "steady_epoch_s": measures.steady_epoch_time(times),
         "first_epoch_s": times[0] if times else math.nan,
-        "setup_s": _number(final.get("setup_s", run.get("setup_s"))),
-        "test_time_s": _number(final.get("test_time_s")),
+        "setup_s": finite_number(final.get("setup_s", run.get("setup_s"))),
+        "test_time_s": finite_number(final.get("test_time_s")),
         "images_per_s": images_per_s,
         "images_per_s_per_gpu": images_per_s / gpus,
         "data_wait_s": total_wait,
         "data_wait_share": total_wait / total_time if total_time else math.nan,
         "data_placement": run.get("data_placement"),  # empty for a cell from before placements
         "data_device_bytes": run.get("data_device_bytes"),
-        "iou": _number(final.get("iou")),
-        "test_loss": _number(final.get("test_loss")),
+        "iou": finite_number(final.get("iou")),
+        "test_loss": finite_number(final.get("test_loss")),
         "time_to_target_s": to_target,
         "time_to_target_reason": to_target_reason or None,
         "stopped_at_target": bool(final.get("stopped_at_target")) if final else None,
         "peak_mem_mb": max(memory) if memory else math.nan,
-        "mfu": measures.steady_epoch_time([_number(e.get("mfu")) for e in epochs]),  # per GPU, after the warm-up epoch
+        "mfu": measures.steady_epoch_time(e.get("mfu") for e in epochs),  # per GPU, after the warm-up epoch
         "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
         **cost(run, final, epochs),
         **slurm_cost(run),
@@ -269,7 +261,7 @@ def read_cell(
         "training": json.dumps(flat_settings(run["training"]), sort_keys=True) if run.get("training") else None,
     }
     epoch_rows = [
-        {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: _number(e.get(k)) for k in EPOCH_VALUES}}
+        {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: finite_number(e.get(k)) for k in EPOCH_VALUES}}
         for e in epochs
     ]
     return row, epoch_rows
@@ -291,10 +283,10 @@ def cost(run: dict, final: dict, epochs: list[dict]) -> dict:
     """Energy of a cell's epochs from its records (gpu_hours follows from the row: runs_frame).
     A final record without the fields (out of memory, killed) falls back to the epochs' sum."""
     if "energy_j" in final:
-        joules, reason = _number(final["energy_j"]), final.get("energy_reason") or ""
+        joules, reason = finite_number(final["energy_j"]), final.get("energy_reason") or ""
     elif epochs and all("energy_j" in e for e in epochs):
         total, reason = measures.cell_energy([e["energy_j"] for e in epochs], run.get("energy_reason") or "")
-        joules = _number(total)
+        joules = finite_number(total)
     else:
         joules, reason = math.nan, "not recorded (the cell predates energy measurement, or has no epoch)"
     return {"energy_j": joules, "energy_source": run.get("energy_source") or None, "energy_reason": reason or None}
@@ -312,9 +304,9 @@ def slurm_cost(run: dict) -> dict:
             "step_energy_reason": reason,
         }
     return {
-        "alloc_gpu_hours": _number(run.get("alloc_gpu_hours")),
+        "alloc_gpu_hours": finite_number(run.get("alloc_gpu_hours")),
         "alloc_gpu_hours_reason": run.get("alloc_gpu_hours_reason") or None,
-        "step_energy_j": _number(run.get("step_energy_j")),
+        "step_energy_j": finite_number(run.get("step_energy_j")),
         "step_energy_source": run.get("step_energy_source") or None,
         "step_energy_reason": run.get("step_energy_reason") or None,
     }
