@@ -16,6 +16,43 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+# What a finished cell's run.json says at the end; refused: it cannot run as set up there, and says why.
+FINISHED_STATUSES = ("ok", "diverged", "oom", "refused")
+
+
+# The fields every run.json has had from its start (train/provenance.start_record, outcome.record).
+RUN_IDENTITY = ("framework", "backend", "gpus", "seed", "status")
+
+
+def run_problem(run: object) -> str:
+    """Why a parsed run.json cannot be read as a cell's record ('' if it can): not an object, or
+    without the fields every version wrote (a record of a version too old to read)."""
+    if not isinstance(run, dict):
+        return "run.json is not a JSON object"
+    absent = [name for name in RUN_IDENTITY if name not in run]
+    if absent:
+        return f"run.json has no {', '.join(absent)}: written by a version too old to read"
+    return ""
+
+
+def read_metrics(path: str | Path) -> tuple[list[dict], bool]:
+    """The records of a metrics.jsonl, and whether every line was complete.
+
+    A killed job can leave a truncated last line: everything before it is kept.
+    """
+    records, complete = [], True
+    with open(path) as handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                complete = False
+                break
+    return records, complete
+
+
 def append_record(path: str | Path, record: dict) -> None:
     """One line of metrics.jsonl."""
     with open(path, "a") as handle:

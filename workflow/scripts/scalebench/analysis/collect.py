@@ -19,16 +19,16 @@ from scalebench import measures
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
+from scalebench.records import FINISHED_STATUSES, read_metrics, run_problem
 
 # variant: the label of the optional axes' values ('' for a study without them; see cell.py)
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
 # What each cell trained with along the optional axes (and how it scaled), whether or not the
 # study sweeps them: the tables and figures key on the variant, these say what it means.
 SETTING_COLUMNS = ["scaling", "batch_per_gpu", "global_batch", "precision", "compression"]
-# what a cell's run.json says at the end; refused: it cannot run as set up here, and says why
-TRAINING_STATUSES = ["ok", "diverged", "oom", "refused"]
-# A cell's status in the tables: stale cells finished on other prepared data or settings than the study's.
-STATUSES = ["ok", "stale", "diverged", "oom", "refused", "failed", "missing"]
+# A cell's status in the tables: stale cells finished on other prepared data or settings than the
+# study's; unreadable cells hold a run.json this version cannot read (kept, listed with a rerun command).
+STATUSES = ["ok", "stale", "diverged", "oom", "refused", "failed", "unreadable", "missing"]
 
 # Where and with what a cell ran: the tail of runs.csv and the report's provenance table.
 PROVENANCE_COLUMNS = [
@@ -99,24 +99,6 @@ EPOCH_VALUES = [
 EPOCH_COLUMNS = ["source", *KEYS, "epoch", *EPOCH_VALUES]
 
 
-def read_metrics(path: str | Path) -> tuple[list[dict], bool]:
-    """The records of a metrics.jsonl, and whether every line was complete.
-
-    A killed job can leave a truncated last line: everything before it is kept.
-    """
-    records, complete = [], True
-    with open(path) as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                complete = False
-                break
-    return records, complete
-
-
 def time_to_target(epochs: list[dict], target: float | None, training: dict | None = None) -> tuple[float, str]:
     """Training time until validation IOU first reached `target`, and why it is NaN where it is
     (never reached, no validation during training). `training`: run.json's training settings."""
@@ -153,22 +135,22 @@ def cell_status(run: dict | None, has_metrics: bool, has_log: bool, final: dict,
         return "failed", "metrics.jsonl ends in a truncated record (killed job)"
     if not final:
         return "failed", "metrics.jsonl has no final record"
-    if status not in TRAINING_STATUSES:
+    if status not in FINISHED_STATUSES:
         return "failed", f"unknown status {status!r} in run.json"
     if status == "ok":
         return status, ""
     return status, run.get("reason") or f"training ended {status}"
 
 
-def stale_reason(run: dict, data_key: str | None, settings: dict | None) -> str:
+def stale_reason(run: dict, data_key: str | None, settings: dict | None, defaults: dict | None = None) -> str:
     """Why a finished cell does not belong to this study ('' if it does): it trained on other
     prepared arrays, or with other settings than the study's now (cells that predate the
-    record of either are not judged)."""
+    record of either are not judged; a key a record lacks counts as its default: `defaults`)."""
     trained_on = run.get("data_key")
     if data_key and trained_on and trained_on != data_key:
         return f"trained on prepared data {trained_on}, the study's is {data_key} (other dataset settings)"
     if settings is not None and run.get("settings") is not None:
-        changes = settings_changes(run["settings"], settings)
+        changes = settings_changes(run["settings"], settings, defaults)
         if changes:
             return "trained with other settings than the study's: " + "; ".join(changes)
     return ""
@@ -180,13 +162,15 @@ def read_cell(
     target_iou: float | None = None,
     data_key: str | None = None,
     settings: dict | None = None,
+    defaults: dict | None = None,
 ) -> tuple[dict, list[dict]]:
     """One runs.csv row and the epochs.csv rows of the cell folder `run_dir`.
 
     `keys` (framework, backend, gpus, seed) come from the matrix, so a cell whose
     run.json is missing or broken still gets its row. `data_key` (the study's prepared
-    arrays) and `settings` (the cell's settings in the study now): a cell that trained
-    on other arrays or settings is stale, not ok.
+    arrays) and `settings` (the cell's settings in the study now, `defaults` the same
+    cell's at the schema's defaults): a cell that trained on other arrays or settings is
+    stale, not ok.
     """
     run_dir = Path(run_dir)
     run: dict | None = None
@@ -201,11 +185,12 @@ def read_cell(
     epochs = [r for r in records if r.get("type") == "epoch"]
     final = next((r for r in records if r.get("type") == "final"), {})
     status, reason = cell_status(run, metrics_path.exists(), (run_dir / "train.log").exists(), final, complete)
-    if run_json.exists() and run is None:
-        reason = "run.json is not valid JSON"
+    if run_json.exists() and (run is None or run_problem(run)):
+        status, reason = "unreadable", run_problem(run) if run is not None else "run.json is not valid JSON"
+        run = None
     run = run or {}
-    if status == "ok" and stale_reason(run, data_key, settings):
-        status, reason = "stale", stale_reason(run, data_key, settings)
+    if status == "ok" and stale_reason(run, data_key, settings, defaults):
+        status, reason = "stale", stale_reason(run, data_key, settings, defaults)
 
     gpus = int(keys["gpus"])
     times = [finite_number(e.get("epoch_time_s")) for e in epochs]
@@ -351,7 +336,7 @@ def collect(
     for entry in cells:
         keys = {k: entry.get(k, "") for k in KEYS}  # entries of older studies have no variant
         folder = Path(runs_root) / cell_path(**keys)
-        row, epochs = read_cell(folder, keys, target_iou, data_key, entry.get("settings"))
+        row, epochs = read_cell(folder, keys, target_iou, data_key, entry.get("settings"), entry.get("defaults"))
         rows.append(row)
         epoch_rows.extend(epochs)
     return sort_runs(runs_frame(rows)), sort_runs(epochs_frame(epoch_rows))

@@ -69,6 +69,7 @@ STATUS_COLOURS = {
     "oom": "#984ea3",
     "refused": "#f781bf",
     "failed": "#e41a1c",
+    "unreadable": "#666666",
     "missing": "#bdbdbd",
 }
 SHAPES = ["o", "^", "s", "D", "v", "P"]
