@@ -7,6 +7,7 @@ import copy
 import json
 from typing import Any
 
+from scalebench.backends import BACKENDS
 from scalebench.cell import AXES, Cell
 
 
@@ -53,12 +54,29 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def settings_changes(trained: dict, now: dict) -> list[str]:
-    """What differs between the settings a cell trained with and the study's now: 'key: old -> new'."""
-    before, after = _flatten(trained), _flatten(now)
+def _used_by(cell: dict, flat: dict[str, Any]) -> dict[str, Any]:
+    """The settings a cell uses: a training section named after a backend (training.horovod)
+    applies only to that backend's cells, so changing it retrains those cells alone."""
+    others = {f"training.{name}." for name in BACKENDS if name != cell.get("backend")}
+    return {key: value for key, value in flat.items() if not any(key.startswith(other) for other in others)}
+
+
+def settings_changes(trained: dict, now: dict, defaults: dict | None = None) -> list[str]:
+    """What differs between the settings a cell trained with and the study's now: 'key: old -> new'.
+
+    `defaults`: the cell's settings with every key at its schema default (train_settings of the
+    schema's defaults). A key one side lacks counts as being at its default there: a record
+    written before a key existed ran with the behaviour its default reproduces, so a release that
+    adds a key retrains nothing, while a changed default, or a value set away from it, does.
+    """
+    cell = now.get("cell") or trained.get("cell") or {}
+    fallback = _flatten(defaults) if defaults else {}
+    before, after = _used_by(cell, _flatten(trained)), _used_by(cell, _flatten(now))
     missing = "(not set)"
-    return [
-        f"{key}: {json.dumps(before.get(key, missing))} -> {json.dumps(after.get(key, missing))}"
-        for key in sorted(set(before) | set(after))
-        if before.get(key, missing) != after.get(key, missing)
-    ]
+    changes = []
+    for key in sorted(set(before) | set(after)):
+        old = before.get(key, fallback.get(key, missing))
+        new = after.get(key, fallback.get(key, missing))
+        if old != new:
+            changes.append(f"{key}: {json.dumps(old)} -> {json.dumps(new)}")
+    return changes
