@@ -1,4 +1,6 @@
 # From the cells' records (and imported earlier studies) to tables and figures in the report.
+# Every rule reads ANALYSIS_STAMP too: it changes with the project's code and the study's config,
+# so the tables and figures are redrawn after an upgrade (rules/common.smk: stamp_analysis).
 # With --config partial=true the inputs are only the cells that finished (see
 # analysis_cell_outputs in common.smk): the report then shows what exists and lists the rest.
 
@@ -20,6 +22,7 @@ rule collect_runs:
         metrics=analysis_cell_outputs("metrics.jsonl"),
         runs=analysis_cell_outputs("run.json"),
         legacy=legacy_inputs(),
+        stamp=ANALYSIS_STAMP,
     output:
         runs="results/summary/runs.csv",
         epochs="results/summary/epochs.csv",
@@ -44,6 +47,7 @@ rule collect_runs:
 rule derive_scaling:
     input:
         runs="results/summary/runs.csv",
+        stamp=ANALYSIS_STAMP,
     output:
         scaling="results/summary/scaling.csv",
     log:
@@ -62,6 +66,7 @@ rule render_tables:
         scaling="results/summary/scaling.csv",
         provenance="results/summary/provenance.csv",
         incomplete="results/summary/incomplete.csv",
+        stamp=ANALYSIS_STAMP,
     output:
         runs=report(
             "results/tables/runs.html",
@@ -133,6 +138,7 @@ rule compare_baseline:
     input:
         runs="results/summary/runs.csv",
         baseline=baseline_runs,
+        stamp=ANALYSIS_STAMP,
     output:
         table="results/summary/baseline.csv",
         html=report(

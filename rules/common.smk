@@ -14,6 +14,7 @@ sys.path.insert(0, str(SCRIPTS))
 from scalebench import cell as sb_cell
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
+from scalebench.config import freshness as sb_freshness
 from scalebench.analysis import baseline_tables as sb_baseline
 from scalebench.data import keys as sb_keys
 from scalebench.launch import local_gpus as sb_local_gpus
@@ -22,14 +23,15 @@ from scalebench.report import figures as sb_figures
 
 # validate() also converts the strings of --config (partial=true, matrix={"gpus": [1, 2]})
 # to the schema's types: Snakemake reads values inside a structure as strings.
+SCHEMA = sb_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
 try:
-    _resolved = sb_config.validate(
-        config, sb_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
-    )
+    _resolved = sb_config.validate(config, SCHEMA)
 except sb_config.ConfigError as error:
     raise WorkflowError(str(error)) from None
 config.clear()
 config.update(_resolved)
+# Every key at its schema default: a key that a finished cell's record lacks is compared as this.
+DEFAULT_CONFIG = sb_config.validate({}, SCHEMA)
 
 
 def check_baseline():
@@ -122,7 +124,9 @@ def figure_rule_inputs(drawing):
         "images": f"{PREPARED}/images.npy",
         "masks": f"{PREPARED}/masks.npy",
     }
-    return {name: files[name] for name in sb_figures.RULE_INPUTS[drawing]}
+    return {name: files[name] for name in sb_figures.RULE_INPUTS[drawing]} | {
+        "stamp": ANALYSIS_STAMP
+    }
 
 
 def final_outputs():
@@ -140,9 +144,11 @@ def final_outputs():
 
 
 def cell_finished(cell):
-    """Both outputs of the cell's train job exist (its status may still be diverged or oom)."""
+    """Both outputs of the cell's train job exist (its status may still be diverged or oom) and the
+    planner does not retrain it (its settings changed or it is incomplete: partial keeps it)."""
     folder = Path(cell.folder)
-    return (folder / "metrics.jsonl").exists() and (folder / "run.json").exists()
+    done = (folder / "metrics.jsonl").exists() and (folder / "run.json").exists()
+    return done and not (cell in VERDICTS and VERDICTS[cell].retrain)
 
 
 def analysis_cell_outputs(name):
@@ -164,32 +170,82 @@ def runs_folder(wildcards):
     return sb_cell.RUNS_ROOT
 
 
+def default_settings(cell):
+    """The cell's settings with every key at its schema default (config.settings_changes)."""
+    return sb_config.train_settings(DEFAULT_CONFIG, cell)
+
+
 def cells_json():
-    """Each cell's keys and settings: collect_runs marks a cell trained with other settings stale."""
+    """Each cell's keys, settings and default settings: collect_runs marks a cell that trained with
+    other settings stale (with partial=true; otherwise the planner has it retrained)."""
     return json.dumps(
-        [{**cell.key(), "settings": sb_config.train_settings(config, cell)} for cell in CELLS],
+        [
+            {
+                **cell.key(),
+                "settings": sb_config.train_settings(config, cell),
+                "defaults": default_settings(cell),
+            }
+            for cell in CELLS
+        ],
         sort_keys=True,
     )
 
 
-def warn_about_changed_cells():
-    """Name the finished cells whose settings are not the study's any more, and what changed:
-    Snakemake retrains them when a run builds them (their parameters changed)."""
+# What the planner found in each cell's folder (config/freshness.py), filled by plan_cells().
+VERDICTS = {}
+
+
+def plan_cells():
+    """Write each cell's settings.json, the train rule's settings input, dated so that Snakemake
+    retrains exactly the finished cells whose settings changed or whose outputs are incomplete
+    (config/freshness.py), and name them with the reason."""
     for cell in CELLS:
-        path = Path(cell.folder) / "run.json"
-        try:
-            trained = json.loads(path.read_text()).get("settings") if path.exists() else None
-        except (OSError, ValueError):
-            continue
-        if trained is None:
-            continue
-        changes = sb_config.settings_changes(trained, sb_config.train_settings(config, cell))
-        if changes:
-            print(
-                f"warning: {cell.path} was trained with other settings ({'; '.join(changes)}); "
-                "a run that builds it retrains it",
-                file=sys.stderr,
-            )
+        settings = sb_config.train_settings(config, cell)
+        found = sb_freshness.verdict(cell.folder, settings, default_settings(cell))
+        sb_freshness.write_settings_file(cell.folder, settings, found)
+        VERDICTS[cell] = found
+        warning = found.warning(cell.path, cell.folder)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+
+
+_TRIGGERS_CHECKED = []
+
+
+def warn_about_rerun_triggers():
+    """profiles/default keeps Snakemake to modification times; other triggers retrain finished
+    cells after an upgrade (a release's new defaults, a moved checkout or environment). Called
+    once, from the first train job's input function (the triggers are known once the DAG is built).
+    """
+    if _TRIGGERS_CHECKED or not workflow.is_main_process:
+        return
+    _TRIGGERS_CHECKED.append(True)
+    extra = sorted(
+        trigger.name.lower().replace("_", "-")
+        for trigger in workflow.rerun_triggers
+        if trigger.name != "MTIME"
+    )
+    if extra:
+        print(
+            f"warning: rerun triggers {', '.join(extra)} are on; profiles/default sets `rerun-triggers: mtime` "
+            "because with them Snakemake retrains finished cells after an upgrade or a move",
+            file=sys.stderr,
+        )
+
+
+ANALYSIS_STAMP = "results/summary/.analysis-inputs.json"
+
+
+def stamp_analysis():
+    """The analysis' stamp: the project's code, the study's config and this invocation (the report's
+    rerun commands); rewritten only when one of them changes, so the tables and figures are redrawn
+    after an upgrade or a changed setting, and not otherwise."""
+    content = {
+        "code": sb_freshness.code_digest(workflow.basedir),
+        "config": config,
+        "invocation": dataclasses.asdict(sb_rerun.current(workflow)),
+    }
+    sb_freshness.write_stamp(ANALYSIS_STAMP, content)
 
 
 def report_left_out():
@@ -205,7 +261,8 @@ def left_out_json():
 
 if workflow.is_main_process:
     report_left_out()
-    warn_about_changed_cells()
+    plan_cells()
+    stamp_analysis()
 
 
 def baseline_runs(wildcards):
@@ -282,8 +339,10 @@ def dataset_provenance(wildcards):
     return json.dumps(sb_keys.source_description(config["dataset"]), sort_keys=True)
 
 
-def train_settings(wildcards):
-    return json.dumps(sb_config.train_settings(config, cell_of(wildcards)), sort_keys=True)
+def settings_file(wildcards):
+    """The cell's settings.json, written by plan_cells (its date tells Snakemake whether to retrain)."""
+    warn_about_rerun_triggers()
+    return f"{cell_of(wildcards).folder}/{sb_freshness.SETTINGS_FILE}"
 
 
 def launchers_json(wildcards):

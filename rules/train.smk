@@ -1,4 +1,7 @@
 # One job per cell of the matrix: framework x backend x gpus x seed (x the optional axes).
+# Its settings come from the cell's settings.json, which the planner writes and dates so that a
+# finished cell is retrained only when its settings changed or its outputs are incomplete
+# (scalebench/config/freshness.py; profiles/default keeps Snakemake to modification times).
 
 
 rule train:
@@ -6,6 +9,7 @@ rule train:
         images=f"{PREPARED}/images.npy",
         masks=f"{PREPARED}/masks.npy",
         manifest=f"{PREPARED}/manifest.json",
+        settings=settings_file,
     output:
         metrics=f"{RUNS}/metrics.jsonl",
         run=f"{RUNS}/run.json",
@@ -17,14 +21,13 @@ rule train:
     resources:
         **train_resources(),
     params:
-        settings=train_settings,
         launchers=launchers_json,
         python=sys.executable,
         launch=str(SCRIPTS / "launch.py"),
         data=input_folder,
         out=output_folder,
     shell:
-        "{params.python} {params.launch} --settings {params.settings:q}"
+        "{params.python} {params.launch} --settings-file {input.settings:q}"
         " --data {params.data} --out {params.out}"
         " --launchers {params.launchers:q} > {log} 2>&1"
 

@@ -190,14 +190,19 @@ def command_line(settings: dict, data: str | Path, out: str | Path, launchers: d
 def main(argv: list[str] | None = None) -> int:
     """Start one cell's ranks (the arguments of command_line) and return their launcher's exit code."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--settings", required=True)
+    given = parser.add_mutually_exclusive_group(required=True)
+    given.add_argument("--settings", help="the cell's settings as JSON")
+    given.add_argument("--settings-file", help="a file holding them (the train rule's settings.json)")
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--launchers", required=True, help="the config's launchers section as JSON")
     args = parser.parse_args(argv)
+    if args.settings_file:
+        args.settings = json.dumps(json.loads(Path(args.settings_file).read_text()))
     env = dict(os.environ)
     run_settings = RunSettings.from_json(json.loads(args.settings), args.data, args.out, env)
-    cell = run_settings.cell.to_json()  # run.json's cell where a refusal comes before any rank wrote it
+    # run.json's cell and settings where a refusal comes before any rank wrote it
+    cell = {**run_settings.cell.to_json(), "settings": run_settings.source}
     where = executor(env)
     framework, backend, gpus = run_settings.cell.framework, run_settings.cell.backend, run_settings.cell.gpus
     template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
