@@ -18,8 +18,9 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def finished_cell(folder, gpus: int) -> None:
-    """The outputs a finished train job leaves (written after the prepared data, so newer)."""
-    folder.mkdir(parents=True)
+    """The outputs a finished train job leaves (written after the prepared data and the planner's
+    settings.json, so newer)."""
+    folder.mkdir(parents=True, exist_ok=True)
     lines = [
         {
             "type": "epoch",
@@ -51,7 +52,9 @@ def finished_cell(folder, gpus: int) -> None:
         }
     )
     (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    (folder / "run.json").write_text(json.dumps({"status": "ok", "hosts": ["vm"], "config_hash": "c"}))
+    framework, backend = folder.parts[-4:-2]
+    cell = {"framework": framework, "backend": backend, "gpus": gpus, "seed": int(folder.name[1:])}
+    (folder / "run.json").write_text(json.dumps({**cell, "status": "ok", "hosts": ["vm"], "config_hash": "c"}))
     (folder / "train.log").write_text("done\n")
 
 
@@ -62,7 +65,7 @@ def test_partial_report_from_the_finished_cells(tmp_path):
     runs = tmp_path / "results" / "runs" / "torch" / "native"
     finished_cell(runs / "g1" / "s1", 1)
     finished_cell(runs / "g2" / "s1", 2)
-    (runs / "g4" / "s1").mkdir(parents=True)
+    (runs / "g4" / "s1").mkdir(parents=True, exist_ok=True)
     (runs / "g4" / "s1" / "train.log").write_text("Traceback: killed\n")  # failed: Snakemake removed the outputs
 
     normal = run_snakemake(tmp_path, config, "-n")
