@@ -195,18 +195,24 @@ def cells_json():
 VERDICTS = {}
 
 
+def plan_cell(cell):
+    """Write the cell's settings.json, the train rule's settings input, dated so that Snakemake
+    retrains it exactly when it finished with other settings or its outputs are incomplete
+    (config/freshness.py), and say so with the reason."""
+    settings = sb_config.train_settings(config, cell)
+    found = sb_freshness.verdict(cell.folder, settings, default_settings(cell))
+    sb_freshness.write_settings_file(cell.folder, settings, found)
+    VERDICTS[cell] = found
+    warning = found.warning(cell.path, cell.folder)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+
+
 def plan_cells():
-    """Write each cell's settings.json, the train rule's settings input, dated so that Snakemake
-    retrains exactly the finished cells whose settings changed or whose outputs are incomplete
-    (config/freshness.py), and name them with the reason."""
+    """Plan every cell of the matrix before the DAG is built (a cell named on the command line
+    outside the matrix is planned when its train job asks for its settings)."""
     for cell in CELLS:
-        settings = sb_config.train_settings(config, cell)
-        found = sb_freshness.verdict(cell.folder, settings, default_settings(cell))
-        sb_freshness.write_settings_file(cell.folder, settings, found)
-        VERDICTS[cell] = found
-        warning = found.warning(cell.path, cell.folder)
-        if warning:
-            print(f"warning: {warning}", file=sys.stderr)
+        plan_cell(cell)
 
 
 _TRIGGERS_CHECKED = []
@@ -342,7 +348,10 @@ def dataset_provenance(wildcards):
 def settings_file(wildcards):
     """The cell's settings.json, written by plan_cells (its date tells Snakemake whether to retrain)."""
     warn_about_rerun_triggers()
-    return f"{cell_of(wildcards).folder}/{sb_freshness.SETTINGS_FILE}"
+    cell = cell_of(wildcards)
+    if cell not in VERDICTS and workflow.is_main_process:
+        plan_cell(cell)  # named by its path, outside the matrix (e.g. more GPUs on a cluster)
+    return f"{cell.folder}/{sb_freshness.SETTINGS_FILE}"
 
 
 def launchers_json(wildcards):
