@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
-# The whole test suite: lint and format checks, then pytest (unit, integration
-# and the real SLURM cluster tests). Run ./install.sh first.
-#   ./run_tests.sh                 # everything
-#   ./run_tests.sh -m "not cluster" tests/unit   # a subset (pytest arguments)
+# The test suite in two tiers. Run ./install.sh first.
+#   ./run_tests.sh                 # everything: lint and format checks, then pytest (unit, integration
+#                                  # and the real SLURM cluster tests) on parallel workers
+#   ./run_tests.sh --fast          # ruff and the unit tests (the import-layer check among them):
+#                                  # no training, no workflow run, no cluster; about a minute
+#   ./run_tests.sh -m "not cluster" tests/integration   # a subset: pytest's own arguments
+# SCALEBENCH_TEST_WORKERS sets pytest-xdist's worker count (default 2; 0 runs in this process).
 set -euo pipefail
 cd "$(dirname "$0")"
 BIN=.venv/bin
 [[ -x $BIN/python ]] || { echo "run_tests.sh: no .venv; run ./install.sh first" >&2; exit 1; }
 export PATH="$PWD/$BIN:$PATH"
+WORKERS=${SCALEBENCH_TEST_WORKERS:-2}
+# the cluster tests share one worker (tests/conftest.py groups them): one SLURM test cluster at a time
+PARALLEL=(-n "$WORKERS" --dist loadgroup)
 
 echo "== ruff"
 ruff check .
 ruff format --check .
+
+if [[ ${1:-} == --fast ]]; then
+    shift
+    echo "== pytest: unit tier"
+    exec python -m pytest -m unit tests/unit "${PARALLEL[@]}" "$@"
+fi
+
 echo "== snakefmt"
 snakefmt --check .
 echo "== snakemake --lint"
 python tools/lint_workflow.py
 echo "== pytest"
-python -m pytest "$@"
+if [[ $# -gt 0 ]]; then
+    exec python -m pytest "$@"
+fi
+# the slowest tests are listed at the end, so the suite's growth is visible in every CI log
+exec python -m pytest "${PARALLEL[@]}" --durations=25

@@ -23,6 +23,24 @@ PYTHON = sys.executable
 BIN = Path(sys.executable).parent
 
 
+TIERS = ("unit", "integration", "cluster", "gpu")  # the folders under tests/, each its own marker
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test is marked by the folder it lives in, so `-m` selections mean what they say without
+    anyone remembering to mark it; the cluster tests share one xdist worker (one SLURM test cluster
+    at a time: they share the host's munge socket and /run/slurm)."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        parts = Path(item.path).resolve().relative_to(tests).parts
+        tier = parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+        if tier is None:
+            raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")
+        item.add_marker(getattr(pytest.mark, tier))
+        if tier == "cluster":
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 def tool_env(**extra: str) -> dict[str, str]:
     """The environment for subprocesses: this Python's bin first on PATH (torchrun, horovodrun)."""
     env = dict(os.environ)

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import SCRIPTS, cell_settings, tool_env
+from conftest import cell_settings
 from scalebench.settings import RunSettings
 from scalebench.train import devices, rank_env
 from scalebench.train.devices import DeviceError
@@ -201,47 +199,6 @@ def test_horovod_without_nccl_refuses_a_gpu_cell_unless_allowed():
         check_gpu_reductions(hvd, "gpu", allowed=False)
     check_gpu_reductions(hvd, "gpu", allowed=True)
     check_gpu_reductions(hvd, "cpu", allowed=False)
-
-
-TF_PROBE = """
-import json, sys
-from scalebench.train.devices import DeviceError
-from scalebench.settings import RunSettings
-from scalebench.train.tf import runtime
-tf = runtime.tf
-count, ranks, env = json.loads(sys.argv[1])
-tf.config.list_physical_devices = lambda kind=None: [f"/physical_device:GPU:{i}" for i in range(count)] if kind == "GPU" else []
-settings = json.loads(sys.argv[2])
-tf.config.set_visible_devices = lambda chosen, kind: print(f"configured: {len(chosen)} GPU(s) visible, {', '.join(chosen)}")
-tf.config.experimental.set_memory_growth = lambda gpu, grow: None
-try:
-    runtime.configure(RunSettings.from_json(settings, "d", "o", env=env), ranks - 1, ranks)
-except DeviceError as error:
-    print("refused:", error)
-"""
-
-
-@pytest.mark.parametrize(
-    ("gpus", "ranks", "env", "expected"),
-    [
-        (0, 1, SLURM_JOB, "refused: this cell is meant for GPUs"),
-        (2, 4, {}, "refused: 4 rank(s) on this node need 4 GPUs"),
-        (1, 4, {"binding": "node"}, "refused: 4 rank(s) on this node need 4 GPUs"),
-        (1, 4, {"binding": "task"}, "configured: 1 GPU(s) visible, /physical_device:GPU:0"),
-        (2, 4, {"binding": "task"}, "refused: this task sees 2 GPU(s) under cluster.gpu_binding: task"),
-    ],
-)
-def test_tensorflow_refuses_like_torch(gpus, ranks, env, expected):
-    # a fresh process: TensorFlow's devices can be set only before its runtime starts
-    settings = cell_settings("tensorflow", "native", 2)
-    settings["gpus_per_node"] = 4
-    env = dict(env)
-    if env.pop("binding", "node") == "task":
-        settings["gpu_binding"] = "task"
-        env.update(SLURM_JOB)
-    command = [sys.executable, "-c", TF_PROBE, json.dumps([gpus, ranks, env]), json.dumps(settings)]
-    result = subprocess.run(command, capture_output=True, text=True, env=tool_env(PYTHONPATH=str(SCRIPTS)), timeout=300)
-    assert expected in result.stdout, result.stdout + result.stderr[-2000:]
 
 
 @pytest.mark.parametrize(
