@@ -183,6 +183,16 @@ def rank_pids(out: Path) -> list[int]:
     return sorted(pids)
 
 
+def repository_head() -> str:
+    """This checkout's HEAD as git itself says, with -dirty where tracked files differ from it:
+    the commit run.json must name (train/provenance.py)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+    return git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def wait_for(predicate, timeout: float) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     import time

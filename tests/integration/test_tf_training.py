@@ -242,6 +242,8 @@ def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_p
         runs[placement] = read_records(tmp_path / placement)
     epochs, final, run = runs["device"]
     assert run["precision"] == "bf16" and run["training"]["precision"] == "bf16"
+    # observed in both placements: the dtype of the model's output inside the traced step
+    assert run["compute_dtype"] == runs["host"][2]["compute_dtype"] == "bfloat16"
     assert all(np.isfinite(e["loss"]) for e in epochs) and epochs[-1]["loss"] < epochs[0]["loss"]
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1
     assert [e["loss"] for e in epochs] == [e["loss"] for e in runs["host"][0]]

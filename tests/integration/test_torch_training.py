@@ -21,6 +21,7 @@ from conftest import (
     launcher_command,
     rank_pids,
     read_records,
+    repository_head,
     start_cell,
     tool_env,
     wait_for,
@@ -108,6 +109,11 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
     ):
         assert key in run, key
     assert run["versions"]["torch"].startswith("2.13")
+    # the code it ran from, as git says, and what its steps did, read from the framework
+    assert (run["git_commit"], run["git_commit_reason"]) == (repository_head(), None)
+    assert (run["precision"], run["compute_dtype"]) == ("fp32", "float32")
+    assert run["compiled"]["graphs"] == 0 and run["training"]["compile"] is False
+    assert all(e["lr"] == e["scheduled_lr"] == 0.001 for e in epochs)  # the optimizer's own rate
     # the settings it trained with, as resolved, without train.log
     training = run["training"]
     assert (training["batch_per_gpu"], training["global_batch"], training["backward_passes_per_step"]) == (4, 4, 1)
@@ -176,7 +182,8 @@ def test_bf16_autocast_trains_on_cpu(prepared_data, tmp_path):
     result = launch_cell(cell_settings("torch", "native", 1, epochs=1, precision="bf16"), prepared_data, tmp_path)
     assert result.returncode == 0, result.stderr
     _, final, run = read_records(tmp_path)
-    assert run["precision"] == "bf16" and final["status"] == "ok"
+    # asked, and observed: the dtype of the model's output inside the training step
+    assert (run["precision"], run["compute_dtype"]) == ("bf16", "bfloat16") and final["status"] == "ok"
 
 
 @pytest.mark.parametrize("backend", ["native", pytest.param("horovod", marks=needs_horovod)])
