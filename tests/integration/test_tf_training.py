@@ -13,6 +13,7 @@ from conftest import (
     REPO,
     assert_refused,
     cell_settings,
+    checkpoint_epoch,
     launch_cell,
     rank_command,
     rank_pids,
@@ -133,10 +134,9 @@ def test_killed_worker_fails_the_other_within_the_timeout(prepared_data, tmp_pat
 
 def test_interrupted_run_resumes_to_identical_results(reference_runs, prepared_data, tmp_path):
     settings = reference_runs["settings"]
-    state = tmp_path / "checkpoint" / "checkpoint"
     workers = _start_workers(settings, prepared_data, tmp_path)
     try:  # interrupt both workers hard once the checkpoint after epoch 2 is in force
-        assert wait_for(lambda: state.exists() and "ckpt-2" in state.read_text(), 300), "no checkpoint"
+        assert wait_for(lambda: checkpoint_epoch(tmp_path, "tensorflow") == 2, 300), "no checkpoint"
     finally:
         for worker in workers:
             worker.kill()

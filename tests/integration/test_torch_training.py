@@ -14,16 +14,13 @@ import numpy as np
 import pytest
 from conftest import (
     PYTHON,
-    assert_curves_equal_records,
     assert_refused,
     cell_settings,
     launch_cell,
-    launcher_command,
     rank_pids,
     read_records,
     repository_head,
     start_cell,
-    tool_env,
     wait_for,
 )
 from scalebench.analysis import collect
@@ -208,76 +205,6 @@ def test_killed_rank_fails_the_cell_quickly_and_leaves_no_process(prepared_data,
     assert process.returncode != 0, output
     assert "failed" in output, output[-3000:]
     assert wait_for(lambda: not rank_pids(tmp_path), 10), "ranks left behind"
-
-
-def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path):
-    settings = cell_settings("torch", "native", 2, epochs=4, dataset_repeat=8, tensorboard=True)
-    reference = launch_cell(settings, prepared_data, tmp_path / "reference")
-    assert reference.returncode == 0, reference.stderr
-    # Interrupt like SLURM at a time limit: SIGTERM to the launcher after epoch 2's checkpoint,
-    # while the ranks wait at the start of epoch 3 (SCALEBENCH_FAULT=stall:3), so the run cannot
-    # finish before the signal however fast the machine is; the resumed run does not stall.
-    out = tmp_path / "interrupted"
-    process = start_cell(settings, prepared_data, out, SCALEBENCH_FAULT="stall:3")
-    checkpoint = out / "checkpoint.pt"
-    assert wait_for(lambda: _checkpoint_epoch(checkpoint) == 2, 180)
-    process.send_signal(signal.SIGTERM)
-    process.communicate(timeout=60)
-    assert process.returncode != 0
-    assert checkpoint.exists()
-    resumed = launch_cell(settings, prepared_data, out)
-    assert resumed.returncode == 0, resumed.stderr
-    assert "resuming from checkpoint after epoch" in resumed.stdout
-    epochs_ref, final_ref, _ = read_records(tmp_path / "reference")
-    epochs_res, final_res, run_res = read_records(out)
-    assert run_res["resumed_from_epoch"] == 2
-    assert "resuming from checkpoint after epoch 2" in resumed.stdout
-    assert [e["loss"] for e in epochs_res] == [e["loss"] for e in epochs_ref]
-    assert (final_res["iou"], final_res["test_loss"]) == (final_ref["iou"], final_ref["test_loss"])
-    assert not checkpoint.exists(), "a finished cell keeps no checkpoint (a forced rerun starts fresh)"
-    # the TensorBoard curves hold every epoch once, as metrics.jsonl does: the resumed run rewrote
-    # epochs 1-2 into new event files in place of the interrupted run's
-    assert len(list((out / "tensorboard").iterdir())) == 1
-    assert_curves_equal_records(out / "tensorboard", epochs_res)
-
-
-def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(prepared_data, tmp_path):
-    # a collective timeout far beyond launch_cell's limit: a rank left waiting would hang the test
-    # past that limit instead of failing it by timeout, so only the agreement check can end it
-    settings = cell_settings("torch", "native", 2, epochs=3, collective_timeout_s=3600)
-    out = tmp_path / "cell"
-    # a first attempt that stops after epoch 1's checkpoint (stall: blocks until killed)
-    process = subprocess.Popen(
-        launcher_command(settings, prepared_data, out),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=tool_env(SCALEBENCH_EXECUTOR="local", SCALEBENCH_FAULT="stall:2"),
-        start_new_session=True,
-    )
-    try:
-        assert wait_for(lambda: _checkpoint_epoch(out / "checkpoint.pt") == 1, 180)
-    finally:
-        process.send_signal(signal.SIGTERM)  # as SLURM at a time limit: launch.py stops its ranks
-        process.communicate(timeout=60)
-    # the next attempt: rank 1 does not see the cell's folder (a node-local folder on another node)
-    result = launch_cell(settings, prepared_data, out, SCALEBENCH_FAULT="hide_checkpoint:1")
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output[-3000:]
-    reason = "rank 0 resumes from its checkpoint after epoch 1, but rank 1 found no usable checkpoint"
-    assert reason in output, output[-3000:]
-    run = json.loads((out / "run.json").read_text())
-    assert run["status"] == "failed" and reason in run["error"]
-    assert wait_for(lambda: not rank_pids(out), 10), "ranks left behind"
-
-
-def _checkpoint_epoch(path: Path) -> int | None:
-    import torch
-
-    try:  # written atomically (rename), so a load sees a whole file or none
-        return torch.load(path, weights_only=False)["loop"]["epoch"]
-    except (FileNotFoundError, RuntimeError, EOFError):
-        return None
 
 
 def test_checkpoint_from_another_config_or_truncated_is_ignored(prepared_data, tmp_path):
