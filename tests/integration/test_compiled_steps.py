@@ -25,7 +25,9 @@ def train(framework: str, backend: str, gpus: int, data, out, compile_steps: boo
     settings = cell_settings(framework, backend, gpus, epochs=2, compile=compile_steps, deterministic=deterministic)
     result = launch_cell(settings, data, out, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return read_records(out)
+    epochs, final, run = read_records(out)
+    assert run["status"] == "ok", run.get("reason")  # compile asked and nothing compiled: refused
+    return epochs, final, run
 
 
 @pytest.mark.parametrize(("framework", "backend", "gpus"), CELLS, ids=[f"{f}-{b}" for f, b, _ in CELLS])

@@ -241,6 +241,7 @@ def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_p
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         runs[placement] = read_records(tmp_path / placement)
     epochs, final, run = runs["device"]
+    assert run["status"] == "ok", run.get("reason")  # a mismatch refuses the cell, naming both
     assert run["precision"] == "bf16" and run["training"]["precision"] == "bf16"
     # observed in both placements: the dtype of the model's output inside the traced step
     assert run["compute_dtype"] == runs["host"][2]["compute_dtype"] == "bfloat16"

@@ -179,6 +179,7 @@ def test_bf16_autocast_trains_on_cpu(prepared_data, tmp_path):
     result = launch_cell(cell_settings("torch", "native", 1, epochs=1, precision="bf16"), prepared_data, tmp_path)
     assert result.returncode == 0, result.stderr
     _, final, run = read_records(tmp_path)
+    assert run["status"] == "ok", run.get("reason")  # a mismatch refuses the cell, naming both
     # asked, and observed: the dtype of the model's output inside the training step
     assert (run["precision"], run["compute_dtype"]) == ("bf16", "bfloat16") and final["status"] == "ok"
 

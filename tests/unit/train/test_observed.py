@@ -39,10 +39,10 @@ def test_compile_asked_and_nothing_compiled_or_the_reverse_is_named():
 
 
 def test_the_optimizers_rate_agrees_to_float32_rounding_and_no_further():
-    assert observed.lr_problem(0.0010000000474974513, 0.001, 1) == ""  # TensorFlow's float32 variable
-    problem = observed.lr_problem(0.00075, 0.0015, 2)
-    assert "sets 0.0015 in epoch 2, but the optimizer held 0.00075" in problem
-    assert observed.lr_problem(0.001 * (1 + 1e-4), 0.001, 1)
+    assert observed.lr_problem(0.0010000000474974513, 0.001, 1, "now") == ""  # TensorFlow's float32 variable
+    problem = observed.lr_problem(0.00075, 0.0015, 2, "after the epoch's steps")
+    assert problem.endswith("sets 0.0015 in epoch 2, but the optimizer held 0.00075 after the epoch's steps")
+    assert observed.lr_problem(0.001 * (1 + 1e-4), 0.001, 1, "now")
 
 
 def test_a_mismatch_refuses_the_cell_with_every_problem_and_nothing_without_one():

@@ -291,7 +291,7 @@ class TrainingLoop:
         TensorFlow's rate variable, once in the run."""
         steps = self.framework.observed_steps()
         problems = observed.step_problems(self.training, steps)
-        problems.append(observed.lr_problem(self.framework.optimizer_lr(), lr, epoch + 1))
+        problems.append(observed.lr_problem(self.framework.optimizer_lr(), lr, epoch + 1, "after the first step"))
         observed.check(problems)
         self.provenance.update(observed.run_fields(steps))
         self.steps_observed = True
@@ -304,7 +304,7 @@ class TrainingLoop:
     def train_epoch(self, epoch: int, progress: Progress) -> dict:
         framework, backend = self.framework, self.backend
         lr = learning_rate(epoch, self.training, backend.replicas)
-        epoch_data = framework.epoch_batches(epoch, faults.learning_rate(lr))
+        epoch_data = framework.epoch_batches(epoch, faults.learning_rate(lr, epoch))
         faults.check(backend.rank, epoch, progress.start_epoch > 0, framework.out_of_memory_error)
         framework.reset_peak_memory()
         framework.synchronize()
@@ -329,9 +329,9 @@ class TrainingLoop:
         loss_sum, steps = framework.epoch_loss()
         framework.synchronize()
         elapsed = time.perf_counter() - started
-        held_lr = framework.optimizer_lr()  # after the epoch's steps, off the clock
-        observed.check([observed.lr_problem(held_lr, lr, epoch + 1)])
         joules, reason = self.energy.stop()
+        held_lr = framework.optimizer_lr()  # after the epoch's steps, off the clock
+        observed.check([observed.lr_problem(held_lr, lr, epoch + 1, "after the epoch's steps")])
         sums = [loss_sum, steps, *energy.contribution(joules, self.measures_energy)]  # one reduction for both
         loss_total, step_total, *energy_sums = backend.allreduce_sum(np.array(sums, dtype=np.float64)).tolist()
         energy_j, self.energy_reason = energy.total(energy_sums, reason)

@@ -67,13 +67,14 @@ def step_problems(training: TrainingSettings, steps: dict) -> list[str]:
     return problems
 
 
-def lr_problem(held: float, scheduled: float, epoch: int) -> str:
-    """Why the rate the optimizer held in 1-based `epoch` is not the schedule's ('' when it is)."""
+def lr_problem(held: float, scheduled: float, epoch: int, when: str) -> str:
+    """Why the rate the optimizer held in 1-based `epoch`, read back `when`, is not the
+    schedule's ('' when it is)."""
     if math.isclose(held, scheduled, rel_tol=LR_RELATIVE_TOLERANCE, abs_tol=0.0):
         return ""
     return (
         f"the learning rate: the schedule (training.base_lr, lr_scaling, warmup_epochs, decay_every) "
-        f"sets {scheduled:.6g} in epoch {epoch}, but the optimizer held {held:.6g} (read back after its step)"
+        f"sets {scheduled:.6g} in epoch {epoch}, but the optimizer held {held:.6g} {when}"
     )
 
 
