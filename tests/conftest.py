@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -199,6 +200,32 @@ def rank_pids(out: Path) -> list[int]:
         if is_rank and str(out) in args:
             pids.append(int(proc.name))
     return sorted(pids)
+
+
+def checkpoint_epoch(out: Path, framework: str) -> int | None:
+    """The epoch of the checkpoint in force in a cell's folder (None: none yet). Both frameworks
+    write atomically (a renamed file; TensorFlow's state file last), so a whole one or none is seen."""
+    if framework == "tensorflow":
+        state = out / "checkpoint" / "checkpoint"
+        text = state.read_text() if state.exists() else ""
+        found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.MULTILINE)
+        return int(found.group(1)) if found else None
+    import torch
+
+    try:
+        return torch.load(out / "checkpoint.pt", weights_only=False)["loop"]["epoch"]
+    except (FileNotFoundError, RuntimeError, EOFError):
+        return None
+
+
+def repository_head() -> str:
+    """This checkout's HEAD as git itself says, with -dirty where tracked files differ from it:
+    the commit run.json must name (train/provenance.py)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+    return git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def wait_for(predicate, timeout: float) -> bool:

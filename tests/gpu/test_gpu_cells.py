@@ -43,6 +43,8 @@ def test_mixed_precision_trains_on_the_gpu(prepared_data, tmp_path, precision):
     run, records, log = train(prepared_data, tmp_path / precision, precision=precision)
     assert run, log[-3000:]
     assert run["status"] == "ok" and run["peak_precision"] == precision
+    # observed inside the step (fp16 runs only on a GPU, so only here)
+    assert run["compute_dtype"] == {"bf16": "bfloat16", "fp16": "float16"}[precision]
     assert all(math.isfinite(r["loss"]) for r in records if r["type"] == "epoch")
 
 
@@ -87,4 +89,4 @@ def test_tensorflow_trains_on_the_gpu_with_batches_prefetched_to_it(prepared_dat
     result = launch_cell(settings, prepared_data, tmp_path / "tf", timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     run = json.loads((tmp_path / "tf" / "run.json").read_text())
-    assert run["device"] == "gpu" and run["status"] == "ok"
+    assert run["device"] == "gpu" and run["status"] == "ok" and run["compute_dtype"] == "float32"

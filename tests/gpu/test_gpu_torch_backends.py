@@ -29,6 +29,7 @@ def test_dp_drives_every_visible_gpu_from_one_process_in_bfloat16(prepared_data,
     assert run, log[-3000:]
     assert run["status"] == "ok" and run["device"] == "cuda" and (run["processes"], run["world_size"]) == (1, gpus)
     assert run["training"]["dp"]["device_ids"] == list(range(gpus))
+    assert run["compute_dtype"] == "bfloat16"  # gathered from the replicas' threads (autocast is per thread)
     assert run["versions"]["distributed"] == f"torch.nn.DataParallel over {gpus} GPU(s)"
     assert all(math.isfinite(r["loss"]) for r in records if r["type"] == "epoch")
 

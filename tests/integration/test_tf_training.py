@@ -13,6 +13,7 @@ from conftest import (
     REPO,
     assert_refused,
     cell_settings,
+    checkpoint_epoch,
     launch_cell,
     rank_command,
     rank_pids,
@@ -133,10 +134,9 @@ def test_killed_worker_fails_the_other_within_the_timeout(prepared_data, tmp_pat
 
 def test_interrupted_run_resumes_to_identical_results(reference_runs, prepared_data, tmp_path):
     settings = reference_runs["settings"]
-    state = tmp_path / "checkpoint" / "checkpoint"
     workers = _start_workers(settings, prepared_data, tmp_path)
     try:  # interrupt both workers hard once the checkpoint after epoch 2 is in force
-        assert wait_for(lambda: state.exists() and "ckpt-2" in state.read_text(), 300), "no checkpoint"
+        assert wait_for(lambda: checkpoint_epoch(tmp_path, "tensorflow") == 2, 300), "no checkpoint"
     finally:
         for worker in workers:
             worker.kill()
@@ -241,7 +241,10 @@ def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_p
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         runs[placement] = read_records(tmp_path / placement)
     epochs, final, run = runs["device"]
+    assert run["status"] == "ok", run.get("reason")  # a mismatch refuses the cell, naming both
     assert run["precision"] == "bf16" and run["training"]["precision"] == "bf16"
+    # observed in both placements: the dtype of the model's output inside the traced step
+    assert run["compute_dtype"] == runs["host"][2]["compute_dtype"] == "bfloat16"
     assert all(np.isfinite(e["loss"]) for e in epochs) and epochs[-1]["loss"] < epochs[0]["loss"]
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1
     assert [e["loss"] for e in epochs] == [e["loss"] for e in runs["host"][0]]

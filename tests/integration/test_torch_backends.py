@@ -14,7 +14,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import BIN, assert_refused, cell_settings, rank_command, rank_pids, read_records, tool_env, wait_for
+from conftest import (
+    BIN,
+    assert_refused,
+    cell_settings,
+    checkpoint_epoch,
+    rank_command,
+    rank_pids,
+    read_records,
+    tool_env,
+    wait_for,
+)
 from scalebench.cluster.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -77,15 +87,6 @@ def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path):
         ).read_bytes()
 
 
-def _checkpoint_epoch(path: Path) -> int | None:
-    import torch
-
-    try:  # written atomically (rename), so a load sees a whole file or none
-        return torch.load(path, weights_only=False)["loop"]["epoch"]
-    except (FileNotFoundError, RuntimeError, EOFError):
-        return None
-
-
 def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tmp_path):
     settings = settings_for("fsdp", 2, epochs=4, checkpoint_every=1)
     reference = train(settings, prepared_data, tmp_path / "reference")
@@ -98,7 +99,7 @@ def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tm
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
     try:
-        assert wait_for(lambda: _checkpoint_epoch(out / "checkpoint.pt") == 2, 300)
+        assert wait_for(lambda: checkpoint_epoch(out, "torch") == 2, 300)
         process.send_signal(signal.SIGTERM)  # torchrun passes it on to its ranks, as at a time limit
         process.communicate(timeout=60)
     finally:

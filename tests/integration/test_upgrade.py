@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import BIN, REPO, tool_env
+from scalebench.analysis import collect
 
 pytestmark = pytest.mark.integration
 
@@ -121,6 +122,11 @@ def test_an_upgrade_retrains_nothing_and_the_report_reads_the_old_records(upgrad
     assert csv_rows(study / "results" / "summary" / "incomplete.csv") == []
     # the old records are read: their measured values are there, never 0 for a field they lack
     assert float(runs["torch/native"]["iou"]) > 0 and float(runs["torch/native"]["steady_epoch_s"]) > 0
+    # what the steps did was not observed then: empty with the reason, never the settings
+    old = runs["torch/native"]
+    assert (old["compute_dtype"], old["compiled_graphs"], old["observed_reason"]) == ("", "", collect.NOT_OBSERVED)
+    rates = [row for row in csv_rows(study / "results" / "summary" / "epochs.csv") if row["backend"] == "native"]
+    assert rates and all(row["lr"] == "" and float(row["scheduled_lr"]) > 0 for row in rates)
     snakemake(upgraded, study, "--report", "report.html")
     assert (study / "report.html").stat().st_size > 100_000
     assert planned_jobs(snakemake(upgraded, study, "-n", "--cores", "2")) == {}

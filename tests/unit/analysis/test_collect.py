@@ -262,3 +262,30 @@ def test_slurm_s_accounting_columns_beside_the_epochs_cost(tmp_path):
         assert row["alloc_gpu_hours_reason"] and row["step_energy_reason"]
     assert runs["step_energy_reason"].iloc[1].startswith("no accounting")
     assert "not recorded" in runs["alloc_gpu_hours_reason"].iloc[2]
+
+
+def test_what_the_steps_did_is_collected_beside_the_settings_and_read_back_from_the_csv(tmp_path):
+    compiled = {"compiler": "torch.compile (inductor)", "graphs": 3, "recompiles": 1, "recompile_reasons": ["x"]}
+    rates = {n: {"lr": 0.002 * (1 + 1e-8), "scheduled_lr": 0.002} for n in (1, 2, 3, 4)}
+    run = {"compute_dtype": "bfloat16", "compiled": compiled}
+    write_cell(tmp_path, run_extra=run, training={"precision": "bf16", "compile": True}, epochs_extra=rates)
+    runs, epochs = analysis.collect(tmp_path, [cell()])
+    row = runs.iloc[0]
+    assert (row["precision"], row["compute_dtype"]) == ("bf16", "bfloat16")
+    assert (row["compiled_graphs"], row["recompiles"], row["observed_reason"]) == (3, 1, None)
+    assert list(epochs["lr"]) == [0.002 * (1 + 1e-8)] * 4 and list(epochs["scheduled_lr"]) == [0.002] * 4
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    back = summary_csv.read_runs(tmp_path / "runs.csv").iloc[0]
+    assert (back["compute_dtype"], back["compiled_graphs"], back["recompiles"]) == ("bfloat16", 3, 1)
+
+
+def test_records_from_before_the_observation_read_as_not_measured_with_the_reason(tmp_path):
+    # run.json's compiled was the setting's description then, and the epoch's lr the schedule's
+    write_cell(tmp_path, seed=1, run_extra={"compiled": "torch.compile (inductor) of the training model's forward"})
+    write_cell(tmp_path, seed=2, times=(), status="refused", final=True)
+    runs, epochs = analysis.collect(tmp_path, [cell(seed=1), cell(seed=2)])
+    old, refused = runs.iloc[0], runs.iloc[1]
+    assert old["compute_dtype"] is None and pd.isna(old["compiled_graphs"]) and pd.isna(old["recompiles"])
+    assert old["observed_reason"] == analysis.NOT_OBSERVED
+    assert refused["observed_reason"] == "no epoch finished (status refused)"
+    assert epochs["lr"].isna().all() and list(epochs["scheduled_lr"]) == [0.001] * 4

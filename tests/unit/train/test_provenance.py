@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import cell_settings
+from conftest import SCRIPTS, cell_settings, repository_head
 from scalebench.settings import RunSettings, TrainingSettings
 from scalebench.train import provenance, rank_env
 from scalebench.train.tf.mirrored import MirroredBackend
@@ -82,3 +82,14 @@ def test_every_setting_that_changes_training_is_recorded():
     fields = {f.name for f in dataclasses.fields(TrainingSettings)}
     forgotten = fields - set(record) - ELSEWHERE - set(provenance.NOT_RECORDED)
     assert not forgotten, f"add {sorted(forgotten)} to provenance.training_record (or to NOT_RECORDED)"
+
+
+def test_the_commit_is_the_checkouts_head_and_a_dirty_tree_says_so():
+    assert provenance.git_commit(SCRIPTS / "scalebench") == (repository_head(), None)
+
+
+def test_outside_a_checkout_or_without_git_the_commit_is_empty_with_the_reason(tmp_path, monkeypatch):
+    commit, reason = provenance.git_commit(tmp_path)
+    assert commit is None and reason.startswith(f"not a git checkout: {tmp_path} (git rev-parse: fatal:")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on this node's PATH
+    assert provenance.git_commit(tmp_path) == (None, "git is not installed where the rank ran")

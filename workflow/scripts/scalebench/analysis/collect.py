@@ -36,6 +36,10 @@ PROVENANCE_COLUMNS = [
     "hosts",
     "devices",
     "versions",
+    # what the steps did, read from the framework (train/observed.py), beside the settings
+    "compute_dtype",  # the dtype of the model's output inside a training step
+    "compiled_graphs",  # graphs the framework's compiler built for the steps (0: uncompiled)
+    "recompiles",
     "slurm_job_id",
     "git_commit",
     "config_hash",
@@ -81,11 +85,13 @@ RUN_COLUMNS = [
     "step_energy_source",  # sacct
     "step_energy_reason",
     "parameters",
+    "observed_reason",  # why compute_dtype and compiled_graphs are empty (a record from before them)
     *PROVENANCE_COLUMNS,
 ]
 EPOCH_VALUES = [
     "loss",
-    "lr",
+    "lr",  # the rate the optimizer held, read back (empty in records from before: scheduled_lr then)
+    "scheduled_lr",  # the rate lr_schedule.py set
     "epoch_time_s",
     "images_per_s",
     "data_wait_s",
@@ -233,6 +239,7 @@ def read_cell(
         **cost(run, final, epochs),
         **slurm_cost(run),
         "parameters": run.get("parameters"),
+        **observed_steps(run, epochs),
         "nodes": run.get("nodes"),
         "hosts": ",".join(run.get("hosts") or []),
         "devices": ",".join(sorted(set(run.get("devices") or []))),
@@ -247,9 +254,41 @@ def read_cell(
     }
     epoch_rows = [
         {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: finite_number(e.get(k)) for k in EPOCH_VALUES}}
-        for e in epochs
+        for e in map(observed_rates, epochs)
     ]
     return row, epoch_rows
+
+
+NOT_OBSERVED = "not recorded (the cell predates run.json's observed compute_dtype and compiled)"
+
+
+def observed_steps(run: dict, epochs: list[dict]) -> dict:
+    """What the steps did (run.json's compute_dtype, compiled), or empty with the reason: a record
+    from before they were observed (its `compiled` was the setting's description), or a cell that
+    ended before run.json recorded them, after its first epoch."""
+    compiled = run.get("compiled")
+    if "compute_dtype" not in run or not isinstance(compiled, dict):
+        if not run:
+            reason = "no run.json"
+        elif epochs:
+            reason = NOT_OBSERVED
+        else:
+            reason = f"no epoch finished (status {run.get('status')})"
+        return {"compute_dtype": None, "compiled_graphs": None, "recompiles": None, "observed_reason": reason}
+    return {
+        "compute_dtype": run["compute_dtype"],
+        "compiled_graphs": compiled.get("graphs"),
+        "recompiles": compiled.get("recompiles"),
+        "observed_reason": None,
+    }
+
+
+def observed_rates(epoch: dict) -> dict:
+    """An epoch record with `lr` as the optimizer's rate: a record from before scheduled_lr holds
+    the schedule's rate in `lr`, which moves there (the optimizer's is not known)."""
+    if "scheduled_lr" in epoch:
+        return epoch
+    return {**epoch, "lr": None, "scheduled_lr": epoch.get("lr")}
 
 
 def cell_settings(settings: dict | None, run: dict, keys: dict) -> dict:
@@ -313,7 +352,8 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
     frame["variant"] = no_variant_as_empty(frame["variant"])
     # the ranks' definition (measures.py), for own, legacy and read-back rows alike
     frame["gpu_hours"] = measures.gpu_hours(pd.to_numeric(frame["gpus"]), pd.to_numeric(frame["train_time_s"]))
-    for column in ("gpus", "seed", "epochs", "parameters", "nodes", "batch_per_gpu", "global_batch"):
+    integers = ("gpus", "seed", "epochs", "parameters", "nodes", "batch_per_gpu", "global_batch")
+    for column in (*integers, "compiled_graphs", "recompiles"):
         frame[column] = frame[column].astype("Int64")
     frame["stopped_at_target"] = frame["stopped_at_target"].astype("boolean")  # empty where no final record
     return frame

@@ -118,6 +118,7 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
                 "images_per_s_per_gpu": math.nan,
                 "data_wait_s": math.nan,
                 "data_wait_share": math.nan,
+                "observed_reason": "not recorded by the legacy log",
             }
         )
         cumulative = np.cumsum(times)

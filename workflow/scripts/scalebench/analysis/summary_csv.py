@@ -18,6 +18,7 @@ TEXT = {
     "scaling": str,
     "precision": str,
     "compression": str,
+    "compute_dtype": str,
 }
 
 

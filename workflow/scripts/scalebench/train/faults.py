@@ -7,6 +7,9 @@
   cells have arrived in FOLDER (cells that must run at the same time); fails after 300 s.
 - ``hide_checkpoint:RANK``: rank RANK looks for the cell's checkpoint in an empty folder,
   as a rank on a node that does not see the cell's folder would (checkpoint_folder).
+- ``lr:EPOCH:FACTOR``: in epoch EPOCH the optimizer is handed FACTOR times the schedule's rate,
+  as a broken wiring would hand it another (learning_rate); the rate read back from it then
+  differs (observed.py).
 """
 
 from __future__ import annotations
@@ -42,6 +45,16 @@ def checkpoint_folder(rank: int, out: Path) -> Path:
     if kind == "hide_checkpoint" and int(argument) == rank:
         return out / ".hidden-checkpoint"  # never written: this rank sees no checkpoint
     return out
+
+
+def learning_rate(rate: float, epoch: int) -> float:
+    """The rate the loop hands the framework in 0-based `epoch`: the schedule's, unless ``lr`` scales it."""
+    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
+    if kind == "lr":
+        fault_epoch, factor = argument.split(":")
+        if int(fault_epoch) == epoch + 1:
+            return rate * float(factor)
+    return rate
 
 
 def meet(folder: Path, count: int, fault: str) -> None:

@@ -172,6 +172,14 @@ class Framework(Protocol):
     def epoch_loss(self) -> tuple[float, int]:
         """(sum of batch losses, replica batches) of this rank's epoch, waiting for the device."""
 
+    def observed_steps(self) -> dict[str, Any]:
+        """What the training steps so far did, read from the framework, never from the settings
+        (train/observed.py): compute_dtype, the dtype of the model's output inside the step
+        (None before the first), and compiled, observed.compiled_record of the framework's compiler."""
+
+    def optimizer_lr(self) -> float:
+        """The learning rate the optimizer holds now, read back from it."""
+
     def synchronize(self) -> None:
         """Wait for queued device work, so a clock read after it is honest."""
 

@@ -29,6 +29,7 @@ from scalebench.train import (
     faults,
     flops,
     metrics,
+    observed,
     placement,
     provenance,
     resume,
@@ -236,9 +237,12 @@ class TrainingLoop:
         self.start_energy_meter()
         self.epoch_times = [record["epoch_time_s"] for record in progress.records]
         self.stopped_at_target = False
+        self.steps_observed = False  # the first step's observation checked (check_first_step)
         try:
             for epoch in range(progress.start_epoch, self.training.epochs):
                 record = self.train_epoch(epoch, progress)
+                if epoch == progress.start_epoch:
+                    self.write_observed()
                 if self.evaluates_after(epoch):
                     record["val_loss"], record["val_iou"] = self.evaluate(self.manifest["val"])
                 self.metrics.write(record)
@@ -281,10 +285,26 @@ class TrainingLoop:
         self.measures_energy = energy.measures_node(backend.device_type, backend.local_rank)
         self.energy_reason = self.energy.reason
 
+    def check_first_step(self, lr: float, epoch: int) -> None:
+        """After the run's first step: what the framework did, against what the cell asked; a
+        mismatch ends the cell refused, naming both (observed.py). Reads no device, except
+        TensorFlow's rate variable, once in the run."""
+        steps = self.framework.observed_steps()
+        problems = observed.step_problems(self.training, steps)
+        problems.append(observed.lr_problem(self.framework.optimizer_lr(), lr, epoch + 1, "after the first step"))
+        observed.check(problems)
+        self.provenance.update(observed.run_fields(steps))
+        self.steps_observed = True
+
+    def write_observed(self) -> None:
+        """run.json with what the first step observed, after the first epoch's clock (rank 0)."""
+        if self.is_root:
+            write_json_atomic(self.out / "run.json", self.provenance)
+
     def train_epoch(self, epoch: int, progress: Progress) -> dict:
         framework, backend = self.framework, self.backend
         lr = learning_rate(epoch, self.training, backend.replicas)
-        epoch_data = framework.epoch_batches(epoch, lr)
+        epoch_data = framework.epoch_batches(epoch, faults.learning_rate(lr, epoch))
         faults.check(backend.rank, epoch, progress.start_epoch > 0, framework.out_of_memory_error)
         framework.reset_peak_memory()
         framework.synchronize()
@@ -302,12 +322,16 @@ class TrainingLoop:
                 raise RuntimeError(f"the epoch has more batches than the {len(self.parts)} expected")
             framework.train_step(batch, self.parts[seen])  # the last batch of a step reduces and steps
             seen += 1
+            if not self.steps_observed:
+                self.check_first_step(lr, epoch)
         if seen != len(self.parts):  # a step left half-accumulated would silently drop its batches
             raise RuntimeError(f"the epoch had {seen} batches, {len(self.parts)} expected")
         loss_sum, steps = framework.epoch_loss()
         framework.synchronize()
         elapsed = time.perf_counter() - started
         joules, reason = self.energy.stop()
+        held_lr = framework.optimizer_lr()  # after the epoch's steps, off the clock
+        observed.check([observed.lr_problem(held_lr, lr, epoch + 1, "after the epoch's steps")])
         sums = [loss_sum, steps, *energy.contribution(joules, self.measures_energy)]  # one reduction for both
         loss_total, step_total, *energy_sums = backend.allreduce_sum(np.array(sums, dtype=np.float64)).tolist()
         energy_j, self.energy_reason = energy.total(energy_sums, reason)
@@ -318,7 +342,7 @@ class TrainingLoop:
         record = metrics.epoch_record(
             epoch + 1,
             mean_loss,
-            lr,
+            (held_lr, lr),
             slowest.tolist(),
             step_total,
             self.training.batch_per_gpu,
@@ -394,5 +418,7 @@ class TrainingLoop:
     def finish(self, final: dict, progress: Progress) -> None:
         self.metrics.write(final)
         if self.is_root:
+            if self.steps_observed:  # the whole run's compiles (recompiles come after the first step)
+                self.provenance.update(observed.run_fields(self.framework.observed_steps()))
             provenance.finish(self.out / "run.json", self.provenance, final, progress.start_epoch)
             self.framework.remove_checkpoint(self.out)

@@ -60,7 +60,7 @@ class MetricsWriter:
 def epoch_record(
     epoch: int,
     loss: float,
-    lr: float,
+    rates: tuple[float, float],
     slowest: list[float],
     steps: int,
     batch: int,
@@ -69,18 +69,21 @@ def epoch_record(
     optimizer_steps: int,
     energy_j: float | None = None,
 ) -> dict:
-    """The epoch record of the contract. `slowest` = [epoch time, data wait, peak memory], each the
+    """The epoch record of the contract. `rates` = (the rate the optimizer held after the epoch's
+    steps, the schedule's: observed.py); `slowest` = [epoch time, data wait, peak memory], each the
     maximum over ranks; `steps` = batches summed over replicas (images = steps x batch);
     `optimizer_steps` = optimizer steps of each replica (fewer than its batches when gradients
     are accumulated); energy_j = the epoch's joules summed over ranks (None where not measured:
     energy.py); throughput fields from the model FLOPs."""
     epoch_time_s, data_wait_s, peak_mem_mb = slowest
+    lr, scheduled_lr = rates
     images_per_s = steps * batch / epoch_time_s
     return {
         "type": "epoch",
         "epoch": epoch,
         "loss": float(loss),
-        "lr": lr,
+        "lr": lr,  # read back from the optimizer
+        "scheduled_lr": scheduled_lr,  # lr_schedule.learning_rate
         "epoch_time_s": epoch_time_s,
         "images_per_s": images_per_s,
         "data_wait_s": data_wait_s,

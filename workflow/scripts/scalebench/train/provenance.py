@@ -19,21 +19,29 @@ from scalebench.train import flops
 from scalebench.train.lr_schedule import scaled_lr
 
 
-def git_commit(start: str | Path) -> str | None:
+def git_commit(start: str | Path) -> tuple[str | None, str | None]:
+    """(the commit of the checkout holding `start`, with "-dirty" where tracked files differ
+    from it; None) or (None, why it is not known: not a git checkout, no git on this node)."""
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=start, capture_output=True, text=True, timeout=10)
+
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=start, capture_output=True, text=True, timeout=10, check=True
+        head = git("rev-parse", "HEAD")
+        if head.returncode != 0:
+            said = (head.stderr.strip().splitlines() or ["no output"])[0]
+            return None, f"not a git checkout: {start} (git rev-parse: {said})"
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except FileNotFoundError:
+        return None, "git is not installed where the rank ran"
+    except (OSError, subprocess.SubprocessError) as error:
+        return None, f"git failed: {error}"
+    if dirty.returncode != 0:
+        return (
+            head.stdout.strip(),
+            f"git status failed, so whether the tree was dirty is unknown: {dirty.stderr.strip()}",
         )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=start,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else ""), None
 
 
 SLURM_VARIABLES = {
@@ -72,10 +80,12 @@ def peak_host_memory_mb() -> float:
 
 def start_record(cell: dict, config_hash: str) -> dict:
     """The fields run.json has from the start (status running)."""
+    commit, commit_reason = git_commit(Path(__file__).resolve().parent)  # the code this rank runs
     return {
         **cell,
         "config_hash": config_hash,
-        "git_commit": git_commit(Path(__file__).resolve().parent),
+        "git_commit": commit,
+        "git_commit_reason": commit_reason,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "launch_host": socket.gethostname(),

@@ -12,8 +12,9 @@ import tensorflow as tf
 
 from scalebench import backends
 from scalebench.refusal import SettingRefused
+from scalebench.train.observed import compiled_record
 
-DESCRIPTION = "XLA (jit_compile) of each replica's forward and backward; reduction, optimizer and evaluation outside"
+COMPILER = "XLA (jit_compile)"
 
 
 def check_available() -> None:
@@ -39,3 +40,23 @@ def check_determinism(deterministic: bool) -> None:
 def step_function(function):
     """`function` compiled by XLA."""
     return tf.function(function, jit_compile=True)
+
+
+def in_xla_context() -> bool:
+    """Whether the step being traced now is traced for XLA: inside a jit_compile function, whose
+    graph TensorFlow must compile with XLA or fail (it never runs one uncompiled). Keras asks
+    the same question of its layers."""
+    from tensorflow.python.framework import ops
+    from tensorflow.python.ops import control_flow_util
+
+    return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
+
+
+def observed(traced_for_xla: list[bool], replicas: int) -> dict:
+    """What XLA compiled for the training steps of this process: the traces of the replica's step
+    made for XLA (each an XLA computation; one per local replica, whose devices differ), those
+    beyond one per replica counted as recompiles (a new input shape retraces the step)."""
+    graphs = sum(traced_for_xla)
+    recompiles = max(graphs - replicas, 0) if graphs else 0
+    reasons = [f"{graphs} traces of the replica's step for XLA, {replicas} replica(s)"] if recompiles else []
+    return compiled_record(COMPILER, graphs, recompiles, reasons)

@@ -45,6 +45,10 @@ class Steps:
         self, model: keras.Model, optimizer, backend: Backend, loss_scaled: bool, image_size, compile_steps: bool
     ):
         variables = model.trainable_variables
+        # per trace of the replica's training step: its output's dtype, and whether it was traced
+        # for XLA (observed.py); Python in a tf.function runs only while TensorFlow traces it
+        self.traced_dtypes: list[str] = []
+        self.traced_for_xla: list[bool] = []
 
         def inputs(*batch):  # gathered and converted here, on the replica's device
             return data.model_inputs(*batch, image_size=image_size)
@@ -52,8 +56,11 @@ class Steps:
         def loss_and_gradients(*batch):
             images, masks = inputs(*batch)
             with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(bce_terms(model(images, training=True), masks))
+                logits = model(images, training=True)
+                loss = tf.reduce_mean(bce_terms(logits, masks))
                 scaled = optimizer.get_scaled_loss(loss) if loss_scaled else loss
+            self.traced_dtypes.append(logits.dtype.name)
+            self.traced_for_xla.append(compiled.in_xla_context())
             return loss, tape.gradient(scaled, variables)
 
         if compile_steps:  # XLA compiles the replica's own work; the reduction stays outside
@@ -178,7 +185,6 @@ class TensorFlowFramework:
             "layout": "channels_last",
             "tf32": runtime.tf32_enabled(self.device_type),
             "deterministic": self.deterministic,
-            "compiled": compiled.DESCRIPTION if self.training.compile else None,
             "versions": runtime.versions(),
         }
 
@@ -256,6 +262,16 @@ class TensorFlowFramework:
 
     def epoch_loss(self) -> tuple[float, int]:
         return float(self.loss_sum.numpy()), self.replica_steps  # numpy() waits for the last step
+
+    def observed_steps(self) -> dict:
+        dtypes = sorted(set(self.steps.traced_dtypes))  # one, unless replicas computed differently
+        return {
+            "compute_dtype": ",".join(dtypes) or None,
+            "compiled": compiled.observed(self.steps.traced_for_xla, len(self.backend.replica_ids)),
+        }
+
+    def optimizer_lr(self) -> float:
+        return float(keras.backend.get_value(self.optimizer.learning_rate))
 
     def synchronize(self) -> None:
         runtime.synchronize()

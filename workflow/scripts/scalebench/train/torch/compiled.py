@@ -13,8 +13,9 @@ import shutil
 import torch
 
 from scalebench.refusal import SettingRefused
+from scalebench.train.observed import compiled_record
 
-DESCRIPTION = "torch.compile (inductor) of the training model's forward and backward; evaluation eager"
+COMPILER = "torch.compile (inductor)"
 
 
 def check_available(device: torch.device) -> None:
@@ -45,3 +46,15 @@ def check_available(device: torch.device) -> None:
 
 def compile_model(model: torch.nn.Module) -> torch.nn.Module:
     return torch.compile(model)
+
+
+def observed() -> dict:
+    """What torch.compile built in this process so far, from Dynamo's own counters (a rank trains
+    one cell, and only its training model is compiled): the graphs it captured and handed to
+    inductor, and its recompiles with the guards that failed. None of it without a compile: 0
+    graphs (also where Dynamo is disabled, TORCHDYNAMO_DISABLE=1, and torch.compile returns the
+    model as it is)."""
+    from torch._dynamo.utils import counters, guard_failures
+
+    reasons = [reason for failures in guard_failures.values() for reason in failures]
+    return compiled_record(COMPILER, counters["stats"]["unique_graphs"], len(reasons), reasons)

@@ -63,6 +63,7 @@ class TorchFramework:
             # the loop sets the rate of each epoch before its first step
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=training.base_lr, eps=1e-8)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
+        self.output_dtype: torch.dtype | None = None  # the model's output in the last training step
         self.raw_model = self.model
         self.gathered: torch.nn.Module | None = None  # a whole copy of a sharded model (whole_model)
 
@@ -73,7 +74,6 @@ class TorchFramework:
             "layout": runtime.LAYOUT_NAME,
             "tf32": runtime.tf32_enabled(self.device),
             "deterministic": self.deterministic,
-            "compiled": compiled.DESCRIPTION if self.training.compile else None,
             "versions": runtime.versions(),
         }
 
@@ -153,6 +153,7 @@ class TorchFramework:
         images, masks = batch  # on the device, converted (data.py)
         with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
             logits = self.model(images)
+        self.output_dtype = logits.dtype  # what the passes computed in (observed.py): no device sync
         loss = F.binary_cross_entropy_with_logits(logits.float(), masks)
         if part.first:
             self.optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
@@ -169,6 +170,13 @@ class TorchFramework:
 
     def epoch_loss(self) -> tuple[float, int]:
         return self.loss_sum.item(), self.steps
+
+    def observed_steps(self) -> dict:
+        dtype = str(self.output_dtype).removeprefix("torch.") if self.output_dtype is not None else None
+        return {"compute_dtype": dtype, "compiled": compiled.observed()}
+
+    def optimizer_lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])  # every group is set alike (epoch_batches)
 
     def synchronize(self) -> None:
         runtime.synchronize(self.device)

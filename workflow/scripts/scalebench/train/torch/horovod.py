@@ -68,6 +68,7 @@ class HorovodTorchBackend(HorovodBackend):
         # completes its step's batches; a shorter last step of an epoch has the rest of its
         # allreduces started by synchronize() (the framework divides each batch's loss by the
         # step's batch count, so the reduced gradient is the step's mean)
+        restored = optimizer.state_dict()
         optimizer = self.hvd.DistributedOptimizer(
             optimizer,
             named_parameters=model.named_parameters(),
@@ -75,6 +76,9 @@ class HorovodTorchBackend(HorovodBackend):
             backward_passes_per_step=self.backward_passes_per_step,
             op=self.hvd.Average,
         )
+        # Horovod builds a new optimizer over the same parameter groups, without the state a
+        # checkpoint restored (Adam's moments and step count): a resumed run would restart them
+        optimizer.load_state_dict(restored)
         tensors = list(model.state_dict().items())
         # Only a resumed optimizer has state to share (its tensors, in place). Not Horovod's
         # broadcast_optimizer_state: on an empty optimizer it first takes a zero-gradient step,

@@ -1,0 +1,102 @@
+"""An interrupted cell resumes from its checkpoint to the results of an uninterrupted one, for
+every backend; a rank that cannot load rank 0's checkpoint fails the cell at once (train/resume.py).
+
+Each cell runs as the train rule runs it (launch.py and the backend's launcher). The first attempt
+stops for good at the start of its last epoch (SCALEBENCH_FAULT=stall), after the checkpoint
+before it, and is interrupted as SLURM does at a time limit (SIGTERM to the launcher, which passes
+it on to the ranks), so it cannot finish first however fast the machine is. FSDP's resume (whole
+tensors in its checkpoint) is in test_torch_backends.py, MultiWorkerMirrored's after a hard kill
+of its workers in test_tf_training.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import (
+    assert_curves_equal_records,
+    cell_settings,
+    checkpoint_epoch,
+    launch_cell,
+    rank_pids,
+    read_records,
+    start_cell,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+# (framework, backend, gpus, extra training settings): the smallest cell of each backend that
+# has several ranks or replicas where the CPU allows (dp drives one device without GPUs)
+CELLS = [
+    ("torch", "native", 2, {"tensorboard": True}),  # the resumed run rewrites the curves too
+    ("torch", "horovod", 2, {}),
+    ("torch", "dp", 1, {}),
+    ("tensorflow", "horovod", 2, {}),
+    ("tensorflow", "mirrored", 2, {}),
+]
+EPOCHS = 2
+
+
+def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework: str, epoch: int) -> None:
+    """A first attempt that stops at the start of epoch `epoch` + 1, after `epoch`'s checkpoint,
+    ended by SIGTERM to its launcher; no rank is left behind."""
+    process = start_cell(settings, data, out, SCALEBENCH_FAULT=f"stall:{epoch + 1}")
+    try:
+        assert wait_for(lambda: checkpoint_epoch(out, framework) == epoch, 300), "no checkpoint"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode != 0
+    assert wait_for(lambda: not rank_pids(out), 30), "ranks left behind"
+
+
+@pytest.mark.parametrize(("framework", "backend", "gpus", "extra"), CELLS, ids=[f"{f}-{b}" for f, b, _, _ in CELLS])
+def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path, framework, backend, gpus, extra):
+    settings = cell_settings(framework, backend, gpus, epochs=EPOCHS, checkpoint_every=1, **extra)
+    reference = launch_cell(settings, prepared_data, tmp_path / "reference")
+    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+    out = tmp_path / "interrupted"
+    interrupt_after_checkpoint(settings, prepared_data, out, framework, EPOCHS - 1)
+    resumed = launch_cell(settings, prepared_data, out)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert f"resuming from checkpoint after epoch {EPOCHS - 1}" in resumed.stdout
+    epochs_ref, final_ref, _ = read_records(tmp_path / "reference")
+    epochs_res, final_res, run_res = read_records(out)
+    assert run_res["status"] == "ok" and run_res["resumed_from_epoch"] == EPOCHS - 1
+    assert [e["epoch"] for e in epochs_res] == list(range(1, EPOCHS + 1))
+    # the same model, optimizer, generators and sample order: the same numbers, to the bit
+    assert [e["loss"] for e in epochs_res] == [e["loss"] for e in epochs_ref]
+    assert (final_res["iou"], final_res["test_loss"]) == (final_ref["iou"], final_ref["test_loss"])
+    assert checkpoint_epoch(out, framework) is None, "a finished cell keeps no checkpoint (a rerun starts fresh)"
+    if extra.get("tensorboard"):
+        # the curves hold every epoch once, as metrics.jsonl does: the resumed run rewrote the
+        # epochs before it into new event files in place of the interrupted run's
+        assert len(list((out / "tensorboard").iterdir())) == 1
+        assert_curves_equal_records(out / "tensorboard", epochs_res)
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(prepared_data, tmp_path, framework):
+    # a collective timeout far beyond launch_cell's limit: a rank left waiting would hang the test
+    # past that limit instead of failing it by timeout, so only the agreement check can end it
+    settings = cell_settings(framework, "native", 2, epochs=3, collective_timeout_s=3600)
+    out = tmp_path / "cell"
+    interrupt_after_checkpoint(settings, prepared_data, out, framework, 1)
+    # the next attempt: rank 1 does not see the cell's folder (a node-local folder on another node)
+    result = launch_cell(settings, prepared_data, out, SCALEBENCH_FAULT="hide_checkpoint:1")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    reason = "rank 0 resumes from its checkpoint after epoch 1, but rank 1 found no usable checkpoint"
+    assert reason in output, output[-3000:]
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and reason in run["error"]
+    assert wait_for(lambda: not rank_pids(out), 10), "ranks left behind"
