@@ -24,6 +24,7 @@ from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import RunSettings
 from scalebench.train import (
     accumulation,
+    binding,
     devices,
     energy,
     faults,
@@ -196,6 +197,7 @@ class TrainingLoop:
         hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
         record.update(provenance.placement(hosts, devices, run.image_size))
+        record.update(binding.fields(self.backend.allgather_text))  # each rank's cores, a local cell's GPU ids
         precision = flops.precision_key(self.training.autocast_dtype, bool(record["tf32"]))
         record.update(flops.peak_fields(devices[0], self.backend.device_type == "gpu", precision, run.peak_tflops))
         self.provenance = record
