@@ -42,8 +42,8 @@ def local_environment(
 ) -> tuple[dict[str, str], list[str]]:
     """(the variables that place a local cell's processes on the GPU ids and cores it now holds, lines
     for the log). Waits while other cells hold the GPUs it needs (local_pool.py)."""
-    ids = gpu_ids.machine_ids(env)
-    held = local_pool.hold_gpus(local_gpus.gpus_taken(device, gpus, len(ids)), ids)
+    ids, pool = gpu_ids.machine_ids(env), local_pool.pool_dir(env)
+    held = local_pool.hold_gpus(local_gpus.gpus_taken(device, gpus, len(ids)), ids, pool)
     placed = {gpu_ids.HELD: ",".join(held), cpu_binding.BIND: setting}
     said = []
     if held:
@@ -52,7 +52,7 @@ def local_environment(
         said.append(f"GPU(s) {','.join(held)} of this machine, held for this cell")
     if setting != "cores":
         return placed, said
-    cores, why = local_pool.hold_cores(processes * threads, cpu_binding.affinity(), near_cores(held))
+    cores, why = local_pool.hold_cores(processes * threads, cpu_binding.affinity(), near_cores(held), pool)
     if cores is None:
         placed[cpu_binding.UNBOUND] = f"launch.py held no cores for the ranks: {why}"
         said.append(f"ranks not bound: {why}")

@@ -20,14 +20,20 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
 from scalebench import locks
 
 POOL_DIR = Path(tempfile.gettempdir()) / "scalebench-local"
+POOL_VARIABLE = "SCALEBENCH_LOCAL_POOL"  # another folder: a test's own pool, apart from the machine's
 WAIT_POLL_S = 1.0
+
+
+def pool_dir(env: Mapping[str, str]) -> Path:
+    """The pool's folder: the host's, unless SCALEBENCH_LOCAL_POOL names another."""
+    return Path(env.get(POOL_VARIABLE) or POOL_DIR)
 
 
 def _name(kind: str, item: str) -> str:
