@@ -18,6 +18,8 @@ TEXT = {
     "scaling": str,
     "precision": str,
     "compression": str,
+    "local_gpu_ids": str,  # "0" is an id, not a number
+    "rank_cpus": str,
 }
 
 
