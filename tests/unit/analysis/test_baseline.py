@@ -140,7 +140,7 @@ def site_column(machine: str, nccl: str, **environment: str) -> str:
         suffix = "csv" if name == "query" else "txt"
         return (recordings / f"{name}-{machine}.{suffix}").read_text(), ""
 
-    maps = "7f00-7f01 r-xp 00000000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
+    maps = "7f00-7f01 r-xp 00000000 08:01 1 /venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
     found = site.fields(call=call, sys_root="/nonexistent", maps=maps, env=environment)["site"]
     found["libraries"] = site.libraries(
         maps, lambda path, function: int(nccl) if function == "ncclGetVersion" else None
@@ -160,7 +160,7 @@ def test_provenance_differences_name_a_change_of_site():
         'site.gpus.0.power_limit: "350.00" -> "700.00"' in text
         and 'site.gpus.2.power_limit: absent -> "500.00"' in text
     )
-    assert 'site.libraries.nccl./venv/nvidia/nccl/lib/libnccl.so.2: "2.18.5" -> "2.21.5"' in text
+    assert 'site.libraries.nccl.nvidia/nccl/lib/libnccl.so.2: "2.18.5" -> "2.21.5"' in text
     assert 'site.environment.NCCL_ALGO: "Ring" -> "Tree"' in text
     assert 'site.topology.links.GPU0.GPU1: "SYS" -> "NV18"' in text
     same = row(compare(frame([c | {"site": after} for c in FASTER]), frame([c | {"site": after} for c in BASELINE])), 1)

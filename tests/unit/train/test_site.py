@@ -129,10 +129,10 @@ def test_this_machine_s_network_adapters_are_read_for_real():
 
 def test_library_versions_are_asked_of_each_mapped_file_and_decoded():
     maps = (
-        "7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
-        "7f0000001000-7f0000002000 r--p 00001000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
-        "7f0000002000-7f0000003000 r-xp 00000000 08:01 2 /venv/horovod/torch/mpi_lib_v2.cpython-311-x86_64-linux-gnu.so\n"
-        "7f0000003000-7f0000004000 r-xp 00000000 08:01 3 /venv/nvidia/cuda_runtime/lib/libcudart.so.12\n"
+        "7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f0000001000-7f0000002000 r--p 00001000 08:01 1 /venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f0000002000-7f0000003000 r-xp 00000000 08:01 2 /venv/lib/python3.11/site-packages/horovod/torch/mpi_lib_v2.cpython-311-x86_64-linux-gnu.so\n"
+        "7f0000003000-7f0000004000 r-xp 00000000 08:01 3 /opt/cuda/lib64/libcudart.so.12\n"
         "7f0000004000-7f0000005000 rw-p 00000000 00:00 0 \n"
         "7f0000005000-7f0000006000 r-xp 00000000 08:01 4 /usr/lib/libm.so.6\n"
     )
@@ -148,11 +148,11 @@ def test_library_versions_are_asked_of_each_mapped_file_and_decoded():
         return codes.get((Path(path).name, function))
 
     found, reasons = site.libraries(maps, ask)
-    assert found["nccl"] == {
-        "/venv/nvidia/nccl/lib/libnccl.so.2": "2.21.5",
-        "/venv/horovod/torch/mpi_lib_v2.cpython-311-x86_64-linux-gnu.so": "2.7.8",  # NCCL linked into Horovod
+    assert found["nccl"] == {  # named by their place in the environment: a moved one is no change
+        "nvidia/nccl/lib/libnccl.so.2": "2.21.5",
+        "horovod/torch/mpi_lib_v2.cpython-311-x86_64-linux-gnu.so": "2.7.8",  # NCCL linked into Horovod
     }
-    assert found["cuda_runtime"] == {"/venv/nvidia/cuda_runtime/lib/libcudart.so.12": "12.4"}
+    assert found["cuda_runtime"] == {"/opt/cuda/lib64/libcudart.so.12": "12.4"}  # a module's, outside it
     assert "no library with cuDriverGetVersion is loaded" in reasons["cuda_driver_api"]
     assert ("libm.so.6", "ncclGetVersion") not in asked
 

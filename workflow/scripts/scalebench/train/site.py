@@ -102,8 +102,14 @@ def ask_version(path: str, function: str) -> int | None:
     return value.value if reader(ctypes.byref(value)) == 0 and value.value > 0 else None
 
 
+def library_label(path: str) -> str:
+    """A library by its place in its Python environment ('nvidia/nccl/lib/libnccl.so.2'), else its path:
+    the same library of an environment at another path is no change."""
+    return path.split("site-packages/", 1)[1] if "site-packages/" in path else path
+
+
 def libraries(maps: str, ask: Callable[[str, str], int | None] = ask_version) -> tuple[dict, dict]:
-    """({kind: {library path: version}}, {kind: why absent}) for NCCL, the CUDA runtime and driver API."""
+    """({kind: {library: version}}, {kind: why absent}) for NCCL, the CUDA runtime and driver API."""
     files = mapped_files(maps)
     found: dict[str, dict[str, str]] = {}
     reasons: dict[str, str] = {}
@@ -113,7 +119,7 @@ def libraries(maps: str, ask: Callable[[str, str], int | None] = ask_version) ->
             if pattern.search(Path(path).name) or (kind == "nccl" and pattern.search(path)):
                 code = ask(path, function)
                 if code:
-                    versions[path] = version_text(kind, code)
+                    versions[library_label(path)] = version_text(kind, code)
         if versions:
             found[kind] = versions
         else:
