@@ -184,3 +184,14 @@ def test_without_test_only_a_refused_submission_is_not_resubmitted(single_node, 
     assert re.match(r"its job never started: sbatch refused it: sbatch: error: .+ \(\.snakemake/log/", row["reason"]), (
         row
     )
+
+
+def test_a_rank_larger_than_any_node_is_refused_naming_the_key_before_any_job(single_node, tmp_path):
+    config = cluster_config(cpus_per_rank=8)  # this cluster's nodes have 4 CPUs
+    result = run_slurm_snakemake(single_node, tmp_path, config, "-n")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert (
+        "config key 'cluster.cpus_per_rank': 8 CPUs per rank, more than any node of the cluster has (4, sinfo)"
+        in output
+    )
