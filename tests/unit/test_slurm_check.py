@@ -19,6 +19,11 @@ case "$*" in
 esac
 echo "sbatch: Job 7 to start at 2030-01-01T00:00:00 using 1 processors on nodes n1 in partition debug" >&2
 """
+UNCONFIGURED = """#!/bin/sh
+echo "sbatch: error: fetch_config: DNS SRV lookup failed" >&2
+echo "sbatch: fatal: Could not establish a configuration source" >&2
+exit 1
+"""
 OLD = """#!/bin/sh
 echo "sbatch: unrecognized option '--test-only'" >&2
 exit 1
@@ -91,6 +96,15 @@ def test_an_sbatch_without_test_only_or_none_at_all_skips_the_check_saying_why(s
     monkeypatch.setenv("PATH", "/nonexistent")
     note = slurm_check.check(sb_config.cells(config), resources_of(config)).notes[0]
     assert note.startswith("slurm check skipped: sbatch is not on this machine's PATH")
+
+
+def test_a_slurm_that_does_not_answer_is_no_refusal(schema, sbatch_on_path):
+    # SLURM's client installed on a machine without a cluster (or its controller down)
+    config = study(schema)
+    sbatch_on_path(UNCONFIGURED)
+    findings = slurm_check.check(sb_config.cells(config), resources_of(config))
+    assert findings.refused == {}
+    assert findings.notes[0].startswith("slurm check skipped: SLURM did not answer sbatch --test-only (sbatch: error")
 
 
 def test_a_rank_larger_than_any_node_names_the_key(sbatch_on_path, tmp_path):

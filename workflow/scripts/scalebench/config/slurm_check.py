@@ -9,8 +9,9 @@ GPUs, CPUs, memory, time and cluster.extra: the options snakemake-executor-plugi
 get_submit_command and set_gres_string build from the train rule's resources) and asks
 `sbatch --test-only` once per request. The cells of a refused request are left out with
 sbatch's own message (the dry run says so, the report lists them); the others run. Where
---test-only cannot be asked (no sbatch here, an old SLURM or a site's wrapper without it)
-the check says it was skipped and why, and submission proceeds as before.
+--test-only cannot be asked (no sbatch here, an old SLURM or a site's wrapper without it, a
+controller that does not answer) the check says it was skipped and why, and submission proceeds
+as before.
 
 A refusal that still comes at submission (a request --test-only accepted, the longer time
 of a retry) is not resubmitted either: the plugin reports it as a job error without a SLURM
@@ -32,6 +33,12 @@ from scalebench.cell import Cell
 # the plugin's bookkeeping options, not part of what SLURM accepts or refuses
 BOOKKEEPING = {"--parsable", "--job-name", "--output", "--comment", "-D", "--export=ALL"}
 TIMEOUT_S = 60
+# sbatch's words for a SLURM that did not answer (no config, controller down or busy): no verdict on the request
+UNANSWERED = re.compile(
+    r"fatal:|configuration source|Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted"
+    r"|temporarily unable|Communication connection failure|Transport endpoint",
+    re.I,
+)
 
 
 class _Resources(dict):
@@ -96,6 +103,8 @@ def test_only(options: list[str], run: Callable[..., subprocess.CompletedProcess
         return "ok", answer
     if re.search(r"test.only", answer, re.I):  # an sbatch (or a site's wrapper) that does not know the option
         return "skipped", f"this sbatch does not take --test-only ({answer[:300]})"
+    if UNANSWERED.search(answer):
+        return "skipped", f"SLURM did not answer sbatch --test-only ({answer[:300]})"
     return "refused", answer
 
 
