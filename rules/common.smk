@@ -3,6 +3,7 @@
 # package so it is testable without Snakemake.
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from scalebench import cell as sb_cell
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.config import freshness as sb_freshness
+from scalebench.config import slurm_check as sb_slurm_check
 from scalebench.analysis import baseline_tables as sb_baseline
 from scalebench.data import keys as sb_keys
 from scalebench.launch import local_gpus as sb_local_gpus
@@ -45,23 +47,39 @@ def check_baseline():
 check_baseline()
 
 
+# The executor this invocation runs its jobs with (Snakemake's own reading of the command line and
+# profiles): `-j 4` alone is a local run's cores, `--executor slurm -n` a cluster run's dry run.
+INVOKED_EXECUTOR = sb_rerun.executor(sys.argv) if workflow.is_main_process else None
+
+
+def local_run(declared):
+    """Whether this run's jobs run on this machine. Where argv is not Snakemake's own (the API), a
+    run that declares the count, or is given cores and no --jobs (which every cluster executor needs)."""
+    if INVOKED_EXECUTOR is not None:
+        return INVOKED_EXECUTOR == "local"
+    settings = workflow.resource_settings
+    return declared is not None or (settings.nodes is None and settings.cores is not None)
+
+
 def machine_gpus():
     """This machine's GPUs for a local run (launch/local_gpus.py), None for a cluster run.
 
-    `--resources local_gpus=N` wins; a local run without it (cores given and no --jobs, which
-    every cluster executor needs) counts the GPUs here and makes the count the scheduler's limit,
-    so no two cells share a GPU. A SLURM run gets no limit: there each cell is its own job.
+    `--resources local_gpus=N` wins; a local run without it counts the GPUs here and makes the
+    count the scheduler's limit, so the running cells never hold more GPUs than there are (which
+    ones each holds, launch.py takes: launch/local_pool.py). A count above the machine's, or a
+    CUDA_VISIBLE_DEVICES naming a GPU twice or one the machine lacks, is refused here. A SLURM
+    run gets no limit: there each cell is its own job.
     """
-    if (
-        not workflow.is_main_process
-    ):  # a job's own Snakemake: its cell was checked where it was planned
-        return None
+    if not workflow.is_main_process:
+        return None  # a job's own Snakemake: its cell was checked where it was planned
     declared = workflow.global_resources.get(sb_local_gpus.RESOURCE).value
+    if not local_run(declared):
+        return None
+    problem = sb_local_gpus.machine_problem(os.environ, declared)
+    if problem:
+        raise WorkflowError(problem)
     if declared is not None:
         return int(declared)
-    settings = workflow.resource_settings
-    if settings.nodes is not None or settings.cores is None:
-        return None
     count = sb_local_gpus.visible_gpus()
     workflow.register_resource(sb_local_gpus.RESOURCE, count)
     return count
@@ -104,7 +122,7 @@ def cell_of(wildcards):
         int(wildcards.seed),
         VARIANTS[variant],
     )
-    reason = sb_config.cell_problem(config, cell, MACHINE_GPUS)
+    reason = sb_config.cell_problem(config, cell, MACHINE_GPUS, SLURM_REFUSED)
     if reason:
         raise WorkflowError(f"{cell.path} cannot run: {reason}")
     return cell
@@ -257,17 +275,58 @@ def stamp_analysis():
 def report_left_out():
     """Say which framework/backend pairs and GPU counts the matrix leaves out, and why
     (also in the report's table of failed, missing and left-out cells)."""
-    for entry in sb_config.left_out(config, MACHINE_GPUS):
+    for entry in sb_config.left_out(config, MACHINE_GPUS, SLURM_REFUSED):
         print(entry.describe(), file=sys.stderr)
 
 
 def left_out_json():
-    return json.dumps([dataclasses.asdict(e) for e in sb_config.left_out(config, MACHINE_GPUS)])
+    return json.dumps(
+        [dataclasses.asdict(e) for e in sb_config.left_out(config, MACHINE_GPUS, SLURM_REFUSED)]
+    )
 
 
-if workflow.is_main_process:
-    report_left_out()
+# The cells whose job SLURM refuses, with sbatch's message (config/slurm_check.py): left out.
+SLURM_REFUSED = {}
+
+
+def train_job_resources(cell):
+    """A cell's train job's resources as the SLURM plugin submits it at its first attempt (the rule's,
+    with --default-resources and --set-resources), and its threads."""
+    train_rule = workflow.get_rule("train_variant" if cell.variant else "train")
+    wildcards = {key: str(value) for key, value in cell.key().items() if key != "variant" or value}
+    resources = train_rule.expand_resources(wildcards, [], 1)
+    return resources, resources["_cores"]
+
+
+def check_slurm_requests():
+    """Before any train job is submitted to SLURM: a rank that fits no node is a configuration error,
+    and the cells to submit whose request `sbatch --test-only` refuses are left out. A refusal
+    that still comes at submission is not resubmitted."""
+    if INVOKED_EXECUTOR != "slurm":
+        return
+    sb_slurm_check.never_resubmit_refusals()
+    cluster = config["cluster"]
+    problem = sb_slurm_check.node_cpus_problem(cluster["cpus_per_rank"], cluster["partition"])
+    if problem:
+        raise WorkflowError(problem)
+    to_submit = [cell for cell in CELLS if not cell_finished(cell)]
+    findings = sb_slurm_check.check(to_submit, train_job_resources) if to_submit else None
+    for note in findings.notes if findings else []:
+        print(note, file=sys.stderr)
+    if findings and findings.refused:
+        SLURM_REFUSED.update(findings.refused)
+        CELLS[:] = [cell for cell in CELLS if cell not in findings.refused]
+
+
+def plan_study():
+    """Once the train rule exists (rules/train.smk calls this, before the analysis rules read the
+    cells): plan every cell, leave out those SLURM refuses, say what is left out and why, and stamp
+    the analysis. In the process the user started; a job's own Snakemake plans nothing."""
+    if not workflow.is_main_process:
+        return
     plan_cells()
+    check_slurm_requests()
+    report_left_out()
     stamp_analysis()
 
 

@@ -42,3 +42,7 @@ use rule train as train_variant with:
         f"{RUNS_VARIANT}/train.log",
     benchmark:
         f"{RUNS_VARIANT}/benchmark.tsv"
+
+
+# The cells, planned once the train rule's resources can be asked of SLURM (rules/common.smk).
+plan_study()

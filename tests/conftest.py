@@ -102,10 +102,12 @@ def snakemake_command(workdir: Path, config: dict, *args: str) -> list[str]:
     ]
 
 
-def run_snakemake(workdir: Path, config: dict, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
-    """Run the real workflow locally in `workdir` with `config` as its only config file."""
+def run_snakemake(
+    workdir: Path, config: dict, *args: str, timeout: float = 1800, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the real workflow locally in `workdir` with `config` as its only config file (`env`: more variables)."""
     command = snakemake_command(workdir, config, *args)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=tool_env())
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=tool_env(**(env or {})))
 
 
 def cell_settings(framework: str, backend: str, gpus: int, seed: int = 1, **training: object) -> dict:

@@ -4,7 +4,7 @@ The rule: every line of a fenced code block marked bash, sh, shell or console is
 command line (a console block's `$ ` prompt is dropped, lines without it are output);
 blank lines and `#` comment lines are skipped, a trailing `  # comment` is cut, and a
 line is split into commands at `&&`. A command whose program is `snakemake` (as
-`.venv/bin/snakemake` or `snakemake`) is a Snakemake command.
+`.venv/bin/snakemake` or `snakemake`, after any `NAME=value` environment words) is a Snakemake command.
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ def shell_commands(markdown: str) -> list[str]:
 
 
 def is_snakemake(command: str) -> bool:
-    program = command.split()[0]
-    return Path(program).name == "snakemake"
+    """Its program is snakemake, after any `NAME=value` words that set its environment."""
+    words = [word for word in command.split() if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=\S*", word)]
+    return bool(words) and Path(words[0]).name == "snakemake"
 
 
 def snakemake_commands(markdown: str) -> list[str]:

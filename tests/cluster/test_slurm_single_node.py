@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+import os
 import re
+import shutil
 
 import pytest
 from conftest import REPO
@@ -36,6 +38,12 @@ def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
             assert run["slurm"]["job_id"] in jobs[f"{framework}_{backend}_{gpus}_1"], (run["slurm"], jobs)
             log = (tmp_path / "results" / "runs" / cell / "train.log").read_text()
             assert log.startswith("launch (slurm): "), log[:500]
+            # each rank on its cluster.cpus_per_rank (1) core, read back from the OS: this cluster's srun binds
+            # nothing (TaskPlugin=task/none), so each rank took its local rank's share itself
+            assert run["cpu_binding"] == "cores" and run["cpu_bound_by"] == "rank", run
+            assert len(run["rank_cpus"]) == gpus and len(set(run["rank_cpus"])) == gpus, run["rank_cpus"]
+            assert all(cpus.isdigit() for cpus in run["rank_cpus"]), run["rank_cpus"]
+            assert run["local_gpu_ids"] is None and "SLURM" in run["local_gpu_ids_reason"]
 
 
 def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_path):
@@ -97,39 +105,77 @@ def test_two_cells_on_one_node_at_once_use_different_ports(single_node, tmp_path
     assert len(ports) == 2, ports
 
 
-def test_cell_slurm_rejects_fails_with_sbatch_message_and_the_others_finish(single_node, tmp_path):
-    # 4 ranks at 2 per node need two nodes; this cluster has one, so sbatch refuses that cell
+def left_out_rows(workdir) -> dict[str, dict]:
+    with open(workdir / "results" / "summary" / "incomplete.csv") as handle:
+        return {row["item"]: row for row in csv.DictReader(handle) if row["status"] == "left out"}
+
+
+def test_a_cell_slurm_would_refuse_is_left_out_before_submission_and_the_others_run(single_node, tmp_path):
+    # 4 ranks at 2 per node need two nodes; this cluster has one, so SLURM refuses that cell's job
     # (EnforcePartLimits=ALL, as on production clusters; without it the job would pend forever)
     config = cluster_config(gpus=(1, 4))
     config["dataset"]["synthetic"]["count"] = 80
     result = run_slurm_snakemake(single_node, tmp_path, config)
-    assert result.returncode != 0
     output = result.stdout + result.stderr
-    assert "SLURM sbatch failed" in output and "Node count specification invalid" in output, output[-4000:]
+    assert result.returncode == 0, describe(result, tmp_path)
+    assert output.count("Node count specification invalid") == 1, output[-4000:]  # its one left-out line
+    assert "left out: torch/native g4: SLURM refuses its job (sbatch --test-only " in result.stderr
+    assert "SLURM sbatch failed" not in output and "Trying to restart" not in output
     assert read_run(tmp_path, "torch/native/g1/s1")["status"] == "ok", describe(result, tmp_path)
-    assert not (tmp_path / "results" / "runs" / "torch" / "native" / "g4" / "s1" / "run.json").exists()
+    assert set(slurm_jobs(tmp_path)) == {"torch_native_1_1"}  # nothing was submitted for g4
+    assert "Node count specification invalid" in left_out_rows(tmp_path)["torch/native g4"]["reason"]
 
 
-def test_partition_slurm_rejects_fails_every_cell_with_sbatch_message(single_node, tmp_path):
+def test_a_partition_that_does_not_exist_is_one_sbatch_message_per_request_and_no_job(single_node, tmp_path):
     config = cluster_config(partition="nosuchpartition")
     result = run_slurm_snakemake(single_node, tmp_path, config)
-    assert result.returncode != 0
     output = result.stdout + result.stderr
-    # each cell was tried (keep-going), each failed with sbatch's own words
-    assert output.count("invalid partition specified") >= 2, output[-4000:]
+    assert result.returncode == 0, describe(result, tmp_path)
+    # g1 and g2 ask for different tasks per node: two requests, each refused once, nothing submitted
+    assert output.count("invalid partition specified") == 2, output[-4000:]
+    assert "Trying to restart" not in output and not slurm_jobs(tmp_path)
     assert len(list((tmp_path / "results" / "data" / "prepared").glob("*/manifest.json"))) == 1
+    reasons = left_out_rows(tmp_path)
+    assert set(reasons) == {"torch/native g1", "torch/native g2"}
+    assert all("sbatch --test-only -p nosuchpartition" in row["reason"] for row in reasons.values()), reasons
 
 
-def test_a_task_binding_cell_that_sbatch_refuses_shows_sbatch_s_error_as_its_reason(single_node, tmp_path):
-    # this cluster schedules no GPUs (no GRES), so sbatch refuses the job's --gpus-per-task
+def test_task_binding_on_a_cluster_without_gpu_scheduling_is_refused_before_submission(single_node, tmp_path):
+    # this cluster schedules no GPUs (no GRES), so SLURM refuses the job's --gpus-per-task
     config = cluster_config(gpus=(1,), gpus_per_node=1, gpu_binding="task")
     result = run_slurm_snakemake(single_node, tmp_path, config, timeout=600)
-    assert result.returncode != 0 and "SLURM sbatch failed" in result.stderr, describe(result, tmp_path)
-    assert "--gpus-per-task=1" in result.stderr, result.stderr[-3000:]
-    log = tmp_path / "results" / "runs" / "torch" / "native" / "g1" / "s1" / "train.log"
-    assert not log.exists() or not log.read_text()  # Snakemake may leave it empty; launch.py never ran
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, describe(result, tmp_path)
+    refused = [line for line in result.stderr.splitlines() if line.startswith("left out: torch/native")]
+    assert len(refused) == 1 and "--gpus-per-task=1" in refused[0] and "sbatch: error: " in refused[0], refused
+    assert "Trying to restart" not in output and not slurm_jobs(tmp_path)
+    row = left_out_rows(tmp_path)["torch/native"]
+    assert row["reason"] == refused[0].split(": ", 2)[2] and row["rerun"] == "", row
+    print(row["reason"])  # the cluster's own words, for the record
+
+
+OLD_SBATCH = """#!/bin/sh
+# a site's sbatch wrapper that does not pass --test-only on
+case "$*" in *--test-only*) echo "sbatch: unrecognized option '--test-only'" >&2; exit 1 ;; esac
+exec {sbatch} "$@"
+"""
+
+
+def test_without_test_only_a_refused_submission_is_not_resubmitted(single_node, tmp_path):
+    wrapper = tmp_path / "bin" / "sbatch"
+    wrapper.parent.mkdir()
+    wrapper.write_text(OLD_SBATCH.format(sbatch=shutil.which("sbatch")))
+    wrapper.chmod(0o755)
+    config = cluster_config(partition="nosuchpartition")
+    env = {"PATH": f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}"}
+    result = run_slurm_snakemake(single_node, tmp_path, config, env=env)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "slurm check skipped: this sbatch does not take --test-only" in result.stderr, result.stderr[-3000:]
+    # each cell submitted once and refused once (keep-going), none restarted with the profile's retries
+    assert output.count("SLURM sbatch failed") == 2 and "Trying to restart" not in output, output[-4000:]
     table = "results/summary/incomplete.csv"
-    collected = run_slurm_snakemake(single_node, tmp_path, config, table, "--config", "partial=true")
+    collected = run_slurm_snakemake(single_node, tmp_path, config, table, "--config", "partial=true", env=env)
     assert collected.returncode == 0, describe(collected, tmp_path)
     with open(tmp_path / table) as handle:
         rows = {row["item"]: row for row in csv.DictReader(handle)}
@@ -138,4 +184,14 @@ def test_a_task_binding_cell_that_sbatch_refuses_shows_sbatch_s_error_as_its_rea
     assert re.match(r"its job never started: sbatch refused it: sbatch: error: .+ \(\.snakemake/log/", row["reason"]), (
         row
     )
-    print(row["reason"])  # the cluster's own words, for the record
+
+
+def test_a_rank_larger_than_any_node_is_refused_naming_the_key_before_any_job(single_node, tmp_path):
+    config = cluster_config(cpus_per_rank=8)  # this cluster's nodes have 4 CPUs
+    result = run_slurm_snakemake(single_node, tmp_path, config, "-n")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert (
+        "config key 'cluster.cpus_per_rank': 8 CPUs per rank, more than any node of the cluster has (4, sinfo)"
+        in output
+    )

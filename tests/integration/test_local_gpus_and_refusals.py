@@ -1,8 +1,9 @@
 """A local run holds each GPU for one cell at a time, and a cell no retry can fix ends at once.
 
-This machine has no GPU: `--resources local_gpus=N` declares N, as a GPU machine's profile or
-count would, and the cells train on CPU ranks (training.device auto), holding their declared
-GPUs while they run. training.device: cuda on this machine is a cell that can never run here.
+This machine has no GPU: CUDA_VISIBLE_DEVICES fakes the ones it shows, `--resources local_gpus=N`
+declares N of them, as a GPU machine's profile would, and the cells train on CPU ranks (torch sees
+no GPU: training.device auto), holding their GPU ids while they run. training.device: cuda on this
+machine is a cell that can never run here.
 """
 
 from __future__ import annotations
@@ -26,28 +27,42 @@ def run_json(workdir, cell: str) -> dict:
 def test_one_gpu_cells_take_the_one_gpu_in_turn_and_a_two_gpu_cell_is_left_out(tmp_path):
     config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1, 2], "seeds": [1, 2]})
     limit = ["--cores", "4", "--resources", "local_gpus=1"]
-    dry = run_snakemake(tmp_path, config, *limit, "-n")
+    one_gpu = {"CUDA_VISIBLE_DEVICES": "0"}
+    dry = run_snakemake(tmp_path, config, *limit, "-n", env=one_gpu)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "left out: torch/native g2: needs 2 GPUs and this machine has 1 (local_gpus=1)" in dry.stderr
     assert "g2/s1/train.log" not in dry.stdout and "g1/s2/train.log" in dry.stdout
-    named = run_snakemake(tmp_path, config, *limit, "-n", "--", f"{CELLS}/g2/s1/metrics.jsonl")
+    named = run_snakemake(tmp_path, config, *limit, "-n", "--", f"{CELLS}/g2/s1/metrics.jsonl", env=one_gpu)
     assert named.returncode != 0 and "torch/native/g2/s1 cannot run: needs 2 GPUs" in named.stdout + named.stderr
 
     # four cores would start both one-rank cells at once; the one GPU makes them take turns
     targets = [f"{CELLS}/g1/s{seed}/metrics.jsonl" for seed in (1, 2)]
-    run = run_snakemake(tmp_path, config, *limit, "--", *targets)
+    run = run_snakemake(tmp_path, config, *limit, "--", *targets, env=one_gpu)
     assert run.returncode == 0, run.stderr[-3000:]
     spans = sorted(
         (datetime.fromisoformat(r["start"]), datetime.fromisoformat(r["end"]))
         for r in (run_json(tmp_path, f"g1/s{seed}") for seed in (1, 2))
     )
     assert spans[0][1] <= spans[1][0], spans
+    assert [run_json(tmp_path, f"g1/s{seed}")["local_gpu_ids"] for seed in (1, 2)] == [["0"], ["0"]]
+
+
+def test_a_count_above_the_machine_s_gpus_is_refused_naming_both(tmp_path):
+    config = tiny_config(matrix={"gpus": [1], "seeds": [1]})
+    result = run_snakemake(
+        tmp_path, config, "--cores", "2", "--resources", "local_gpus=2", "-n", env={"CUDA_VISIBLE_DEVICES": "0"}
+    )
+    assert result.returncode != 0
+    refusal = "--resources local_gpus=2 declares more GPUs than this machine shows: 1 (CUDA_VISIBLE_DEVICES)"
+    assert refusal in result.stdout + result.stderr
 
 
 def test_a_cell_no_retry_can_fix_ends_refused_at_its_first_attempt_with_the_reason(tmp_path):
     # training.device cuda where no rank sees a GPU: the default profile's two retries would not help
     config = tiny_config(training={"device": "cuda"}, matrix={"gpus": [1], "seeds": [1]})
-    result = run_snakemake(tmp_path, config, "--cores", "2", "--resources", "local_gpus=1")
+    result = run_snakemake(
+        tmp_path, config, "--cores", "2", "--resources", "local_gpus=1", env={"CUDA_VISIBLE_DEVICES": "0"}
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "Trying to restart" not in output

@@ -219,3 +219,15 @@ def test_settings_changes_name_each_key_that_differs():
         "training.epochs: 2 -> 3",
     ]
     assert sb_config.settings_changes(now, now) == []
+
+
+def test_cpu_binding_is_cores_or_none_and_only_none_reaches_a_cell_s_settings(schema):
+    with pytest.raises(sb_config.ConfigError, match=r"config key 'cluster.cpu_binding': 'sockets' is not one of"):
+        sb_config.validate({"cluster": {"cpu_binding": "sockets"}}, schema)
+    cell = sb_config.Cell("torch", "native", 2, 1)
+    default = sb_config.train_settings(sb_config.validate({}, schema), cell)
+    unbound = sb_config.train_settings(sb_config.validate({"cluster": {"cpu_binding": "none"}}, schema), cell)
+    assert "cpu_binding" not in default and unbound["cpu_binding"] == "none"
+    # a cell finished before the key existed ran with today's default: not retrained; none retrains it
+    assert sb_config.settings_changes(default, default, default) == []
+    assert sb_config.settings_changes(default, unbound, default) == ['cpu_binding: "(not set)" -> "none"']

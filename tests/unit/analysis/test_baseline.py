@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 import pytest
+from conftest import REPO
 from scalebench.analysis.baseline import BaselineError, compare, read_baseline, study_differences
 from scalebench.analysis.baseline_tables import baseline_problem
 from scalebench.analysis.collect import RUN_COLUMNS, runs_frame
@@ -125,6 +126,48 @@ def test_provenance_differences_name_what_changed():
     assert "config hash: aaa -> bbb" in text and "training.batch_per_gpu: 8 -> 1" in text
     assert "devices" not in text and "precision" not in text
     assert "torch: 2.13.0 -> 2.14.0" in study_differences(frame(here), frame(BASELINE))
+
+
+def site_column(machine: str, nccl: str, **environment: str) -> str:
+    """runs.csv's site of a cell on the recorded machine (tests/fixtures/nvidia-smi), NCCL `nccl` loaded."""
+    from scalebench.analysis.collect import flat_settings
+    from scalebench.train import site
+
+    recordings = REPO / "tests" / "fixtures" / "nvidia-smi"
+
+    def call(*arguments):
+        name = "query" if arguments[0].startswith("--query-gpu") else "topo"
+        suffix = "csv" if name == "query" else "txt"
+        return (recordings / f"{name}-{machine}.{suffix}").read_text(), ""
+
+    maps = "7f00-7f01 r-xp 00000000 08:01 1 /venv/lib/python3.11/site-packages/nvidia/nccl/lib/libnccl.so.2\n"
+    found = site.fields(call=call, sys_root="/nonexistent", maps=maps, env=environment)["site"]
+    found["libraries"] = site.libraries(
+        maps, lambda path, function: int(nccl) if function == "ncclGetVersion" else None
+    )[0]
+    return json.dumps(flat_settings(found), sort_keys=True)
+
+
+def test_provenance_differences_name_a_change_of_site():
+    before = site_column("2xgpu-2core", "21805", NCCL_ALGO="Ring")
+    after = site_column("4xh100", "22105", NCCL_ALGO="Tree")
+    text = row(
+        compare(frame([c | {"site": after} for c in FASTER]), frame([c | {"site": before} for c in BASELINE])), 1
+    )["provenance_differences"]
+    assert 'site.driver: "535.161.08" -> "550.54.15"' in text
+    assert 'site.gpus.0.name: "NVIDIA L40S" -> "NVIDIA H100 80GB HBM3"' in text
+    assert (
+        'site.gpus.0.power_limit: "350.00" -> "700.00"' in text
+        and 'site.gpus.2.power_limit: absent -> "500.00"' in text
+    )
+    assert 'site.libraries.nccl.nvidia/nccl/lib/libnccl.so.2: "2.18.5" -> "2.21.5"' in text
+    assert 'site.environment.NCCL_ALGO: "Ring" -> "Tree"' in text
+    assert 'site.topology.links.GPU0.GPU1: "SYS" -> "NV18"' in text
+    same = row(compare(frame([c | {"site": after} for c in FASTER]), frame([c | {"site": after} for c in BASELINE])), 1)
+    assert "site" not in same["provenance_differences"]
+    # cells from before the site was recorded: said once, not every key
+    older = row(compare(frame([c | {"site": after} for c in FASTER]), frame(BASELINE)), 1)["provenance_differences"]
+    assert "site: not recorded by the baseline's cells" in older and "site.driver" not in older
 
 
 def write(tmp_path, rows: list[dict], drop=()) -> str:

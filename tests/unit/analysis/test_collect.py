@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -289,3 +290,23 @@ def test_records_from_before_the_observation_read_as_not_measured_with_the_reaso
     assert old["observed_reason"] == analysis.NOT_OBSERVED
     assert refused["observed_reason"] == "no epoch finished (status refused)"
     assert epochs["lr"].isna().all() and list(epochs["scheduled_lr"]) == [0.001] * 4
+
+
+def test_placement_and_site_reach_runs_csv_and_stay_out_of_the_provenance_table(tmp_path):
+    placed = {
+        "local_gpu_ids": ["1", "2"],
+        "rank_cpus": ["0-3", "4-7"],
+        "site": {"driver": "550.54.15", "gpus": {"0": {"power_limit": "700.00"}}, "environment": {"NCCL_ALGO": "Ring"}},
+    }
+    write_cell(tmp_path, gpus=2, run_extra=placed)
+    write_cell(tmp_path, gpus=1)  # a cell from before placements and sites were recorded
+    collected = summary.collect_study(str(tmp_path), [cell(gpus=1), cell(gpus=2)], 0.8, [], STUDY)
+    runs = collected.runs.set_index("gpus")
+    assert (runs.loc[2, "local_gpu_ids"], runs.loc[2, "rank_cpus"]) == ("1,2", "0-3;4-7")
+    assert json.loads(runs.loc[2, "site"]) == {
+        "driver": "550.54.15",
+        "gpus.0.power_limit": "700.00",
+        "environment.NCCL_ALGO": "Ring",
+    }
+    assert runs.loc[1, ["local_gpu_ids", "rank_cpus", "site"]].isna().all()
+    assert {"local_gpu_ids", "rank_cpus"} <= set(collected.provenance.columns) and "site" not in collected.provenance

@@ -241,8 +241,9 @@ def test_a_left_out_cell_named_as_a_target_is_refused_before_submission(tmp_path
         sbatch_lines(tmp_path, config)
 
 
-def test_the_local_gpu_resource_leaves_the_sbatch_line_as_it_is(tmp_path):
+def test_the_local_gpu_resource_leaves_the_sbatch_line_as_it_is(tmp_path, monkeypatch):
     # the plugin reads a resource named gpu as --gpus (and adds --ntasks-per-gpu): local_gpus is not read
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")  # 8 faked GPUs: the count declared below
     study = gpu_study()
     study["matrix"]["gpus"] = [1, 2, 4, 8]
     declared = ResourceSettings(resources={"local_gpus": 8})

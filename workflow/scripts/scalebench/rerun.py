@@ -15,6 +15,8 @@ a target right after them would be read as one more of their values.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import shlex
 import shutil
@@ -193,3 +195,21 @@ def current(workflow) -> Invocation:
     """This Snakemake process's invocation (call it from the Snakefile, where `workflow` is defined)."""
     configfiles = [str(path) for path in workflow.config_settings.configfiles]
     return from_argv(sys.argv, os.getcwd(), configfiles, str(Path(workflow.main_snakefile).absolute()))
+
+
+def executor(argv: list[str]) -> str | None:
+    """The executor this invocation runs its jobs with, as Snakemake resolves it from the command
+    line, a --profile (or SNAKEMAKE_PROFILE) and the workflow profile: 'local' where none names one;
+    None where `argv` is not a Snakemake command line this version parses (the API, a test runner).
+    A dry run (`-n`) names the executor the real run would use."""
+    from snakemake.cli import parse_args
+
+    program = Path(argv[0]) if argv else Path()
+    if "snakemake" not in (program.name, program.parent.name):  # `snakemake` or `python -m snakemake`
+        return None
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # its "Using profile ..." line, printed once already
+            _, args = parse_args(list(argv[1:]))
+    except (SystemExit, Exception):
+        return None
+    return args.executor or "local"

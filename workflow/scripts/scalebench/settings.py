@@ -95,6 +95,7 @@ class RunSettings:
     share_gpu: bool = False  # SCALEBENCH_SHARE_GPU=1: ranks may share a GPU (functional checks on one GPU only)
     gpu_binding: str = "node"  # cluster.gpu_binding: what a task sees, its node's GPUs or its own (train/devices.py)
     network_interface: str | None = None  # cluster.network_interface (cluster/network.py)
+    cpu_binding: str = "cores"  # cluster.cpu_binding: each rank bound to its share of the cores, or none
     # the JSON this rank was started with, recorded in run.json: the report tells a cell
     # trained with other settings than the study's from it, key by key
     source: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -121,6 +122,7 @@ class RunSettings:
             share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
             gpu_binding=settings.get("gpu_binding", "node"),  # set only where not node (config.train_settings)
             network_interface=settings.get("network_interface"),  # set only where set
+            cpu_binding=settings.get("cpu_binding", "cores"),  # set only where not cores
             source=settings,
         )
 

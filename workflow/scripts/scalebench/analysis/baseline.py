@@ -20,7 +20,9 @@ A ratio is flagged (``*_change``) where its interval excludes 1: images/s ``fast
 or ``lower``. Without an interval (one seed on a side) it is not flagged, and the note says so.
 Cells only one study has are listed (``present``). ``provenance_differences`` names what differs
 between the two studies' cells of the key and could explain a change: library versions,
-devices, nodes, config hash and the resolved training settings.
+devices, nodes, config hash, the resolved training settings and the site (run.json's `site`,
+key by key: the driver, each GPU's clocks, power limit and MIG mode, the topology, the CUDA
+runtime and NCCL as loaded, the network adapters, the NCCL_/HOROVOD_/TF_/OMP_ variables).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ SERIES = ["framework", "backend", "variant"]
 # provenance columns that may explain a change, as the table names them
 PROVENANCE = {"versions": "versions", "devices": "devices", "nodes": "nodes", "config_hash": "config hash"}
 # what a column that older tables lack empties
-OPTIONAL = {"time_to_target_s": "time to target", "training": "training settings", **PROVENANCE}
+# records flattened to JSON in runs.csv, compared key by key under their prefix
+RECORDS = {"training": "training settings", "site": "site"}
+OPTIONAL = {"time_to_target_s": "time to target", **RECORDS, **PROVENANCE}
 MEASURES = {
     "images_per_s": ("images_per_s", ("faster", "slower")),
     "efficiency": ("train_time_s", ("higher", "lower")),
@@ -188,10 +192,10 @@ def version_map(text: str) -> dict[str, str]:
     return {pair[0]: pair[-1] for pair in pairs}
 
 
-def settings_of(cells: pd.DataFrame) -> dict[str, set[str]]:
-    """Each resolved training setting's values over `cells` (runs.csv 'training', flattened JSON)."""
+def settings_of(cells: pd.DataFrame, column: str = "training") -> dict[str, set[str]]:
+    """Each key's values over `cells` of a record runs.csv holds as flattened JSON ('training', 'site')."""
     found: dict[str, set[str]] = {}
-    for text in cells["training"].dropna() if "training" in cells else []:
+    for text in cells[column].dropna() if column in cells else []:
         for key, value in flat_settings(json.loads(text)).items():
             found.setdefault(key, set()).add(json.dumps(value))
     return found
@@ -214,14 +218,18 @@ def provenance_differences(here: pd.DataFrame, there: pd.DataFrame, absent: list
         mine, theirs = values(here, column), values(there, column)
         if column not in absent and mine != theirs and (mine or theirs):
             changes.append(f"{label}: {'/'.join(theirs) or 'unknown'} -> {'/'.join(mine) or 'unknown'}")
-    if "training" not in absent:
-        old, new = settings_of(there), settings_of(here)
+    unrecorded = [OPTIONAL[c] for c in absent if c in PROVENANCE or c in RECORDS]
+    for column in RECORDS:
+        old, new = settings_of(there, column), settings_of(here, column)
+        if column in absent or not (old and new):
+            if column not in absent and (old or new):  # cells from before the record existed
+                changes.append(f"{column}: not recorded by {'the baseline' if not old else 'this study'}'s cells")
+            continue
         for key in sorted(set(old) | set(new)):
             if old.get(key) != new.get(key):
                 before = "/".join(sorted(old.get(key, {"absent"})))
                 after = "/".join(sorted(new.get(key, {"absent"})))
-                changes.append(f"training.{key}: {before} -> {after}")
-    unrecorded = [OPTIONAL[c] for c in absent if c in PROVENANCE or c == "training"]
+                changes.append(f"{column}.{key}: {before} -> {after}")
     if unrecorded:
         changes.append(f"not in the baseline's tables: {', '.join(unrecorded)}")
     return "; ".join(changes)

@@ -47,7 +47,12 @@ PROVENANCE_COLUMNS = [
     "start",
     "end",
     "training",  # run.json's resolved training settings, flattened, as JSON (training_settings)
+    "local_gpu_ids",  # the GPU ids a local cell held (launch/local_pool.py); empty under SLURM or on CPUs
+    "rank_cpus",  # each rank's cores as the OS reported them ('0-3;4-7'); empty for cells from before binding
+    "site",  # run.json's site (driver, GPUs, topology, libraries, network, environment), flattened, as JSON
 ]
+# the JSON columns of runs.csv, left out of the report's provenance table
+JSON_COLUMNS = ("training", "site")
 RUN_COLUMNS = [
     "source",
     *KEYS,
@@ -251,6 +256,9 @@ def read_cell(
         "start": run.get("start"),
         "end": run.get("end"),
         "training": json.dumps(flat_settings(run["training"]), sort_keys=True) if run.get("training") else None,
+        "local_gpu_ids": ",".join(run["local_gpu_ids"]) if run.get("local_gpu_ids") else None,
+        "rank_cpus": ";".join(run["rank_cpus"]) if run.get("rank_cpus") else None,
+        "site": json.dumps(flat_settings(run["site"]), sort_keys=True) if run.get("site") else None,
     }
     epoch_rows = [
         {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: finite_number(e.get(k)) for k in EPOCH_VALUES}}
@@ -414,7 +422,7 @@ def differing_settings(settings: list[dict]) -> list[str]:
 def provenance(runs: pd.DataFrame) -> pd.DataFrame:
     """Per cell: where and with what it ran (the report's provenance table), and a
     training.<setting> column for each resolved training setting that differs between cells."""
-    table = runs[["source", *KEYS, "status", *PROVENANCE_COLUMNS]].drop(columns="training")
+    table = runs[["source", *KEYS, "status", *PROVENANCE_COLUMNS]].drop(columns=list(JSON_COLUMNS))
     settings = training_settings(runs)
     differing = {f"training.{key}": [cell.get(key) for cell in settings] for key in differing_settings(settings)}
     return pd.concat([table.reset_index(drop=True), pd.DataFrame(differing, dtype=object)], axis=1)

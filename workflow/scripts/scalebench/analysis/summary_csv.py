@@ -19,6 +19,8 @@ TEXT = {
     "precision": str,
     "compression": str,
     "compute_dtype": str,
+    "local_gpu_ids": str,  # "0" is an id, not a number
+    "rank_cpus": str,
 }
 
 

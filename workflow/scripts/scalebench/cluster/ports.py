@@ -29,13 +29,11 @@ random over the whole range (horovodrun's services) is outside this scheme.
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import os
 import socket
 import tempfile
 from pathlib import Path
-from typing import IO
+
+from scalebench import locks
 
 MAX_RANKS_PER_NODE = 64
 PORT_BLOCK = 1 + MAX_RANKS_PER_NODE  # the rendezvous, then one TensorFlow worker per rank on an address
@@ -44,8 +42,6 @@ SLURM_BLOCKS = (SLURM_END - SLURM_BASE) // PORT_BLOCK
 LOCAL_BASE, LOCAL_END = 30000, 32768
 LOCAL_BLOCKS = (LOCAL_END - LOCAL_BASE) // PORT_BLOCK
 LOCK_DIR = Path(tempfile.gettempdir()) / "scalebench-ports"
-
-_held: list[IO] = []  # lock files of the blocks this process holds, open until it exits
 
 
 class PortError(RuntimeError):
@@ -84,39 +80,17 @@ def _bindable(port: int) -> bool:
     return True
 
 
-def _lock(name: str, lock_dir: Path) -> IO | None:
-    """The open, locked file `name`, or None when another process holds it."""
-    path = lock_dir / f"{name}.lock"
-    try:
-        handle = open(path, "a")
-    except PermissionError:  # another user's file: a read-only descriptor can still be locked
-        handle = open(path)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as error:
-        handle.close()
-        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return None
-        raise
-    return handle
-
-
 def _reserve(kind: str, base: int, blocks: list[int], lock_dir: str | Path) -> int | None:
     """The first port of the first of `blocks` (block numbers from `base`) that no other launcher
     holds and whose ports are all free now, held by this process until it exits; None if none is."""
-    lock_dir = Path(lock_dir)
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    try:  # shared by every user of the host
-        os.chmod(lock_dir, 0o1777)
-    except PermissionError:
-        pass
+    lock_dir = locks.shared_folder(lock_dir)
     for block in blocks:
-        handle = _lock(f"{kind}-{block}", lock_dir)
+        handle = locks.try_lock(f"{kind}-{block}", lock_dir)
         if handle is None:
             continue
         start = base + block * PORT_BLOCK
         if all(_bindable(port) for port in range(start, start + PORT_BLOCK)):
-            _held.append(handle)
+            locks.keep(handle)
             return start
         handle.close()  # something outside scalebench listens there
     return None

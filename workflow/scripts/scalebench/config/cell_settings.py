@@ -42,6 +42,8 @@ def train_settings(config: dict, cell: Cell) -> dict:
         settings["network_interface"] = config["cluster"]["network_interface"]
     if config["cluster"]["gpu_binding"] != "node":  # a rank sees only its own GPUs (train/devices.py)
         settings["gpu_binding"] = config["cluster"]["gpu_binding"]
+    if config["cluster"]["cpu_binding"] != "cores":  # the ranks run where the OS puts them (cluster/cpu_binding.py)
+        settings["cpu_binding"] = config["cluster"]["cpu_binding"]
     return settings
 
 

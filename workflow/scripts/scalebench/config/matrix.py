@@ -4,7 +4,7 @@ and seeds, those that run, and those left out with the reason (cell_problem)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,9 @@ from scalebench.launch import local_gpus
 from scalebench.launch.resources import ranks_per_node_limit
 
 
-def cell_problem(config: dict, cell: Cell, machine_gpus: int | None = None) -> str | None:
+def cell_problem(
+    config: dict, cell: Cell, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None
+) -> str | None:
     """Why the matrix leaves `cell` out, or None when it runs.
 
     A pair that does not exist; fewer ranks than the backend needs (fsdp on 1); a backend
@@ -23,7 +25,8 @@ def cell_problem(config: dict, cell: Cell, machine_gpus: int | None = None) -> s
     dp on more than one device where the config says there are no GPUs (training.device:
     cpu, or a CPU-only cluster); a gradient compression or compiled steps the backend does not have; a
     strong-scaling global batch that does not divide over the cell's GPUs. With
-    `machine_gpus` (a local run: launch/local_gpus.py), more GPUs than this machine has.
+    `machine_gpus` (a local run: launch/local_gpus.py), more GPUs than this machine has; with
+    `refused`, a job SLURM refuses (its reason there: config/slurm_check.py).
     """
     framework, backend, gpus = cell.framework, cell.backend, cell.gpus
     if not backends.exists(framework, backend):
@@ -54,9 +57,8 @@ def cell_problem(config: dict, cell: Cell, machine_gpus: int | None = None) -> s
         return "training.global_batch is required with strong scaling"
     if training["scaling"] == "strong" and training["global_batch"] % gpus:
         return f"training.global_batch {training['global_batch']} does not divide over {gpus} GPUs (strong scaling)"
-    if machine_gpus is not None:
-        return local_gpus.problem(device, gpus, machine_gpus)
-    return None
+    local = local_gpus.problem(device, gpus, machine_gpus) if machine_gpus is not None else None
+    return local or (refused or {}).get(cell)
 
 
 @dataclass(frozen=True)
@@ -104,13 +106,13 @@ def _every_cell(config: dict) -> Iterator[Cell]:
         yield Cell(framework, backend, gpus, seed, axes)
 
 
-def left_out(config: dict, machine_gpus: int | None = None) -> list[LeftOut]:
-    """The cells of the matrix that do not run, grouped by pair, variant and reason (machine_gpus:
-    as cell_problem's)."""
+def left_out(config: dict, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None) -> list[LeftOut]:
+    """The cells of the matrix that do not run, grouped by pair, variant and reason (machine_gpus,
+    refused: as cell_problem's)."""
     counts = sorted(config["matrix"]["gpus"])
     reasons: dict[tuple, list[int]] = {}
     for cell in _every_cell(config):
-        reason = cell_problem(config, cell, machine_gpus)
+        reason = cell_problem(config, cell, machine_gpus, refused)
         if reason:
             counts_of = reasons.setdefault((cell.framework, cell.backend, cell.variant, reason), [])
             if cell.gpus not in counts_of:
@@ -121,6 +123,6 @@ def left_out(config: dict, machine_gpus: int | None = None) -> list[LeftOut]:
     ]
 
 
-def cells(config: dict, machine_gpus: int | None = None) -> list[Cell]:
+def cells(config: dict, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None) -> list[Cell]:
     """Every cell of the matrix that runs (see left_out for the others), in a stable order."""
-    return [cell for cell in _every_cell(config) if cell_problem(config, cell, machine_gpus) is None]
+    return [cell for cell in _every_cell(config) if cell_problem(config, cell, machine_gpus, refused) is None]

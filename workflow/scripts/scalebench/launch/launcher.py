@@ -13,6 +13,9 @@ explicitly. The rendezvous address (the first node's NodeAddr) and the start
 of the cell's port block (ports.py: the job id's under SLURM, or the next one
 free on this node; a block held by this process locally) go to the ranks as MASTER_ADDR/MASTER_PORT.
 
+Locally the cell holds its own GPU ids and cores while it runs (launch/binding.py), and under
+SLURM srun binds each task to its cores; the ranks see only those (train/binding.py).
+
 The resolved command goes to the top of the log. The ranks run in their own
 process group, which is killed when the launcher returns or is signalled, so a
 failed or cancelled cell leaves no process behind.
@@ -42,7 +45,7 @@ from scalebench.cluster.slurm import (
     export_addresses,
     slurm_allocation,
 )
-from scalebench.launch import accounting
+from scalebench.launch import accounting, binding
 from scalebench.settings import RunSettings, process_threads
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
@@ -236,12 +239,20 @@ def main(argv: list[str] | None = None) -> int:
     # a one-process backend's task holds the GPUs of all its devices under task binding (resources.py)
     per_process = backends.devices_per_process(framework, backend, gpus)
     gpus_per_task = per_process if run_settings.gpu_binding == "task" else None
+    if where == "slurm":
+        placed = binding.slurm_environment(run_settings.cpu_binding, allocation.cpus_per_rank)
+    else:  # this cell's own GPU ids and cores: two running cells never share one (local_pool.py)
+        placed, said = binding.local_environment(
+            run_settings.cpu_binding, run_settings.training.device, gpus, processes, threads, env
+        )
+        for line in said:
+            print(f"launch: {line}", flush=True)
     print(f"launch ({where}): {command}", flush=True)
     if where == "slurm":
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
     started = time.time()
     outcome.clear(args.out)  # marks of an earlier attempt
-    code = run(command, rank_environment(threads, allocation, interface, gpus_per_task))
+    code = run(command, {**rank_environment(threads, allocation, interface, gpus_per_task), **placed})
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)
     # what SLURM accounted (the step's energy, the allocation's GPU-hours), beside the loop's figures

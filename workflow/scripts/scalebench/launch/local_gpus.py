@@ -5,7 +5,9 @@ machine. Snakemake's local scheduler starts a job only while the sum over the
 running jobs stays within the machine's count: `--resources local_gpus=N` (on
 the command line or in a profile), or, for a local run that gives none, the GPUs
 this machine shows (CUDA_VISIBLE_DEVICES, else `nvidia-smi -L`). A cell that
-needs more GPUs than that is left out before anything runs, with the reason.
+needs more GPUs than that is left out before anything runs, with the reason. The
+count only limits how many GPUs the running cells hold together; which ones each
+holds, launch.py takes from the machine's ids when its cell starts (launch/local_pool.py).
 
 The name is not `gpu` nor `gpus`: the SLURM plugin turns `gpu` into --gpus (and
 then --ntasks-per-gpu) and its jobstep reads `gpus`; an unknown name changes no
@@ -14,24 +16,33 @@ sbatch line, and nothing limits it where no count is given (a SLURM run).
 
 from __future__ import annotations
 
-import os
-import subprocess
+from scalebench.cluster import gpu_ids, nvidia_smi
 
 RESOURCE = "local_gpus"
 
 
 def visible_gpus(env: dict[str, str] | None = None) -> int:
     """GPUs a process started here would see: CUDA_VISIBLE_DEVICES where set, else nvidia-smi's list."""
-    env = os.environ if env is None else env
-    if "CUDA_VISIBLE_DEVICES" in env:
-        ids = [v.strip() for v in env["CUDA_VISIBLE_DEVICES"].split(",") if v.strip()]
-        # CUDA stops at the first id that is not a device (-1, NoDevFiles)
-        return len(ids[: next((n for n, v in enumerate(ids) if v.startswith("-") or v == "NoDevFiles"), len(ids))])
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 0
-    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+    return len(gpu_ids.machine_ids(env))
+
+
+def machine_problem(env: dict[str, str], declared: int | None) -> str | None:
+    """Why this machine's GPUs cannot be shared out among local cells: CUDA_VISIBLE_DEVICES naming a
+    GPU twice or one the machine lacks (cluster/gpu_ids.py), or `--resources local_gpus=N` declaring
+    more GPUs than the machine shows (cells would wait for ids that do not exist, or share them)."""
+    text, _ = nvidia_smi.call("-L")
+    listing = nvidia_smi.parse_list(text) if text is not None else None
+    wrong = gpu_ids.problem(env, listing)
+    if wrong:
+        return wrong
+    shown = len(gpu_ids.machine_ids(env, listing or []))
+    if declared is not None and declared > shown:
+        where = "CUDA_VISIBLE_DEVICES" if gpu_ids.listed_ids(env) is not None else "nvidia-smi -L"
+        return (
+            f"--resources {RESOURCE}={declared} declares more GPUs than this machine shows: {shown} ({where}); "
+            f"give at most {shown}"
+        )
+    return None
 
 
 def gpus_taken(device: str, gpus: int, machine_gpus: int) -> int:

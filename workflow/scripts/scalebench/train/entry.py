@@ -26,7 +26,7 @@ from scalebench.cluster import network
 from scalebench.data.preprocess import read_manifest
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import RunSettings
-from scalebench.train import provenance, rank_env
+from scalebench.train import binding, provenance, rank_env
 from scalebench.train.interfaces import Framework
 from scalebench.train.loop import TrainingLoop, check_launch
 
@@ -77,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
         return 1
     place = rank_env.detect()
+    if backends.exists(run.cell.framework, run.cell.backend):  # before the framework's threads, which inherit it
+        per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
+        binding.bind(place, per_process, run.gpu_binding)
     framework = None
     try:
         network.check_node()  # cluster.network_interface exists on this rank's node

@@ -24,6 +24,7 @@ from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import RunSettings
 from scalebench.train import (
     accumulation,
+    binding,
     devices,
     energy,
     faults,
@@ -33,6 +34,7 @@ from scalebench.train import (
     placement,
     provenance,
     resume,
+    site,
     summaries,
 )
 from scalebench.train.interfaces import Backend, Framework
@@ -197,6 +199,9 @@ class TrainingLoop:
         hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
         record.update(provenance.placement(hosts, devices, run.image_size))
+        record.update(binding.fields(self.backend.allgather_text))  # each rank's cores, a local cell's GPU ids
+        if self.is_root:  # the node's driver, GPUs, topology, network, NCCL and the ranks' variables
+            record.update(site.fields())
         precision = flops.precision_key(self.training.autocast_dtype, bool(record["tf32"]))
         record.update(flops.peak_fields(devices[0], self.backend.device_type == "gpu", precision, run.peak_tflops))
         self.provenance = record
@@ -418,6 +423,7 @@ class TrainingLoop:
     def finish(self, final: dict, progress: Progress) -> None:
         self.metrics.write(final)
         if self.is_root:
+            site.update_libraries(self.provenance)  # NCCL as loaded by now: some load it at their first reduction
             if self.steps_observed:  # the whole run's compiles (recompiles come after the first step)
                 self.provenance.update(observed.run_fields(self.framework.observed_steps()))
             provenance.finish(self.out / "run.json", self.provenance, final, progress.start_epoch)

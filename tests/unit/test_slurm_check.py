@@ -1,0 +1,139 @@
+"""Requests SLURM would refuse, asked of sbatch --test-only once per distinct request (here of
+stand-in sbatch programs on PATH; tests/cluster asks a real SLURM), and never resubmitted."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from scalebench import config as sb_config
+from scalebench.config import slurm_check
+from scalebench.launch.resources import job_resources
+
+REFUSING = """#!/bin/sh
+echo "$@" >> "$(dirname "$0")/calls"
+case "$*" in
+  *nosuch*) echo "sbatch: error: invalid partition specified: nosuch" >&2; exit 1 ;;
+esac
+echo "sbatch: Job 7 to start at 2030-01-01T00:00:00 using 1 processors on nodes n1 in partition debug" >&2
+"""
+UNCONFIGURED = """#!/bin/sh
+echo "sbatch: error: fetch_config: DNS SRV lookup failed" >&2
+echo "sbatch: fatal: Could not establish a configuration source" >&2
+exit 1
+"""
+OLD = """#!/bin/sh
+echo "sbatch: unrecognized option '--test-only'" >&2
+exit 1
+"""
+
+
+@pytest.fixture
+def sbatch_on_path(tmp_path, monkeypatch):
+    def install(script: str) -> Path:
+        program = tmp_path / "bin" / "sbatch"
+        program.parent.mkdir(exist_ok=True)
+        program.write_text(script)
+        program.chmod(0o755)
+        monkeypatch.setenv("PATH", f"{program.parent}{os.pathsep}{os.environ['PATH']}")
+        return program.parent / "calls"
+
+    return install
+
+
+def study(schema, **cluster) -> dict:
+    config = {
+        "matrix": {"gpus": [1, 2], "seeds": [1, 2]},
+        "cluster": {"gpus_per_node": 0, "ranks_per_node": 2, **cluster},
+    }
+    return sb_config.validate(config, schema)
+
+
+def resources_of(config):
+    def resources(cell):
+        found = {k: v for k, v in job_resources(config, cell).items() if v is not None}
+        return found, found["cpus_per_task"]
+
+    return resources
+
+
+def test_the_options_are_the_plugin_s_own_without_its_bookkeeping(schema):
+    config = study(schema, partition="gpu", account="proj", qos="high", extra="--reservation=r1")
+    cell = sb_config.Cell("torch", "native", 2, 1)
+    options = slurm_check.sbatch_options(*resources_of(config)(cell))
+    assert options[:4] == ["-A", "proj", "-p", "gpu"]
+    assert {"--qos=high", "--nodes=1", "--ntasks-per-node=2", "--reservation=r1", "--cpus-per-task=8"} <= set(options)
+    assert not {"--parsable", "--job-name", "--output", "--comment", "-D"} & set(options)
+
+
+def test_each_distinct_request_is_asked_once_and_its_cells_are_left_out_with_sbatch_s_words(schema, sbatch_on_path):
+    calls = sbatch_on_path(REFUSING)
+    config = study(schema, partition="nosuch")
+    cells = sb_config.cells(config)
+    findings = slurm_check.check(cells, resources_of(config))
+    assert len(calls.read_text().splitlines()) == 2  # g1 and g2 differ; the seeds share theirs
+    assert set(findings.refused) == set(cells)
+    reason = findings.refused[cells[0]]
+    assert reason.startswith("SLURM refuses its job (sbatch --test-only -p nosuch ")
+    assert reason.endswith(": sbatch: error: invalid partition specified: nosuch")
+    assert findings.notes == [
+        "slurm check: sbatch --test-only accepted 0 of the 2 distinct request(s) of the cells to submit"
+    ]
+    accepted = slurm_check.check(cells, resources_of(study(schema, partition="debug")))
+    assert accepted.refused == {} and "accepted 2 of the 2" in accepted.notes[0]
+
+
+def test_an_sbatch_without_test_only_or_none_at_all_skips_the_check_saying_why(schema, sbatch_on_path, monkeypatch):
+    config = study(schema)
+    sbatch_on_path(OLD)
+    findings = slurm_check.check(sb_config.cells(config), resources_of(config))
+    assert findings.refused == {}
+    assert findings.notes[0].startswith(
+        "slurm check skipped: this sbatch does not take --test-only (sbatch: unrecognized"
+    )
+    monkeypatch.setenv("PATH", "/nonexistent")
+    note = slurm_check.check(sb_config.cells(config), resources_of(config)).notes[0]
+    assert note.startswith("slurm check skipped: sbatch is not on this machine's PATH")
+
+
+def test_a_slurm_that_does_not_answer_is_no_refusal(schema, sbatch_on_path):
+    # SLURM's client installed on a machine without a cluster (or its controller down)
+    config = study(schema)
+    sbatch_on_path(UNCONFIGURED)
+    findings = slurm_check.check(sb_config.cells(config), resources_of(config))
+    assert findings.refused == {}
+    assert findings.notes[0].startswith("slurm check skipped: SLURM did not answer sbatch --test-only (sbatch: error")
+
+
+def test_a_rank_larger_than_any_node_names_the_key(sbatch_on_path, tmp_path):
+    sinfo = tmp_path / "bin" / "sinfo"
+    sbatch_on_path(REFUSING)
+    sinfo.write_text('#!/bin/sh\nprintf "32\\n64+\\n"\n')
+    sinfo.chmod(0o755)
+    problem = slurm_check.node_cpus_problem(96, "gpu")
+    assert (
+        problem
+        == "config key 'cluster.cpus_per_rank': 96 CPUs per rank, more than any node of partition gpu has (64, sinfo)"
+    )
+    assert slurm_check.node_cpus_problem(64, "gpu") is None
+
+
+def test_a_refused_submission_ends_its_job_at_the_first_attempt_and_a_failed_job_is_retried():
+    from snakemake_executor_plugin_slurm import Executor
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    assert slurm_check.never_resubmit_refusals() and slurm_check.never_resubmit_refusals()  # once, however often
+    failed = []
+    executor = SimpleNamespace(
+        print_job_error=lambda job_info, msg=None, **kwargs: None,
+        workflow=SimpleNamespace(scheduler=SimpleNamespace(error_callback=failed.append)),
+    )
+    refused = SimpleNamespace(attempt=1, restart_times=2)
+    Executor.report_job_error(executor, SubmittedJobInfo(refused), msg="SLURM sbatch failed. ...")
+    ran = SimpleNamespace(attempt=1, restart_times=2)
+    Executor.report_job_error(executor, SubmittedJobInfo(ran, external_jobid="42"), msg="job failed")
+    assert failed == [refused, ran]
+    # the scheduler restarts a failed job while restart_times > attempt - 1
+    assert not refused.restart_times > refused.attempt - 1 and ran.restart_times > ran.attempt - 1

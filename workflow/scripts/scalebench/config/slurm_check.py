@@ -1,0 +1,179 @@
+"""Requests SLURM would refuse, found before any train job is submitted, and never resubmitted.
+
+A partition or account that does not exist, more nodes than the partition has, a GPU request
+on a cluster without GPU scheduling: sbatch refuses the job. Submitted one cell after
+another, each would be refused the same way and, reported to Snakemake as a failed job,
+resubmitted `retries` times. Instead, before any job is submitted, rules/common.smk groups the
+cells that will be submitted by their sbatch request (partition, account, QoS, nodes, tasks,
+GPUs, CPUs, memory, time and cluster.extra: the options snakemake-executor-plugin-slurm's own
+get_submit_command and set_gres_string build from the train rule's resources) and asks
+`sbatch --test-only` once per request. The cells of a refused request are left out with
+sbatch's own message (the dry run says so, the report lists them); the others run. Where
+--test-only cannot be asked (no sbatch here, an old SLURM or a site's wrapper without it, a
+controller that does not answer) the check says it was skipped and why, and submission proceeds
+as before.
+
+A refusal that still comes at submission (a request --test-only accepted, the longer time
+of a retry) is not resubmitted either: the plugin reports it as a job error without a SLURM
+job id, and `never_resubmit_refusals` ends such a job at its first attempt.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from scalebench.cell import Cell
+
+# the plugin's bookkeeping options, not part of what SLURM accepts or refuses
+BOOKKEEPING = {"--parsable", "--job-name", "--output", "--comment", "-D", "--export=ALL"}
+TIMEOUT_S = 60
+# sbatch's words for a SLURM that did not answer (no config, controller down or busy): no verdict on the request
+UNANSWERED = re.compile(
+    r"fatal:|configuration source|Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted"
+    r"|temporarily unable|Communication connection failure|Transport endpoint",
+    re.I,
+)
+
+
+class _Resources(dict):
+    """Resources read as the plugin reads a job's: by key and by attribute."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as error:
+            raise AttributeError(name) from error
+
+
+@dataclass
+class Findings:
+    """What the check found: each refused cell's reason, and what to tell the user."""
+
+    refused: dict[Cell, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def sbatch_options(resources: Mapping[str, Any], threads: int) -> list[str]:
+    """The sbatch options the SLURM plugin submits a job with these (evaluated) resources, without its
+    bookkeeping (job name, log file, comment, work folder). The account and partition as given: the
+    plugin validates and guesses them, sbatch decides."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    job = SimpleNamespace(resources=_Resources(resources.items()), threads=threads)
+    params = {
+        "run_uuid": "scalebench-check",
+        "slurm_logfile": "/dev/null",
+        "comment_str": "rule_train",
+        "account": f"-A {shlex.quote(str(resources['slurm_account']))}" if resources.get("slurm_account") else "",
+        "partition": f"-p {shlex.quote(str(resources['slurm_partition']))}" if resources.get("slurm_partition") else "",
+        "workdir": None,
+    }
+    words = shlex.split(get_submit_command(job, params) + set_gres_string(job))[1:]
+    options: list[str] = []
+    skip_value = False
+    for word in words:
+        if skip_value:
+            skip_value = False
+        elif word in BOOKKEEPING:
+            skip_value = word not in ("--parsable", "--export=ALL")
+        else:
+            options.append(word)
+    return options
+
+
+def test_only(options: list[str], run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> tuple[str, str]:
+    """Ask SLURM whether it would take a job with `options`: ('ok', its answer), ('refused', sbatch's
+    message) or ('skipped', why it could not be asked)."""
+    command = ["sbatch", "--test-only", *options, "--wrap", "true"]
+    try:
+        result = run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except FileNotFoundError:
+        return "skipped", "sbatch is not on this machine's PATH"
+    except (OSError, subprocess.SubprocessError) as error:
+        return "skipped", f"sbatch --test-only did not answer: {error}"
+    answer = " ".join((result.stderr + result.stdout).split())
+    if result.returncode == 0:
+        return "ok", answer
+    if re.search(r"test.only", answer, re.I):  # an sbatch (or a site's wrapper) that does not know the option
+        return "skipped", f"this sbatch does not take --test-only ({answer[:300]})"
+    if UNANSWERED.search(answer):
+        return "skipped", f"SLURM did not answer sbatch --test-only ({answer[:300]})"
+    return "refused", answer
+
+
+def check(
+    cells: Iterable[Cell],
+    resources_of: Callable[[Cell], tuple[Mapping[str, Any], int]],
+    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+) -> Findings:
+    """Ask sbatch --test-only once per distinct request of `cells` (resources_of: a cell's evaluated
+    train-rule resources and threads); the cells of refused requests, with sbatch's message."""
+    requests: dict[tuple[str, ...], list[Cell]] = {}
+    for cell in cells:
+        requests.setdefault(tuple(sbatch_options(*resources_of(cell))), []).append(cell)
+    findings = Findings()
+    refused = 0
+    for options, members in requests.items():
+        verdict, answer = test_only(list(options), run)
+        if verdict == "skipped":
+            findings.notes.append(
+                f"slurm check skipped: {answer}; requests SLURM refuses fail at submission (not resubmitted)"
+            )
+            return findings
+        if verdict == "refused":
+            refused += 1
+            for cell in members:
+                findings.refused[cell] = f"SLURM refuses its job (sbatch --test-only {shlex.join(options)}): {answer}"
+    findings.notes.append(
+        f"slurm check: sbatch --test-only accepted {len(requests) - refused} of the {len(requests)} distinct "
+        "request(s) of the cells to submit"
+    )
+    return findings
+
+
+def node_cpus_problem(cpus_per_rank: int, partition: str | None, run=subprocess.run) -> str | None:
+    """Why no node can hold one rank: cluster.cpus_per_rank above the CPUs of the largest node of the
+    partition (sinfo's); None where it fits or sinfo cannot say."""
+    command = ["sinfo", "--noheader", "--format=%c", *(["--partition", partition] if partition else [])]
+    try:
+        result = run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    counts = [int(match) for match in re.findall(r"\d+", result.stdout)] if result.returncode == 0 else []
+    if not counts or cpus_per_rank <= max(counts):
+        return None
+    where = f"partition {partition}" if partition else "the cluster"
+    return (
+        f"config key 'cluster.cpus_per_rank': {cpus_per_rank} CPUs per rank, more than any node of {where} "
+        f"has ({max(counts)}, sinfo)"
+    )
+
+
+def never_resubmit_refusals() -> bool:
+    """Make a job whose sbatch was refused fail at its first attempt instead of being resubmitted
+    with `retries`: the plugin (snakemake-executor-plugin-slurm 2.x) reports a refused submission
+    as a job error without a SLURM job id, and Snakemake restarts a failed job while its attempt
+    is below the rule's retries. False where the plugin is not installed."""
+    try:
+        from snakemake_executor_plugin_slurm import Executor
+    except ImportError:
+        return False
+    original = Executor.report_job_error
+    if getattr(original, "never_resubmits", False):
+        return True
+
+    def report_job_error(self, job_info, msg=None, **kwargs):
+        if job_info.external_jobid is None:  # sbatch refused it: it never ran, a retry changes nothing
+            job_info.job.attempt = job_info.job.restart_times + 1
+        return original(self, job_info, msg=msg, **kwargs)
+
+    report_job_error.never_resubmits = True
+    Executor.report_job_error = report_job_error
+    return True
