@@ -94,7 +94,7 @@ def cell_of(wildcards):
     if variant not in VARIANTS:
         known = ", ".join(label or "(none)" for label in VARIANTS)
         raise WorkflowError(
-            f"{variant!r} is not a variant of this study's optional axes (matrix.batch_per_gpu, "
+            f"{variant!r} is not a variant of this study's optional axes (matrix.model_width, batch_per_gpu, "
             f"precision, compression, scaling); its variants: {known}"
         )
     cell = sb_cell.Cell(

@@ -10,6 +10,7 @@ import tensorflow as tf
 import torch
 import yaml
 from conftest import REPO, sb_config
+from scalebench.train.accumulation import batches_per_epoch
 from scalebench.train.tf import data as tf_data
 from scalebench.train.tf import model as tf_model
 from scalebench.train.torch import model as torch_model
@@ -73,7 +74,8 @@ def test_shard_order_equals_distributed_sampler(n, world, epoch):
 def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_data):
     images, _, manifest = tf_data.load_arrays(prepared_data)
     train = manifest["train"]
-    dataset = tf_data.train_dataset(str(prepared_data), train, [1], 2, batch=5, seed=1, epoch=2, threads=1)
+    batches = batches_per_epoch(len(train), 2, 5)
+    dataset = tf_data.train_dataset(str(prepared_data), train, [1], 2, 5, batches, seed=1, epoch=2, threads=1)
     batches = list(dataset)
     expected = [train[p] for p in tf_data.distributed_order(len(train), 2, 1, 1, 2)]
     assert len(batches) == len(expected) // 5
@@ -89,11 +91,12 @@ def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_da
 @pytest.mark.parametrize("replica_ids", [[0], [0, 1]])
 def test_device_placement_gives_the_host_pipelines_inputs_bit_for_bit(prepared_data, replica_ids):
     train = tf_data.load_arrays(prepared_data)[2]["train"] * 2
-    samples = tf_data.replica_samples(train, replica_ids, 2, seed=3, epochs=3)
+    batches = batches_per_epoch(len(train), 2, 4)
+    samples = tf_data.replica_samples(train, replica_ids, 2, seed=3, epochs=3, samples=batches * 4)
     stores = [tf_data.DeviceSamples(str(prepared_data), s, "/cpu:0") for s in samples]
     for epoch in range(3):
-        host = list(tf_data.train_dataset(str(prepared_data), train, replica_ids, 2, 4, 3, epoch, threads=1))
-        device = list(tf_data.device_train_batches(stores, train, replica_ids, 2, 4, 3, epoch))
+        host = list(tf_data.train_dataset(str(prepared_data), train, replica_ids, 2, 4, batches, 3, epoch, threads=1))
+        device = list(tf_data.device_train_batches(stores, train, replica_ids, 2, 4, batches, 3, epoch))
         assert len(device) == len(host) > 0
         for device_step, host_step in zip(device, host, strict=True):
             assert len(device_step) == len(host_step) == len(replica_ids)
@@ -120,9 +123,9 @@ def test_device_samples_refuse_a_sample_they_did_not_load(prepared_data):
 
 def test_batches_prefetched_to_a_device_are_the_same_batches_on_that_device(prepared_data):
     train = tf_data.load_arrays(prepared_data)[2]["train"]
-    arguments = (str(prepared_data), train, [0], 1)
-    on_host = list(tf_data.train_dataset(*arguments, batch=4, seed=3, epoch=0, threads=1))
-    on_device = list(tf_data.train_dataset(*arguments, batch=4, seed=3, epoch=0, threads=1, device="/cpu:0"))
+    arguments = (str(prepared_data), train, [0], 1, 4, batches_per_epoch(len(train), 1, 4))
+    on_host = list(tf_data.train_dataset(*arguments, seed=3, epoch=0, threads=1))
+    on_device = list(tf_data.train_dataset(*arguments, seed=3, epoch=0, threads=1, device="/cpu:0"))
     assert len(on_device) == len(on_host) > 0
     for ((image, mask),), ((host_image, host_mask),) in zip(on_device, on_host, strict=True):
         assert image.device.endswith("device:CPU:0")  # on a GPU: the rank's GPU, copied ahead of the step

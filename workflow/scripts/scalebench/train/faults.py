@@ -7,6 +7,8 @@
   cells have arrived in FOLDER (cells that must run at the same time); fails after 300 s.
 - ``hide_checkpoint:RANK``: rank RANK looks for the cell's checkpoint in an empty folder,
   as a rank on a node that does not see the cell's folder would (checkpoint_folder).
+- ``collectives_fail:RANK``: rank RANK fails to prepare the collective benchmark's first
+  all-reduce (collective_failure), as a rank out of memory for its buffers would.
 """
 
 from __future__ import annotations
@@ -42,6 +44,13 @@ def checkpoint_folder(rank: int, out: Path) -> Path:
     if kind == "hide_checkpoint" and int(argument) == rank:
         return out / ".hidden-checkpoint"  # never written: this rank sees no checkpoint
     return out
+
+
+def collective_failure(rank: int, op: str) -> None:
+    """Raise where ``collectives_fail`` names this rank, while the benchmark prepares an all-reduce."""
+    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
+    if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
+        raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
 
 
 def meet(folder: Path, count: int, fault: str) -> None:
