@@ -121,6 +121,7 @@ def figure_rule_inputs(drawing):
         "runs": "results/summary/runs.csv",
         "scaling": "results/summary/scaling.csv",
         "epochs": "results/summary/epochs.csv",
+        "collectives": "results/summary/collectives.csv",
         "images": f"{PREPARED}/images.npy",
         "masks": f"{PREPARED}/masks.npy",
     }
@@ -130,7 +131,7 @@ def figure_rule_inputs(drawing):
 
 
 def final_outputs():
-    tables = ["runs", "epochs", "scaling", "provenance", "incomplete"]
+    tables = ["runs", "epochs", "scaling", "provenance", "incomplete", "collectives"]
     if config["compare"]["baseline"] is not None:
         tables.append("baseline")
     return (

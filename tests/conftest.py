@@ -49,6 +49,8 @@ def tiny_config(**sections: dict) -> dict:
             "collective_timeout_s": 30,
             "loader": {"workers": 0},
             "predictions": 2,
+            # the collective benchmark of every multi-rank cell: a short one, so the suite stays quick
+            "collectives": {"budget_s": 0.5, "max_bytes": 2**20, "iterations": 3},
         },
     }
     for name, values in sections.items():
