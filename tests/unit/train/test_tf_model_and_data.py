@@ -10,9 +10,11 @@ import tensorflow as tf
 import torch
 import yaml
 from conftest import REPO, sb_config
+from scalebench.train import architecture
 from scalebench.train.accumulation import batches_per_epoch
 from scalebench.train.tf import data as tf_data
 from scalebench.train.tf import model as tf_model
+from scalebench.train.torch import data as torch_data
 from scalebench.train.torch import model as torch_model
 from torch.utils.data import DistributedSampler
 
@@ -36,6 +38,21 @@ def test_keras_unet_has_the_pytorch_parameter_count_and_output_shape(batch_norm)
     torch_out = torch_unet(torch.zeros(2, 1, height, width)).shape  # channels first
     keras_out = keras_model(np.zeros((2, height, width, 1), np.float32)).shape  # channels last
     assert (torch_out[0], torch_out[2], torch_out[3], torch_out[1]) == tuple(keras_out) == (2, height, width, 1)
+
+
+@pytest.mark.parametrize(("width", "millions"), [(1, 0.49), (4, 7.8), (16, 124)])
+def test_both_frameworks_build_the_same_unet_at_every_model_width(width, millions):
+    channels = architecture.channels(width)
+    keras_model = tf_model.build_unet((32, 48), channels=channels)
+    torch_unet = torch_model.UNet(channels=channels)
+    count = architecture.parameter_count(width)
+    assert tf_model.parameter_count(keras_model) == torch_model.parameter_count(torch_unet) == count
+    assert count == pytest.approx(millions * 1e6, rel=0.02)
+    # tensor by tensor (the layouts differ: NCHW kernels against HWCN ones), and the bytes a step reduces
+    keras_sizes = sorted(int(v.shape.num_elements()) for v in keras_model.trainable_variables)
+    assert keras_sizes == sorted(p.numel() for p in torch_unet.parameters())
+    assert tf_model.gradient_bytes(keras_model) == torch_model.gradient_bytes(torch_unet) == 4 * count
+    assert architecture.gradient_bytes(width) == 4 * count
 
 
 def test_batch_norm_layers_update_their_statistics_alike():
@@ -69,6 +86,19 @@ def test_shard_order_equals_distributed_sampler(n, world, epoch):
         sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=7, drop_last=False)
         sampler.set_epoch(epoch)
         assert tf_data.distributed_order(n, world, rank, seed=7, epoch=epoch) == list(sampler)
+
+
+@pytest.mark.parametrize(("n", "world", "batches"), [(30, 3, 2), (30, 3, 7), (10, 4, 5), (33, 2, 40)])
+def test_a_cycled_shard_is_the_same_in_both_frameworks_samplers(n, world, batches):
+    # training.steps_per_epoch: more (or fewer) batches than one pass, the shard repeated in its order
+    for rank in range(world):
+        for epoch in (0, 4):
+            shards = torch_data.ReplicaShards(range(n), world, [rank], seed=5, batch=3, batches=batches)
+            shards.set_epoch(epoch)
+            tf_order = tf_data.replica_shard(list(range(n)), world, rank, seed=5, epoch=epoch, samples=3 * batches)
+            assert list(shards) == tf_order.tolist() and len(tf_order) == 3 * batches
+            one_pass = tf_data.distributed_order(n, world, rank, seed=5, epoch=epoch)
+            assert tf_order.tolist() == (one_pass * batches)[: 3 * batches]
 
 
 def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_data):
