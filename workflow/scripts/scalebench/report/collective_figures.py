@@ -22,7 +22,7 @@ from plotnine import (
     scale_y_log10,
 )
 
-from scalebench.analysis.collect import OWN_SOURCE
+from scalebench.analysis.collect import OWN_SOURCE, no_variant_as_empty
 from scalebench.report.scaling_figures import LINETYPES, backend_colours, placeholder, style, tidy, wrap
 
 OP_NAMES = {
@@ -123,6 +123,7 @@ def efficiency_gradient_figure(scaling: pd.DataFrame, runs: pd.DataFrame):
     own = runs[(runs["source"] == OWN_SOURCE) & (runs["status"] == "ok")].dropna(subset=["gradient_bytes"])
     sizes = own.groupby(["framework", "backend", "variant"], as_index=False)["gradient_bytes"].median()
     rows = scaling[(scaling["source"] == OWN_SOURCE) & (scaling["gpus"] > scaling["base_gpus"])]
+    rows = rows.assign(variant=no_variant_as_empty(rows["variant"]))  # read back from CSV: '' is NaN
     data = rows.merge(sizes, on=["framework", "backend", "variant"]).dropna(subset=["efficiency_epoch_time"])
     if data.empty:
         why = "No cell with status ok records its gradient bytes at more GPUs than its base yet."
