@@ -86,6 +86,18 @@ class Bench:
     release: Callable[[], None] = lambda: None  # give the buffers' memory back (a GPU's cache)
 
 
+def all_reduce_bench(
+    all_reduce: Callable[[int], Callable[[], None]],
+    ranks: int,
+    library: str,
+    fusion_bytes: int | None = None,
+    fusion_source: str = "",
+    release: Callable[[], None] = lambda: None,
+) -> Bench:
+    """A Bench of one all-reduce whose barrier is the same all-reduce of one element per rank."""
+    return Bench(library, {"all_reduce": all_reduce}, all_reduce(ranks), fusion_bytes, fusion_source, release)
+
+
 @dataclass
 class Result:
     """The benchmark of one cell: its rows, and why there are none or why some are empty."""

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from scalebench.train.collectives import Bench
+from scalebench.train.collectives import Bench, all_reduce_bench
 from scalebench.train.tf import runtime
 
 
@@ -36,11 +36,7 @@ def strategy(distribution: tf.distribute.Strategy, local_replicas: int, library:
         step = tf.function(lambda x: distribution.run(replica, args=(x,)))
         return lambda: (step(values), runtime.synchronize())
 
-    return Bench(
-        library=library,
-        ops={"all_reduce": all_reduce},
-        barrier=all_reduce(distribution.num_replicas_in_sync),
-    )
+    return all_reduce_bench(all_reduce, distribution.num_replicas_in_sync, library)
 
 
 def horovod(hvd, library: str, fusion_bytes: int, fusion_source: str) -> Bench:
@@ -51,10 +47,4 @@ def horovod(hvd, library: str, fusion_bytes: int, fusion_source: str) -> Bench:
         name = f"scalebench.collectives.{elements}"
         return lambda: (hvd.allreduce(tensor, op=hvd.Sum, name=name), runtime.synchronize())
 
-    return Bench(
-        library=library,
-        ops={"all_reduce": all_reduce},
-        barrier=all_reduce(hvd.size()),
-        fusion_bytes=fusion_bytes,
-        fusion_source=fusion_source,
-    )
+    return all_reduce_bench(all_reduce, hvd.size(), library, fusion_bytes, fusion_source)

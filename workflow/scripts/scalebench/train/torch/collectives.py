@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from scalebench.train.collectives import Bench
+from scalebench.train.collectives import Bench, all_reduce_bench
 
 
 def _waiter(devices: list[torch.device]) -> Callable[[], None]:
@@ -69,14 +69,7 @@ def horovod(hvd, device: torch.device, library: str, fusion_bytes: int, fusion_s
         tensor = torch.zeros(elements, dtype=torch.float32, device=device)
         return lambda: (hvd.allreduce_(tensor, op=hvd.Sum, name=f"scalebench.collectives.{elements}"), wait())
 
-    return Bench(
-        library=library,
-        ops={"all_reduce": all_reduce},
-        barrier=all_reduce(hvd.size()),
-        fusion_bytes=fusion_bytes,
-        fusion_source=fusion_source,
-        release=_releaser([device]),
-    )
+    return all_reduce_bench(all_reduce, hvd.size(), library, fusion_bytes, fusion_source, _releaser([device]))
 
 
 def data_parallel(device_ids: list[int]) -> Bench:
