@@ -140,10 +140,8 @@ def planned_sizes(max_bytes: int, gradient_bytes: int, bucket_bytes: int | None,
     """(bytes, why) in the order they are measured: the model's gradients first (what the figures
     are read at), then the sweep from the smallest with the backend's bucket among them; each size
     as whole elements over the ranks (elements_for), and each measured once."""
-    rest = sorted(
-        [*(("sweep", nbytes) for nbytes in sweep(max_bytes)), *([("bucket", bucket_bytes)] if bucket_bytes else [])],
-        key=lambda item: item[1],
-    )
+    rest = [("sweep", nbytes) for nbytes in sweep(max_bytes)] + ([("bucket", bucket_bytes)] if bucket_bytes else [])
+    rest.sort(key=lambda item: (item[1], item[0] != "bucket"))  # a bucket the sweep has is named as the bucket
     planned: dict[int, str] = {}
     for label, nbytes in [("gradient", gradient_bytes), *rest]:
         planned.setdefault(elements_for(nbytes, ranks) * ITEMSIZE, label)
