@@ -67,6 +67,8 @@ COLUMNS = [
     "reason",  # why the figures are empty
 ]
 TABLE = "collectives.csv"
+# the prefix of the tensors' names where a library names them (Horovod: its timeline tells them apart)
+TENSOR_NAME = "scalebench.collectives"
 
 
 @dataclass

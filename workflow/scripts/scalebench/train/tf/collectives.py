@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from scalebench.train.collectives import Bench, all_reduce_bench
+from scalebench.train.collectives import TENSOR_NAME, Bench, all_reduce_bench
 from scalebench.train.tf import runtime
 
 
@@ -44,7 +44,7 @@ def horovod(hvd, library: str, fusion_bytes: int, fusion_source: str) -> Bench:
 
     def all_reduce(elements: int) -> Callable[[], None]:
         tensor = tf.zeros([elements], tf.float32)
-        name = f"scalebench.collectives.{elements}"
+        name = f"{TENSOR_NAME}.{elements}"
         return lambda: (hvd.allreduce(tensor, op=hvd.Sum, name=name), runtime.synchronize())
 
     return all_reduce_bench(all_reduce, hvd.size(), library, fusion_bytes, fusion_source)

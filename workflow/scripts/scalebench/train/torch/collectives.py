@@ -11,7 +11,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
-from scalebench.train.collectives import Bench, all_reduce_bench
+from scalebench.train.collectives import TENSOR_NAME, Bench, all_reduce_bench
 
 
 def _waiter(devices: list[torch.device]) -> Callable[[], None]:
@@ -67,7 +67,7 @@ def horovod(hvd, device: torch.device, library: str, fusion_bytes: int, fusion_s
 
     def all_reduce(elements: int) -> Callable[[], None]:
         tensor = torch.zeros(elements, dtype=torch.float32, device=device)
-        return lambda: (hvd.allreduce_(tensor, op=hvd.Sum, name=f"scalebench.collectives.{elements}"), wait())
+        return lambda: (hvd.allreduce_(tensor, op=hvd.Sum, name=f"{TENSOR_NAME}.{elements}"), wait())
 
     return all_reduce_bench(all_reduce, hvd.size(), library, fusion_bytes, fusion_source, _releaser([device]))
 
