@@ -35,13 +35,15 @@ def torch_loader(args: dict) -> dict:
     import torch
     from scalebench.data.preprocess import read_manifest
     from scalebench.settings import RunSettings
+    from scalebench.train.accumulation import epoch_batches
     from scalebench.train.torch import data
 
     run = RunSettings.from_json(args["settings"], args["data"], "unused")
     torch.set_num_threads(run.threads)
     training = run.training
     indices = read_manifest(args["data"])["train"] * training.dataset_repeat
-    sampler = data.train_sampler(args["data"], indices, 1, [0], 1, training.batch_per_gpu)
+    batches = epoch_batches(training, len(indices), 1, 1)
+    sampler = data.train_sampler(args["data"], indices, 1, [0], 1, training.batch_per_gpu, batches)
     loader = data.host_train_loader(args["data"], sampler, training.loader, False, torch.device("cpu"))
     times, images = [], 0
     for epoch in range(args["epochs"]):
@@ -57,6 +59,7 @@ def tf_loader(args: dict) -> dict:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from scalebench.data.preprocess import load_arrays
     from scalebench.settings import RunSettings
+    from scalebench.train.accumulation import epoch_batches
     from scalebench.train.tf import data as tf_data
     from scalebench.train.tf import runtime as tf_runtime
 
@@ -67,10 +70,12 @@ def tf_loader(args: dict) -> dict:
     tf_runtime.configure(run, local_rank=0, ranks_on_node=1)  # threads, and the CPU as the rank would
     _, _, manifest = load_arrays(args["data"])
     train = manifest["train"] * training["dataset_repeat"]
+    batches = epoch_batches(run.training, len(train), 1, 1)
     times, images = [], 0
     for epoch in range(args["epochs"]):
         started = time.perf_counter()
-        dataset = tf_data.train_dataset(args["data"], train, [0], 1, training["batch_per_gpu"], 1, epoch, threads)
+        batch = training["batch_per_gpu"]
+        dataset = tf_data.train_dataset(args["data"], train, [0], 1, batch, batches, 1, epoch, threads)
         images = sum(int(item[0][0].shape[0]) for item in dataset)
         times.append(time.perf_counter() - started)
     return {"epoch_times": times, "images_per_epoch": images}

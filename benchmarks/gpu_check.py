@@ -18,6 +18,12 @@ ratios compare like with like:
               pinned host memory each step), per precision (fp32, bf16), placement (device,
               host) and eager/compiled, in one run; goals: device >= 0.95 of the bare loop,
               host >= 0.90, data wait <= 2% of the steady epoch with device
+  collectives the collective benchmark of the cells (train/collectives.py) on one GPU: a one-rank
+              NCCL all-reduce through torch.distributed, its latency over the sweep (NCCL's floor on
+              this GPU) and at the gradient bytes of widths 1, 4 and 16 (one rank has no bus: its
+              bus bandwidth is 0 by nccl-tests' definition, so only latency and algbw are figures)
+  width       cells at model.width 1, 4 and 16 in bf16 (and 16 in fp32): step time, images/s, MFU
+              and peak memory of the 0.49 M, 7.8 M and 124 M parameter models
 
 It needs a CUDA build of torch, NumPy, PyYAML, Pillow and jsonschema (no TensorFlow, Horovod
 or Snakemake). It exits non-zero if a cell fails or did not run on the GPU.
@@ -37,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu", "harness")
+CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu", "harness", "collectives", "width")
+WIDTHS = (1, 4, 16)
 # harness goals: the cell's images/s over the bare loop's, per placement; the data wait with device
 HARNESS_GOALS = {"device": 0.95, "host": 0.90}
 DEVICE_WAIT_GOAL = 0.02
@@ -61,10 +68,13 @@ def gpu_line() -> str:
     )
 
 
-def run_cell(root: Path, name: str, data: Path, options, gpus: int = 1, env: dict | None = None, **training) -> dict:
+def run_cell(
+    root: Path, name: str, data: Path, options, gpus: int = 1, env: dict | None = None, width: int = 1, **training
+) -> dict:
     """One cell through launch.py; its run.json, epochs and final record, or CheckFailed."""
     training = {"epochs": options.epochs, "eval_every": 0, "checkpoint_every": 0, "predictions": 0, **training}
     settings = _common.cell_settings("torch", "native", gpus, options.size, options.images, **training)
+    settings["model"] = {"width": width}
     out = root / name
     result = _common.launch_cell(settings, data, out, timeout=options.timeout, **(env or {}))
     log = (result.stdout + result.stderr)[-3000:]
@@ -78,6 +88,7 @@ def run_cell(root: Path, name: str, data: Path, options, gpus: int = 1, env: dic
     summary = {
         "name": name,
         "epoch_s": _common.median([e["epoch_time_s"] for e in steady]),
+        "step_s": _common.median([e["epoch_time_s"] / e["optimizer_steps"] for e in steady]),
         "images_per_s": _common.median([e["images_per_s"] for e in steady]),
         "mfu": _common.median([e["mfu"] for e in steady]) if steady[0]["mfu"] is not None else None,
         "data_wait_share": _common.median([e["data_wait_s"] / e["epoch_time_s"] for e in steady]),
@@ -97,6 +108,9 @@ def run_cell(root: Path, name: str, data: Path, options, gpus: int = 1, env: dic
                 "world_size",
                 "shared_gpu",
                 "model_flops_per_image",
+                "model_width",
+                "parameters",
+                "gradient_bytes",
                 "versions",
             )
         },
@@ -250,6 +264,79 @@ def check_harness(root, data, options, results) -> None:
         raise CheckFailed("; ".join(failures))
 
 
+def collectives_child(args: dict) -> dict:
+    """A one-rank NCCL process group on GPU 0 through the cells' own benchmark code: the sweep with
+    width 1's gradients, then each other width's gradient size alone. (args["device"] cpu: Gloo on
+    the CPU, to check this code on a machine without a GPU.)"""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from scalebench.cluster.ports import free_port
+    from scalebench.settings import CollectiveSettings
+    from scalebench.train import architecture, collectives
+    from scalebench.train.torch import collectives as torch_collectives
+
+    on_gpu = args.get("device", "cuda") == "cuda"
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(device)
+    group = "nccl" if on_gpu else "gloo"
+    dist.init_process_group(group, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    rows = []
+    try:
+        for width in args["widths"]:
+            max_bytes = args["max_bytes"] if width == args["widths"][0] else collectives.ITEMSIZE
+            settings = CollectiveSettings(args["budget_s"], max_bytes, args["iterations"], args["warmup"])
+            bench = torch_collectives.process_group(device, ("all_reduce",), None, "")
+            result = collectives.measure(bench, settings, 1, 0, architecture.gradient_bytes(width), np.asarray)
+            rows += [
+                row | {"width": width} for row in result.rows if width == args["widths"][0] or row["size"] == "gradient"
+            ]
+    finally:
+        dist.destroy_process_group()
+    version = ".".join(map(str, torch.cuda.nccl.version())) if on_gpu else ""
+    return {"library": f"torch.distributed {group} {version}".strip(), "rows": rows}
+
+
+def check_collectives(root, data, options, results) -> None:
+    args = {"widths": list(WIDTHS), "max_bytes": 2**28, "budget_s": 20.0, "iterations": 20, "warmup": 5}
+    measured = _common.run_child(str(Path(__file__).resolve()), "collectives", args, timeout=options.timeout)
+    rows = [row for row in measured["rows"] if row["latency_us"] is not None]
+    if not rows:
+        raise CheckFailed(f"no size measured: {[row['reason'] for row in measured['rows']][:3]}")
+    sweep = [row for row in rows if row["size"] == "sweep"]
+    floor = min(row["latency_us"] for row in sweep)
+    print(f"  {measured['library']}, one rank: latency floor {floor:.1f} us over {len(sweep)} sizes", flush=True)
+    for row in rows:
+        if row["size"] == "gradient":
+            print(
+                f"    width {row['width']:>2}: all-reduce of {row['bytes'] / 2**20:8.1f} MiB in {row['latency_us']:9.1f} us "
+                f"(algbw {row['algbw_gbps']:.1f} GB/s; one rank: no bus)",
+                flush=True,
+            )
+    results["collectives"] = measured
+
+
+def check_width(root, data, options, results) -> None:
+    cells = [run_cell(root, f"width{w}_bf16", data, options, width=w, precision="bf16") for w in WIDTHS]
+    cells.append(run_cell(root, f"width{WIDTHS[-1]}_fp32", data, options, width=WIDTHS[-1]))
+    for cell in cells:
+        run = cell["run"]
+        if run["model_width"] is None or run["parameters"] is None:
+            raise CheckFailed(f"{cell['name']}: run.json lacks model_width or parameters")
+        mfu = "-" if cell["mfu"] is None else f"{100 * cell['mfu']:.1f}%"
+        print(
+            f"  width {run['model_width']:>2} ({run['parameters'] / 1e6:6.2f} M parameters, {run['peak_precision']}): "
+            f"{1000 * cell['step_s']:8.1f} ms/step, {cell['images_per_s']:7.1f} img/s, MFU {mfu}, "
+            f"peak {cell['peak_mem_mb'] / 1024:5.1f} GiB",
+            flush=True,
+        )
+    results["width"] = cells
+
+
+CHILDREN = {"bare": bare_loop, "collectives": collectives_child}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checks", nargs="+", choices=CHECKS, default=list(CHECKS))
@@ -262,8 +349,8 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--args", help=argparse.SUPPRESS)
     options = parser.parse_args()
-    if options.child:  # the bare loop, in a process of its own
-        print(json.dumps(bare_loop(json.loads(options.args))))
+    if options.child:  # the bare loop or the one-rank collectives, in a process of their own
+        print(json.dumps(CHILDREN[options.child](json.loads(options.args)), default=str))
         return
     options.size = tuple(int(part) for part in options.size.split("x"))
     results: dict = {"gpu": gpu_line(), "options": {k: v for k, v in vars(options).items() if k != "json"}}

@@ -9,6 +9,7 @@
 # runs instead of queueing a SLURM job for each.
 localrules:
     collect_runs,
+    collect_collectives,
     derive_scaling,
     render_tables,
     plot_scaling,
@@ -44,6 +45,25 @@ rule collect_runs:
         "../workflow/scripts/collect_runs.py"
 
 
+# Each cell of more than one GPU measured its backend's collectives before training
+# (training.collectives): their tables, gathered with the cells' keys.
+rule collect_collectives:
+    input:
+        runs=analysis_cell_outputs("run.json"),
+        stamp=ANALYSIS_STAMP,
+    output:
+        collectives="results/summary/collectives.csv",
+    log:
+        "results/logs/collect_collectives.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        runs_root=runs_folder,
+        cells=cells_json(),
+    script:
+        "../workflow/scripts/collect_collectives.py"
+
+
 rule derive_scaling:
     input:
         runs="results/summary/runs.csv",
@@ -66,6 +86,7 @@ rule render_tables:
         scaling="results/summary/scaling.csv",
         provenance="results/summary/provenance.csv",
         incomplete="results/summary/incomplete.csv",
+        collectives="results/summary/collectives.csv",
         stamp=ANALYSIS_STAMP,
     output:
         runs=report(
@@ -91,6 +112,12 @@ rule render_tables:
             caption="../report/incomplete.rst",
             category="Tables",
             labels={"table": "failed, missing and left-out cells (rerun commands)"},
+        ),
+        collectives=report(
+            "results/tables/collectives.html",
+            caption="../report/collectives.rst",
+            category="Tables",
+            labels={"table": "collective bandwidth at the gradient size"},
         ),
     log:
         "results/logs/render_tables.log",
@@ -129,6 +156,7 @@ for drawing in sb_figures.RULE_INPUTS:
             per_node=sb_resources.ranks_per_node_limit(config["cluster"]),
             runs_root=runs_folder,
             images_shown=3,
+            link_gbps=config["cluster"]["link_gbps"],
         script:
             "../workflow/scripts/plot_figures.py"
 

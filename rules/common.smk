@@ -112,7 +112,7 @@ def cell_of(wildcards):
     if variant not in VARIANTS:
         known = ", ".join(label or "(none)" for label in VARIANTS)
         raise WorkflowError(
-            f"{variant!r} is not a variant of this study's optional axes (matrix.batch_per_gpu, "
+            f"{variant!r} is not a variant of this study's optional axes (matrix.model_width, batch_per_gpu, "
             f"precision, compression, scaling); its variants: {known}"
         )
     cell = sb_cell.Cell(
@@ -139,6 +139,7 @@ def figure_rule_inputs(drawing):
         "runs": "results/summary/runs.csv",
         "scaling": "results/summary/scaling.csv",
         "epochs": "results/summary/epochs.csv",
+        "collectives": "results/summary/collectives.csv",
         "images": f"{PREPARED}/images.npy",
         "masks": f"{PREPARED}/masks.npy",
     }
@@ -148,7 +149,7 @@ def figure_rule_inputs(drawing):
 
 
 def final_outputs():
-    tables = ["runs", "epochs", "scaling", "provenance", "incomplete"]
+    tables = ["runs", "epochs", "scaling", "provenance", "incomplete", "collectives"]
     if config["compare"]["baseline"] is not None:
         tables.append("baseline")
     return (

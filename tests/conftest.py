@@ -68,6 +68,8 @@ def tiny_config(**sections: dict) -> dict:
             "collective_timeout_s": 30,
             "loader": {"workers": 0},
             "predictions": 2,
+            # the collective benchmark of every multi-rank cell: a short one, so the suite stays quick
+            "collectives": {"budget_s": 0.5, "max_bytes": 2**20, "iterations": 3},
         },
     }
     for name, values in sections.items():
@@ -307,3 +309,48 @@ def allreduce_counts(timeline: Path) -> dict[str, int]:
         if event.get("ph") == "B" and event.get("name") == "ALLREDUCE":
             counts[names[event["pid"]]] = counts.get(names[event["pid"]], 0) + 1
     return counts
+
+
+def train_in_process(framework_name: str, backend: str, data: Path, out: Path, **training: object):
+    """One rank of a one-GPU cell through the real loop in this process; its framework after it (so a
+    test can read the model, the optimizer and the batches it trained on)."""
+    import time
+
+    from scalebench.settings import RunSettings
+    from scalebench.train import rank_env
+    from scalebench.train.entry import cell_hash, create_framework
+    from scalebench.train.loop import TrainingLoop
+
+    settings = cell_settings(framework_name, backend, 1, **training)
+    out.mkdir()
+    run = RunSettings.from_json(settings, data, out, env={})
+    framework = create_framework(run, rank_env.detect({}))
+    try:
+        assert TrainingLoop(run, framework, cell_hash(settings, data), time.perf_counter()).train() == "ok"
+    finally:
+        framework.backend.shutdown()
+    return framework
+
+
+FRESH = "SCALEBENCH_TEST_FRESH_PROCESS"
+
+
+def in_fresh_process(request, tmp_path) -> bool:
+    """Run this test again in a process of its own, and say so (the caller then returns).
+
+    TensorFlow fixes its threads and devices at its first operation, and a rank sets them
+    (runtime.configure) as it starts; another test of this session may have run TensorFlow first.
+    """
+    if os.environ.get(FRESH) == "1":
+        return False
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}"]
+    result = subprocess.run(
+        [*command, request.node.nodeid],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=tool_env(**{FRESH: "1"}),
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    return True

@@ -4,29 +4,21 @@ their mean gradient with the real Horovod backend, one rank through the real loo
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-
 import numpy as np
 import pytest
-from conftest import REPO, cell_settings, tool_env
-from scalebench.settings import RunSettings
-from scalebench.train import rank_env
+from conftest import in_fresh_process, train_in_process
 from scalebench.train.accumulation import optimizer_steps
-from scalebench.train.entry import cell_hash, create_framework
-from scalebench.train.loop import TrainingLoop
 
 pytestmark = pytest.mark.integration
 
 
 def train_one_epoch(framework_name: str, data, out, batch: int, passes: int):
     """One epoch of a one-rank Horovod cell through the real loop; the framework after it."""
-    settings = cell_settings(
+    return train_in_process(
         framework_name,
         "horovod",
-        1,
+        data,
+        out,
         epochs=1,
         batch_per_gpu=batch,
         batch_norm=False,  # batch statistics would differ between a batch and its halves
@@ -34,38 +26,6 @@ def train_one_epoch(framework_name: str, data, out, batch: int, passes: int):
         predictions=0,
         horovod={"backward_passes_per_step": passes},
     )
-    out.mkdir()
-    run = RunSettings.from_json(settings, data, out, env={})
-    framework = create_framework(run, rank_env.detect({}))
-    try:
-        assert TrainingLoop(run, framework, cell_hash(settings, data), time.perf_counter()).train() == "ok"
-    finally:
-        framework.backend.shutdown()
-    return framework
-
-
-FRESH = "SCALEBENCH_TEST_FRESH_PROCESS"
-
-
-def in_fresh_process(request, tmp_path) -> bool:
-    """Run this TensorFlow case again in a process of its own, and say so.
-
-    TensorFlow fixes its threads and devices at its first operation, and a rank sets them
-    (runtime.configure) as it starts; another test of this session may have run TensorFlow first.
-    """
-    if os.environ.get(FRESH) == "1":
-        return False
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}"]
-    result = subprocess.run(
-        [*command, request.node.nodeid],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=tool_env(**{FRESH: "1"}),
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    return True
 
 
 def weights_and_steps(framework) -> tuple[list[np.ndarray], int]:

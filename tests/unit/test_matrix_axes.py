@@ -1,4 +1,4 @@
-"""The optional matrix axes (batch per GPU, precision, compression) and strong scaling: the cells
+"""The optional matrix axes (model width, batch per GPU, precision, compression) and strong scaling: the cells
 they make, their paths and settings, the bad input refused naming the key, and the tables keyed
 on them."""
 
@@ -124,12 +124,86 @@ def test_weak_and_strong_in_one_study_each_cell_names_its_scaling(schema):
         ),
         ({"precision": ["bf16", "fp16"]}, {"device": "cpu"}, "config key 'matrix.precision': fp16 needs a GPU"),
         ({"batch_per_gpu": [2, 500]}, {}, "config key 'matrix.batch_per_gpu': 500 is larger than the shard"),
+        ({"model_width": [1, 0]}, {}, "config key 'matrix.model_width[1]': 0 is less than the minimum of 1"),
+        ({"model_width": [-2]}, {}, "config key 'matrix.model_width[0]': -2 is less than the minimum of 1"),
+        ({"model_width": [1.5]}, {}, "config key 'matrix.model_width[0]': 1.5 is not of type 'integer'"),
+        ({"model_width": [4.0]}, {}, "config key 'matrix.model_width': 4.0 is not a whole number (write 4)"),
+        ({"model_width": [1, 1]}, {}, "config key 'matrix.model_width': duplicate values [1]"),
     ],
 )
 def test_bad_axes_are_refused_naming_the_key(schema, matrix, training, message):
     with pytest.raises(sb_config.ConfigError) as error:
         resolved(schema, matrix, training)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("width", "message"),
+    [
+        (0, "config key 'model.width': 0 is less than the minimum of 1"),
+        (-1, "config key 'model.width': -1 is less than the minimum of 1"),
+        (2.5, "config key 'model.width': 2.5 is not of type 'integer'"),
+        ("wide", "config key 'model.width': 'wide' is not of type 'integer'"),
+    ],
+)
+def test_a_bad_model_width_is_refused_naming_the_key(schema, width, message):
+    with pytest.raises(sb_config.ConfigError) as error:
+        resolved(schema, model={"width": width})
+    assert message in str(error.value)
+
+
+def test_model_width_sweeps_the_unet_and_names_each_width_in_the_paths(schema):
+    config = resolved(schema, {"model_width": [1, 4], "precision": ["bf16"], "frameworks": ["torch"]})
+    paths = {c.path for c in sb_config.cells(config)}
+    assert {"torch/native/width1_bf16/g1/s1", "torch/horovod/width4_bf16/g2/s1"} <= paths and len(paths) == 8
+    chosen = next(c for c in sb_config.cells(config) if c.path == "torch/native/width4_bf16/g2/s1")
+    settings = sb_config.train_settings(config, chosen)
+    assert settings["model"] == {"width": 4} and "model_width" not in settings["training"]
+    assert RunSettings.from_json(settings, "/d", "/o", env={}).model_width == 4
+    # without the axis the study's model.width, and no folder level: today's paths and settings
+    plain = resolved(schema, model={"width": 2})
+    first = sb_config.cells(plain)[0]
+    assert first.path == "torch/native/g1/s1" and sb_config.train_settings(plain, first)["model"] == {"width": 2}
+
+
+def test_a_width_that_cannot_fit_the_declared_gpu_memory_is_refused_before_any_job(schema):
+    from scalebench.train import architecture
+
+    sixteen = architecture.memory_floor_bytes(16, 4, (32, 48), 4)  # width 16's state alone: about 1.9 GiB
+    assert 16 * architecture.parameter_count(16) <= sixteen < 16 * architecture.parameter_count(16) + 2**30
+    cluster = {"device_memory_gb": 1.5}
+    with pytest.raises(sb_config.ConfigError) as error:
+        resolved(schema, {"model_width": [1, 16]}, cluster=cluster)
+    message = str(error.value)
+    assert "config key 'matrix.model_width': width 16 (124,119,169 parameters)" in message
+    assert "more than a GPU's 1.5 GiB (cluster.device_memory_gb" in message and "width 1 " not in message
+    # FSDP shares the state over its ranks: the same width fits on two of them
+    resolved(schema, {"model_width": [16], "backends": ["fsdp"], "frameworks": ["torch"], "gpus": [2]}, cluster=cluster)
+    # CPU ranks are not checked against a GPU's memory, nor is anything without the key
+    resolved(schema, {"model_width": [16]}, {"device": "cpu"}, cluster=cluster)
+    resolved(schema, {"model_width": [16]})
+
+
+def test_a_record_from_before_model_width_reads_as_width_1(tmp_path):
+    write_cell(tmp_path, training={"scaling": "weak"})  # a finished run.json without model_width
+    write_cell(tmp_path, gpus=2, variant="width4", run_extra={"model_width": 4, "gradient_bytes": 31049860})
+    settings = {"model": {"width": 4}, "training": {"scaling": "weak"}}
+    entries = [
+        cell(),
+        cell(gpus=2, variant="width4", settings=settings),
+        cell(gpus=4, variant="width4", settings=settings),
+    ]
+    runs = summary.collect_study(str(tmp_path), entries, 0.8, [], STUDY).runs.set_index(["variant", "gpus"])
+    assert runs.loc[("", 1), "model_width"] == 1 and pd.isna(runs.loc[("", 1), "gradient_bytes"])
+    assert runs.loc[("", 1), "collective_reason"] == "not recorded (the cell predates the collective benchmark)"
+    assert runs.loc[("width4", 2), "model_width"] == 4 and runs.loc[("width4", 2), "gradient_bytes"] == 31049860
+    assert runs.loc[("width4", 4), "model_width"] == 4 and runs.loc[("width4", 4), "status"] == "missing"
+
+
+def test_steps_per_epoch_is_refused_beside_a_dataset_repeat(schema):
+    with pytest.raises(sb_config.ConfigError, match="config key 'training.steps_per_epoch': set together with"):
+        resolved(schema, training={"steps_per_epoch": 10, "dataset_repeat": 2})
+    assert resolved(schema, training={"steps_per_epoch": 10})["training"]["steps_per_epoch"] == 10
 
 
 def test_removed_precision_keys_say_what_replaced_them(schema):

@@ -6,6 +6,7 @@ from pathlib import Path
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 import pandas as pd
+from scalebench.analysis import collectives
 from scalebench.analysis.summary_csv import read_epochs, read_runs
 from scalebench.report.figures import FigureInputs, figures_of
 from scalebench.report.save import save_figure
@@ -20,6 +21,8 @@ inputs = FigureInputs(
     runs_root=Path(params.runs_root),
     prepared=Path(given.images).parent if "images" in given.keys() else None,
     images_shown=params.images_shown,
+    collectives=collectives.read(given.collectives) if "collectives" in given.keys() else None,
+    link_gbps=params.link_gbps,
 )
 for figure in figures_of(params.drawing):
     save_figure(figure.draw(inputs), snakemake.output[figure.name])

@@ -6,6 +6,7 @@ from pathlib import Path
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 import pandas as pd
+from scalebench.analysis import collectives
 from scalebench.report.html_tables import table_html
 
 PAGES = {
@@ -18,13 +19,27 @@ PAGES = {
         "(a backend that the framework does not have, or a GPU count the backend cannot run).",
         "Every cell finished with status ok, none was left out, and every imported file was read.",
     ),
+    "collectives": (
+        "Each backend's collective at the model's gradient size",
+        "The all-reduce (DataParallel: the reduce onto its first GPU) of a message of the model's gradient "
+        "bytes, measured on each cell's ranks before training: median over seeds of the latency (the "
+        "slowest rank's, median over iterations), algorithm and bus bandwidth in GB/s (nccl-tests' "
+        "definitions). CPU ranks (device cpu) reduce over the host, not a GPU interconnect.",
+        "No cell of more than one GPU has measured its collectives (training.collectives).",
+    ),
 }
+# tables shown as a summary of their CSV rather than as they are
+SUMMARIES = {"collectives": lambda path: collectives.at_gradient(collectives.read(path))}
 
 # runs.csv keeps each cell's training settings as JSON; the provenance page shows those that differ
 HIDDEN = {"runs": ["training"]}
 
 for name, (title, note, empty) in PAGES.items():
-    frame = pd.read_csv(getattr(snakemake.input, name), dtype={"reason": str, "rerun": str, "versions": str})
+    path = getattr(snakemake.input, name)
+    if name in SUMMARIES:
+        frame = SUMMARIES[name](path)
+    else:
+        frame = pd.read_csv(path, dtype={"reason": str, "rerun": str, "versions": str})
     frame = frame.drop(columns=HIDDEN.get(name, []), errors="ignore")
     Path(getattr(snakemake.output, name)).write_text(table_html(frame, title, note, empty))
     print(f"render_tables: {name}: {len(frame)} rows")

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from plotnine import aes, geom_point, ggplot
 from scalebench.analysis import collect as analysis
+from scalebench.analysis import collectives as collectives_table
 from scalebench.analysis import study as summary
 from scalebench.analysis.scaling import scaling
 from scalebench.analysis.summary_csv import read_epochs, read_runs
@@ -23,13 +24,20 @@ from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figure
 from scalebench.report.predictions import picture_panel
 from scalebench.report.save import save_figure
 from scalebench.rerun import Invocation
+from scalebench.train.collectives import TABLE, bandwidths, empty_row, write_table
 
 
-def all_figures(runs, epochs, target=0.8, folder=None) -> dict:
+def all_figures(runs, epochs, target=0.8, folder=None, collectives=None) -> dict:
     """Every figure the report registers, drawn as its rule draws it (the picture panel only where
     a folder of cells is given)."""
     inputs = FigureInputs(
-        runs=runs, scaling=scaling(runs), epochs=epochs, target_iou=target, runs_root=folder, prepared=folder
+        runs=runs,
+        scaling=scaling(runs),
+        epochs=epochs,
+        target_iou=target,
+        runs_root=folder,
+        prepared=folder,
+        collectives=collectives,
     )
     return {
         figure.name: figure.draw(inputs) for figure in FIGURES if folder is not None or figure.rule != "predictions"
@@ -96,6 +104,22 @@ def through_csv(runs, epochs, folder):
     return read_runs(folder / "runs.csv"), read_epochs(folder / "epochs.csv")
 
 
+GRADIENT_BYTES = 1945636
+
+
+def write_collectives(folder, gpus: int, sizes=(8, 1024, GRADIENT_BYTES, 2**20)) -> None:
+    """A cell's collectives.csv as its rank 0 writes it, latencies that grow with the bytes."""
+    rows = []
+    for nbytes in sizes:
+        latency = 50e-6 + nbytes / 10e9
+        algbw, busbw = bandwidths("all_reduce", nbytes, latency, gpus)
+        label = "gradient" if nbytes == GRADIENT_BYTES else "sweep"
+        row = empty_row("all_reduce", nbytes, label, gpus, "torch.distributed gloo", None)
+        row.update(iterations=3, latency_us=latency * 1e6, latency_min_us=latency * 1e6, latency_max_us=latency * 1e6)
+        rows.append(row | {"algbw_gbps": algbw, "busbw_gbps": busbw})
+    write_table(rows, folder / TABLE)
+
+
 def test_a_single_cell_study_renders_every_figure(tmp_path):
     write_cell(tmp_path / "runs", epochs_extra={3: {"val_iou": 0.85}})
     runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell()], 0.8), tmp_path)
@@ -120,14 +144,23 @@ def test_every_registered_figure_draws_the_study_it_is_given(tmp_path):
             seed=entry["seed"],
             times=(2 * seconds, seconds, seconds, seconds),
             epochs_extra={3: {"val_iou": 0.85}},
-            run_extra={"nodes": 1, "hosts": ["n1"]},
+            run_extra={"nodes": 1, "hosts": ["n1"], "model_width": 1, "gradient_bytes": GRADIENT_BYTES},
         )
         saved_predictions(folder)
+        if gpus > 1:
+            write_collectives(folder, gpus)
     np.save(tmp_path / "images.npy", np.zeros((8, 16, 24), np.uint8))
     np.save(tmp_path / "masks.npy", np.ones((8, 16, 24), np.uint8))
     runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", cells, 0.8), tmp_path)
+    scaling(runs).to_csv(tmp_path / "scaling.csv", index=False)  # the drawing rule reads it back as it is
     inputs = FigureInputs(
-        runs=runs, scaling=scaling(runs), epochs=epochs, runs_root=tmp_path / "runs", prepared=tmp_path
+        runs=runs,
+        scaling=pd.read_csv(tmp_path / "scaling.csv"),
+        epochs=epochs,
+        runs_root=tmp_path / "runs",
+        prepared=tmp_path,
+        collectives=collectives_table.gather(tmp_path / "runs", cells),
+        link_gbps={"intra_node": 300.0, "inter_node": None},
     )
     figures = {figure.name: figure.draw(inputs) for figure in FIGURES}
     drawn = [name for name, figure in figures.items() if isinstance(figure, Figure) or figure.data is not None]
@@ -141,7 +174,7 @@ def test_the_registry_names_each_figure_once_with_its_caption_and_rule():
     for figure in FIGURES:
         assert (REPO / figure.caption).is_file(), figure.caption
     assert sum(len(figures_of(rule)) for rule in RULE_INPUTS) == len(FIGURES)
-    with pytest.raises(KeyError, match="no drawing rule 'plots'; the rules are scaling, training, predictions"):
+    with pytest.raises(KeyError, match="no drawing rule 'plots'; the rules are scaling, training, predictions, col"):
         figures_of("plots")
 
 

@@ -4,7 +4,14 @@ optimizer step (tests/integration/test_accumulation_steps.py trains with it)."""
 from __future__ import annotations
 
 import pytest
-from scalebench.train.accumulation import ONE_BATCH_STEP, Part, batches_per_epoch, epoch_parts, optimizer_steps
+from scalebench.train.accumulation import (
+    ONE_BATCH_STEP,
+    Part,
+    batches_per_epoch,
+    cycled,
+    epoch_parts,
+    optimizer_steps,
+)
 
 
 def test_batches_are_grouped_into_steps_and_the_remainder_is_a_shorter_step():
@@ -35,3 +42,18 @@ def test_batches_per_epoch_is_what_the_loaders_yield(samples, replicas, batch):
         sampler = DistributedSampler(range(samples), num_replicas=replicas, rank=rank, seed=1, drop_last=False)
         assert len(DataLoader(range(samples), batch_size=batch, sampler=sampler, drop_last=True)) == expected
         assert len(tf_data.distributed_order(samples, replicas, rank, 1, 0)) // batch == expected
+
+
+def test_fixed_steps_give_every_replica_their_batches_at_any_world_size():
+    # training.steps_per_epoch: the steps' batches (times the passes of an accumulating backend)
+    assert [batches_per_epoch(28, replicas, 4, steps_per_epoch=10) for replicas in (1, 2, 8)] == [10, 10, 10]
+    assert batches_per_epoch(28, 2, 4, steps_per_epoch=10, passes=3) == 30
+    assert optimizer_steps(batches_per_epoch(28, 2, 4, steps_per_epoch=10, passes=3), 3) == 10
+    assert batches_per_epoch(28, 2, 4) == 3  # null: one pass over the shard, as before
+
+
+def test_a_shard_is_cycled_in_its_own_order_or_cut():
+    assert cycled([3, 1, 2], 7) == [3, 1, 2, 3, 1, 2, 3]
+    assert cycled([3, 1, 2], 2) == [3, 1]
+    with pytest.raises(ValueError, match="empty shard"):
+        cycled([], 3)

@@ -24,6 +24,7 @@ SHARED_ROLES = {
     "checkpoint.py",
     "summaries.py",
     "compiled.py",
+    "collectives.py",
 }
 # a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
 HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}
@@ -69,7 +70,9 @@ def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(frame
     ]
     assert len(classes) == 1, f"{module.__name__} defines {classes}"
     backend_class = classes[0]
-    for name in ("setup", "distribute", "broadcast_from_root", "allreduce_sum", "allreduce_max", "allgather_text"):
+    # collective_bench: every backend's collectives are measured through its own library
+    overridden = ("setup", "distribute", "broadcast_from_root", "allreduce_sum", "allreduce_max", "allgather_text")
+    for name in (*overridden, "collective_bench"):
         assert getattr(backend_class, name) is not getattr(Backend, name), f"{backend_class.__name__}.{name}"
     assert backend_class.name == backend
     assert callable(module.create)

@@ -10,8 +10,11 @@ import tensorflow as tf
 import torch
 import yaml
 from conftest import REPO, sb_config
+from scalebench.train import architecture
+from scalebench.train.accumulation import batches_per_epoch
 from scalebench.train.tf import data as tf_data
 from scalebench.train.tf import model as tf_model
+from scalebench.train.torch import data as torch_data
 from scalebench.train.torch import model as torch_model
 from torch.utils.data import DistributedSampler
 
@@ -35,6 +38,21 @@ def test_keras_unet_has_the_pytorch_parameter_count_and_output_shape(batch_norm)
     torch_out = torch_unet(torch.zeros(2, 1, height, width)).shape  # channels first
     keras_out = keras_model(np.zeros((2, height, width, 1), np.float32)).shape  # channels last
     assert (torch_out[0], torch_out[2], torch_out[3], torch_out[1]) == tuple(keras_out) == (2, height, width, 1)
+
+
+@pytest.mark.parametrize(("width", "millions"), [(1, 0.49), (4, 7.8), (16, 124)])
+def test_both_frameworks_build_the_same_unet_at_every_model_width(width, millions):
+    channels = architecture.channels(width)
+    keras_model = tf_model.build_unet((32, 48), channels=channels)
+    torch_unet = torch_model.UNet(channels=channels)
+    count = architecture.parameter_count(width)
+    assert tf_model.parameter_count(keras_model) == torch_model.parameter_count(torch_unet) == count
+    assert count == pytest.approx(millions * 1e6, rel=0.02)
+    # tensor by tensor (the layouts differ: NCHW kernels against HWCN ones), and the bytes a step reduces
+    keras_sizes = sorted(int(v.shape.num_elements()) for v in keras_model.trainable_variables)
+    assert keras_sizes == sorted(p.numel() for p in torch_unet.parameters())
+    assert tf_model.gradient_bytes(keras_model) == torch_model.gradient_bytes(torch_unet) == 4 * count
+    assert architecture.gradient_bytes(width) == 4 * count
 
 
 def test_batch_norm_layers_update_their_statistics_alike():
@@ -70,10 +88,24 @@ def test_shard_order_equals_distributed_sampler(n, world, epoch):
         assert tf_data.distributed_order(n, world, rank, seed=7, epoch=epoch) == list(sampler)
 
 
+@pytest.mark.parametrize(("n", "world", "batches"), [(30, 3, 2), (30, 3, 7), (10, 4, 5), (33, 2, 40)])
+def test_a_cycled_shard_is_the_same_in_both_frameworks_samplers(n, world, batches):
+    # training.steps_per_epoch: more (or fewer) batches than one pass, the shard repeated in its order
+    for rank in range(world):
+        for epoch in (0, 4):
+            shards = torch_data.ReplicaShards(range(n), world, [rank], seed=5, batch=3, batches=batches)
+            shards.set_epoch(epoch)
+            tf_order = tf_data.replica_shard(list(range(n)), world, rank, seed=5, epoch=epoch, samples=3 * batches)
+            assert list(shards) == tf_order.tolist() and len(tf_order) == 3 * batches
+            one_pass = tf_data.distributed_order(n, world, rank, seed=5, epoch=epoch)
+            assert tf_order.tolist() == (one_pass * batches)[: 3 * batches]
+
+
 def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_data):
     images, _, manifest = tf_data.load_arrays(prepared_data)
     train = manifest["train"]
-    dataset = tf_data.train_dataset(str(prepared_data), train, [1], 2, batch=5, seed=1, epoch=2, threads=1)
+    batches = batches_per_epoch(len(train), 2, 5)
+    dataset = tf_data.train_dataset(str(prepared_data), train, [1], 2, 5, batches, seed=1, epoch=2, threads=1)
     batches = list(dataset)
     expected = [train[p] for p in tf_data.distributed_order(len(train), 2, 1, 1, 2)]
     assert len(batches) == len(expected) // 5
@@ -89,11 +121,12 @@ def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_da
 @pytest.mark.parametrize("replica_ids", [[0], [0, 1]])
 def test_device_placement_gives_the_host_pipelines_inputs_bit_for_bit(prepared_data, replica_ids):
     train = tf_data.load_arrays(prepared_data)[2]["train"] * 2
-    samples = tf_data.replica_samples(train, replica_ids, 2, seed=3, epochs=3)
+    batches = batches_per_epoch(len(train), 2, 4)
+    samples = tf_data.replica_samples(train, replica_ids, 2, seed=3, epochs=3, samples=batches * 4)
     stores = [tf_data.DeviceSamples(str(prepared_data), s, "/cpu:0") for s in samples]
     for epoch in range(3):
-        host = list(tf_data.train_dataset(str(prepared_data), train, replica_ids, 2, 4, 3, epoch, threads=1))
-        device = list(tf_data.device_train_batches(stores, train, replica_ids, 2, 4, 3, epoch))
+        host = list(tf_data.train_dataset(str(prepared_data), train, replica_ids, 2, 4, batches, 3, epoch, threads=1))
+        device = list(tf_data.device_train_batches(stores, train, replica_ids, 2, 4, batches, 3, epoch))
         assert len(device) == len(host) > 0
         for device_step, host_step in zip(device, host, strict=True):
             assert len(device_step) == len(host_step) == len(replica_ids)
@@ -120,9 +153,9 @@ def test_device_samples_refuse_a_sample_they_did_not_load(prepared_data):
 
 def test_batches_prefetched_to_a_device_are_the_same_batches_on_that_device(prepared_data):
     train = tf_data.load_arrays(prepared_data)[2]["train"]
-    arguments = (str(prepared_data), train, [0], 1)
-    on_host = list(tf_data.train_dataset(*arguments, batch=4, seed=3, epoch=0, threads=1))
-    on_device = list(tf_data.train_dataset(*arguments, batch=4, seed=3, epoch=0, threads=1, device="/cpu:0"))
+    arguments = (str(prepared_data), train, [0], 1, 4, batches_per_epoch(len(train), 1, 4))
+    on_host = list(tf_data.train_dataset(*arguments, seed=3, epoch=0, threads=1))
+    on_device = list(tf_data.train_dataset(*arguments, seed=3, epoch=0, threads=1, device="/cpu:0"))
     assert len(on_device) == len(on_host) > 0
     for ((image, mask),), ((host_image, host_mask),) in zip(on_device, on_host, strict=True):
         assert image.device.endswith("device:CPU:0")  # on a GPU: the rank's GPU, copied ahead of the step

@@ -11,7 +11,7 @@ import torch
 from conftest import cell_settings
 from scalebench.settings import RunSettings
 from scalebench.train import rank_env
-from scalebench.train.accumulation import ONE_BATCH_STEP
+from scalebench.train.accumulation import ONE_BATCH_STEP, batches_per_epoch
 from scalebench.train.devices import DeviceError
 from scalebench.train.placement import DataPlacement
 from scalebench.train.torch import data, dp, framework, fsdp, runtime
@@ -64,9 +64,10 @@ def host_and_device_batches(data_dir: str, indices: list[int], replicas: int, re
     """The training batches of these replicas with host placement and with device placement (CPU)."""
     loader_settings = run_settings("dp", replicas).training.loader
     cpu = torch.device("cpu")
-    host_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH)
+    batches = batches_per_epoch(len(indices), replicas, BATCH)
+    host_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH, batches)
     host = data.host_train_loader(data_dir, host_sampler, loader_settings, False, cpu)
-    device_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH)
+    device_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH, batches)
     per_replica = data.replica_samples(indices, device_sampler, epochs=4)
     stores = [data.DeviceSamples(data_dir, samples, cpu) for samples in per_replica]
     device = data.DeviceTrainBatches(indices, device_sampler, stores)
@@ -128,7 +129,7 @@ def test_device_samples_refuse_a_sample_they_did_not_load(prepared_data):
 
 
 def test_one_replica_reads_distributed_samplers_order_in_whole_batches():
-    shards = data.ReplicaShards(range(30), 3, [1], seed=5, batch=BATCH)
+    shards = data.ReplicaShards(range(30), 3, [1], seed=5, batch=BATCH, batches=batches_per_epoch(30, 3, BATCH))
     shards.set_epoch(2)
     sampler = torch.utils.data.DistributedSampler(range(30), num_replicas=3, rank=1, seed=5, drop_last=False)
     sampler.set_epoch(2)

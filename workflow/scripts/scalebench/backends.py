@@ -30,6 +30,8 @@ class BackendSpec:
     compile_reason: str = ""
     # it adds up training.horovod.backward_passes_per_step batches' gradients before each reduction
     accumulates: bool = False
+    # its ranks share the model's weights, gradients and optimizer state (each holds 1/world of them)
+    shards_state: bool = False
 
 
 # TensorFlow's all-reduce takes tf.distribute.experimental.CommunicationOptions, which has
@@ -50,6 +52,7 @@ FSDP = BackendSpec(
     "FullyShardedDataParallel, one process per GPU, parameters and gradients sharded across ranks",
     min_ranks=2,
     min_ranks_reason="fsdp needs at least 2 ranks (with one there is nothing to shard)",
+    shards_state=True,
 )
 DP = BackendSpec(
     "dp",

@@ -1,6 +1,6 @@
 """A cell of the study: one training run of the matrix framework x backend x gpus x seed,
-at the values of the optional axes the study sweeps (batch per GPU, precision, compression,
-compiled steps, strong scaling)."""
+at the values of the optional axes the study sweeps (model width, batch per GPU, precision,
+compression, compiled steps, strong scaling)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ RUNS_ROOT = "results/runs"
 OWN_SOURCE = "scalebench"
 
 # The optional matrix axes, in the order their values appear in a cell's variant label.
-AXES = ("batch_per_gpu", "precision", "compression", "compile", "scaling")
+AXES = ("model_width", "batch_per_gpu", "precision", "compression", "compile", "scaling")
 # How each names its value in the label. A strong-scaling cell also carries its global batch
 # (not an axis: one per study); weak scaling is named only where matrix.scaling lists it.
 _LABELS = {
+    "model_width": lambda value: f"width{value}",
     "batch_per_gpu": lambda value: f"batch{value}",
     "precision": str,
     "compression": lambda value: f"compress-{value}",
@@ -26,7 +27,7 @@ _LABELS = {
 
 
 def variant_label(axes: tuple[tuple[str, Any], ...]) -> str:
-    """'batch8_bf16_compress-fp16', 'strong_global32', or '' for a cell without optional axes."""
+    """'width4_batch8_bf16', 'strong_global32', or '' for a cell without optional axes."""
     parts = [_LABELS[axis](value) for axis, value in axes]
     return "_".join(part for part in parts if part)
 

@@ -43,6 +43,16 @@ class HorovodSettings:
 
 
 @dataclass(frozen=True)
+class CollectiveSettings:
+    """training.collectives: the benchmark of the backend's collectives before the first epoch."""
+
+    budget_s: float  # seconds per cell, shared by its operations (0: nothing measured)
+    max_bytes: int  # the largest message of the sweep
+    iterations: int  # timed iterations per size
+    warmup: int  # untimed iterations per size before them
+
+
+@dataclass(frozen=True)
 class TrainingSettings:
     """training: the schedule and the run's options, the same for every backend."""
 
@@ -56,6 +66,7 @@ class TrainingSettings:
     decay_every: int  # multiply the rate by decay_factor every this many epochs (0 = never)
     decay_factor: float
     dataset_repeat: int  # passes over the training set per epoch
+    steps_per_epoch: int | None  # optimizer steps per replica and epoch, the shard cycled; None: one pass
     eval_every: int  # validation loss and IOU every this many epochs (0 = none during training)
     checkpoint_every: int  # a resumable checkpoint every this many epochs (0 = never)
     precision: str  # fp32, bf16 or fp16
@@ -73,6 +84,7 @@ class TrainingSettings:
     tensorboard: bool  # rank 0 writes the epoch records as TensorBoard curves (summaries.py)
     loader: LoaderSettings
     horovod: HorovodSettings
+    collectives: CollectiveSettings
 
     @property
     def autocast_dtype(self) -> str | None:
@@ -96,6 +108,7 @@ class RunSettings:
     gpu_binding: str = "node"  # cluster.gpu_binding: what a task sees, its node's GPUs or its own (train/devices.py)
     network_interface: str | None = None  # cluster.network_interface (cluster/network.py)
     cpu_binding: str = "cores"  # cluster.cpu_binding: each rank bound to its share of the cores, or none
+    model_width: int = 1  # model.width: the UNet's channel multiplier (train/architecture.py)
     # the JSON this rank was started with, recorded in run.json: the report tells a cell
     # trained with other settings than the study's from it, key by key
     source: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
@@ -123,6 +136,7 @@ class RunSettings:
             gpu_binding=settings.get("gpu_binding", "node"),  # set only where not node (config.train_settings)
             network_interface=settings.get("network_interface"),  # set only where set
             cpu_binding=settings.get("cpu_binding", "cores"),  # set only where not cores
+            model_width=settings.get("model", {}).get("width", 1),  # settings from before model.width: 1
             source=settings,
         )
 

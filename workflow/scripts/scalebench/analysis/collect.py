@@ -25,7 +25,15 @@ from scalebench.records import FINISHED_STATUSES, read_metrics, run_problem
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
 # What each cell trained with along the optional axes (and how it scaled), whether or not the
 # study sweeps them: the tables and figures key on the variant, these say what it means.
-SETTING_COLUMNS = ["scaling", "batch_per_gpu", "global_batch", "precision", "compression"]
+SETTING_COLUMNS = [
+    "model_width",  # model.width (a record from before it: 1, the only model it could train)
+    "scaling",
+    "batch_per_gpu",
+    "global_batch",
+    "precision",
+    "compression",
+    "steps_per_epoch",  # training.steps_per_epoch (empty: one pass over the shard)
+]
 # A cell's status in the tables: stale cells finished on other prepared data or settings than the
 # study's; unreadable cells hold a run.json this version cannot read (kept, listed with a rerun command).
 STATUSES = ["ok", "stale", "diverged", "oom", "refused", "failed", "unreadable", "missing"]
@@ -91,6 +99,13 @@ RUN_COLUMNS = [
     "step_energy_reason",
     "parameters",
     "observed_reason",  # why compute_dtype and compiled_graphs are empty (a record from before them)
+    "gradient_bytes",  # bytes of the gradients a step reduces (float32); empty for a cell from before model.width
+    # the collective benchmark at the gradient size (training.collectives): all-reduce, DataParallel's reduce
+    "collective_op",
+    "collective_latency_us",
+    "collective_algbw_gbps",
+    "collective_busbw_gbps",
+    "collective_reason",  # why they are empty
     *PROVENANCE_COLUMNS,
 ]
 EPOCH_VALUES = [
@@ -106,6 +121,7 @@ EPOCH_VALUES = [
     "val_loss",
     "mfu",
     "energy_j",
+    "images",  # images the epoch saw, all replicas (training.steps_per_epoch cycles the shards)
 ]
 EPOCH_COLUMNS = ["source", *KEYS, "epoch", *EPOCH_VALUES]
 
@@ -245,6 +261,8 @@ def read_cell(
         **slurm_cost(run),
         "parameters": run.get("parameters"),
         **observed_steps(run, epochs),
+        "gradient_bytes": run.get("gradient_bytes"),
+        **collective_figures(run),
         "nodes": run.get("nodes"),
         "hosts": ",".join(run.get("hosts") or []),
         "devices": ",".join(sorted(set(run.get("devices") or []))),
@@ -304,6 +322,7 @@ def cell_settings(settings: dict | None, run: dict, keys: dict) -> dict:
     trained = run.get("training") or {}
     study = (settings or {}).get("training") or {}
     values = {column: trained.get(column, study.get(column)) for column in SETTING_COLUMNS}
+    values["model_width"] = trained_width(run, settings)
     if "global_batch" not in trained and study.get("scaling") != "strong" and "batch_per_gpu" in study:
         # as run.json records it: a cell without run.json (failed, missing) has the study's
         passes = measures.backward_passes(keys["framework"], keys["backend"], study)
@@ -344,6 +363,39 @@ def slurm_cost(run: dict) -> dict:
     }
 
 
+def trained_width(run: dict, settings: dict | None) -> int | None:
+    """The cell's model.width: as run.json records it, or its recorded settings say; 1 for a record
+    from before model.width (the only model it could train); the study's for a cell without one."""
+    if "model_width" in run:
+        return run["model_width"]
+    if run.get("settings") is not None:
+        return run["settings"].get("model", {}).get("width", 1)
+    if run.get("training") is not None:
+        return 1
+    return (settings or {}).get("model", {}).get("width")
+
+
+def collective_figures(run: dict) -> dict:
+    """The collective benchmark at the gradient size (run.json's collectives), empty with the reason."""
+    if "collectives" not in run:
+        reason = "not recorded (the cell predates the collective benchmark)" if run else "no run.json"
+        return {
+            "collective_op": None,
+            "collective_latency_us": math.nan,
+            "collective_algbw_gbps": math.nan,
+            "collective_busbw_gbps": math.nan,
+            "collective_reason": reason,
+        }
+    summary = run["collectives"]
+    return {
+        "collective_op": summary.get("op"),
+        "collective_latency_us": finite_number(summary.get("latency_us")),
+        "collective_algbw_gbps": finite_number(summary.get("algbw_gbps")),
+        "collective_busbw_gbps": finite_number(summary.get("busbw_gbps")),
+        "collective_reason": summary.get("reason") or None,
+    }
+
+
 def _versions(run: dict) -> str:
     """'python 3.11.7, torch 2.13.0, ...' without the entries that are not there (None)."""
     versions = {"python": run.get("python"), **(run.get("versions") or {})}
@@ -360,8 +412,8 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
     frame["variant"] = no_variant_as_empty(frame["variant"])
     # the ranks' definition (measures.py), for own, legacy and read-back rows alike
     frame["gpu_hours"] = measures.gpu_hours(pd.to_numeric(frame["gpus"]), pd.to_numeric(frame["train_time_s"]))
-    integers = ("gpus", "seed", "epochs", "parameters", "nodes", "batch_per_gpu", "global_batch")
-    for column in (*integers, "compiled_graphs", "recompiles"):
+    integers = ("gpus", "seed", "epochs", "parameters", "gradient_bytes", "nodes", "model_width", "batch_per_gpu")
+    for column in (*integers, "global_batch", "steps_per_epoch", "compiled_graphs", "recompiles"):
         frame[column] = frame[column].astype("Int64")
     frame["stopped_at_target"] = frame["stopped_at_target"].astype("boolean")  # empty where no final record
     return frame

@@ -10,6 +10,9 @@ from typing import Any
 from scalebench.backends import BACKENDS
 from scalebench.cell import AXES, Cell
 
+# The optional axes that set a key of the model section (the others set training's key of their name).
+MODEL_AXES = {"model_width": "width"}
+
 
 def cell_training(config: dict, cell: Cell) -> dict:
     """The training settings of one cell: the study's, with the values of the cell's optional
@@ -17,17 +20,27 @@ def cell_training(config: dict, cell: Cell) -> dict:
     training = copy.deepcopy(config["training"])
     axes = dict(cell.axes)
     for axis in AXES:
-        if axis in axes:
+        if axis in axes and axis not in MODEL_AXES:
             training[axis] = axes[axis]
     if training["scaling"] == "strong" and training["global_batch"] and training["global_batch"] % cell.gpus == 0:
         training["batch_per_gpu"] = training["global_batch"] // cell.gpus
     return training
 
 
+def cell_model(config: dict, cell: Cell) -> dict:
+    """The model section of one cell: the study's, with the cell's model width where it sweeps it."""
+    model = copy.deepcopy(config["model"])
+    for axis, key in MODEL_AXES.items():
+        model[key] = dict(cell.axes).get(axis, model[key])
+    return model
+
+
 def train_settings(config: dict, cell: Cell) -> dict:
-    """Everything the training program needs for one cell, as plain JSON."""
+    """Everything the training program needs for one cell, as plain JSON (a record without the
+    model section trained width 1, its default: settings_changes)."""
     settings = {
         "cell": cell.to_json(),
+        "model": cell_model(config, cell),
         "training": cell_training(config, cell),
         "peak_tflops": config["cluster"]["peak_tflops"],
         "gpus_per_node": config["cluster"]["gpus_per_node"],

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from scalebench import backends
 from scalebench.cell import OWN_SOURCE, Cell
-from scalebench.config.cell_settings import cell_training
+from scalebench.config.cell_settings import cell_model, cell_training
 from scalebench.config.matrix import cells, left_out
 from scalebench.data.split import split_counts
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
+from scalebench.train import architecture
 
 
 class ConfigError(ValueError):
@@ -32,6 +33,12 @@ def check_semantics(config: dict) -> None:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems + axes))
     if dataset["source"] == "synthetic":
         problems += synthetic_batch_problems(config)
+    problems += model_fit_problems(config)
+    if config["training"]["steps_per_epoch"] is not None and config["training"]["dataset_repeat"] > 1:
+        problems.append(
+            "config key 'training.steps_per_epoch': set together with training.dataset_repeat > 1; the "
+            "steps fix each epoch's length by themselves (the shard is cycled), so leave dataset_repeat at 1"
+        )
     if config["training"]["stop_at_target"] and not config["training"]["eval_every"]:
         problems.append(
             "config key 'training.stop_at_target': needs training.eval_every > 0 (the target is checked on "
@@ -87,11 +94,44 @@ def axis_problems(config: dict) -> list[str]:
                 f"config key 'matrix.batch_per_gpu': strong scaling ({where}) divides training.global_batch "
                 "over the ranks, so it has no batch per GPU to sweep; sweep batch sizes in weak scaling only"
             )
+    width_key = "matrix.model_width" if "model_width" in matrix else "model.width"
+    for width in matrix.get("model_width", [config["model"]["width"]]):
+        if not isinstance(width, int):  # the schema's integer admits 4.0, which would name a folder width4.0
+            problems.append(f"config key '{width_key}': {width!r} is not a whole number (write {int(width)})")
     key = "matrix.precision" if "precision" in matrix else "training.precision"
     for precision in dict.fromkeys(matrix.get("precision", [training["precision"]])):
         problem = backends.precision_problem(precision, training["device"])
         if problem:
             problems.append(f"config key '{key}': {problem} (training.device: {training['device']})")
+    return problems
+
+
+def model_fit_problems(config: dict) -> list[str]:
+    """Every GPU cell's model and batch must fit a device of cluster.device_memory_gb (where given):
+    the architecture's lower bound of what training needs (train/architecture.memory_floor_bytes),
+    so only what certainly cannot fit is refused here; without the key the ranks check their
+    device's free memory before building the model (train/loop.py)."""
+    cluster, training = config["cluster"], config["training"]
+    memory = cluster["device_memory_gb"]
+    if memory is None or not cluster["gpus_per_node"] or training["device"] == "cpu":
+        return []
+    key = "matrix.model_width" if "model_width" in config["matrix"] else "model.width"
+    problems, seen = [], set()
+    for cell in cells(config):
+        width, trained = cell_model(config, cell)["width"], cell_training(config, cell)
+        shards = cell.gpus if backends.spec(cell.framework, cell.backend).shards_state else 1
+        itemsize = 4 if trained["precision"] == "fp32" else 2
+        needed = architecture.memory_floor_bytes(
+            width, trained["batch_per_gpu"], tuple(config["dataset"]["image_size"]), itemsize, shards
+        )
+        if needed > memory * 2**30 and (width, trained["batch_per_gpu"], itemsize, shards) not in seen:
+            seen.add((width, trained["batch_per_gpu"], itemsize, shards))
+            problems.append(
+                f"config key '{key}': width {width} ({architecture.parameter_count(width):,} parameters) with a "
+                f"batch of {trained['batch_per_gpu']} ({trained['precision']}) needs at least "
+                f"{needed / 2**30:.1f} GiB on each device, more than a GPU's {memory:g} GiB "
+                f"(cluster.device_memory_gb; {cell.path}): use a smaller width or batch"
+            )
     return problems
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 
-from scalebench import backends
+from scalebench import backends, measures
 from scalebench.cell import Cell
 from scalebench.cluster.slurm import block_distribution
 
@@ -73,14 +73,29 @@ def declared_names(cluster: dict) -> tuple[str, ...]:
     return tuple(name for name in RESOURCE_NAMES if name not in unset)
 
 
+def training_minutes(config: dict, cell: Cell) -> float:
+    """Minutes the cell's epochs are expected to take: per_epoch x epochs / gpus (a pass over the
+    training set), or with training.steps_per_epoch per_step x its batches x epochs (the same at
+    every GPU count); times the model's FLOPs over width 1's, which grow as the width squared."""
+    time, training = config["cluster"]["time"], config["training"]
+    width = dict(cell.axes).get("model_width", config["model"]["width"])
+    if training["steps_per_epoch"] is None:
+        minutes = time["per_epoch_min"] * training["epochs"] / cell.gpus
+    else:
+        known = backends.exists(cell.framework, cell.backend)
+        passes = measures.backward_passes(cell.framework, cell.backend, training) if known else 1
+        minutes = time["per_step_min"] * training["steps_per_epoch"] * passes * training["epochs"]
+    return minutes * width**2
+
+
 def runtime_minutes(config: dict, cell: Cell, attempt: int = 1) -> int:
-    """base + per_epoch * epochs / gpus, at least floor; times retry_factor per retry.
+    """base + training_minutes, at least floor; times retry_factor per retry.
 
     A cell killed at its time limit is retried by Snakemake with attempt + 1, so
     the next submission asks for a longer limit and resumes from its checkpoint.
     """
     time = config["cluster"]["time"]
-    minutes = time["base_min"] + time["per_epoch_min"] * config["training"]["epochs"] / cell.gpus
+    minutes = time["base_min"] + training_minutes(config, cell)
     minutes = max(time["floor_min"], minutes) * time["retry_factor"] ** (max(attempt, 1) - 1)
     return int(math.ceil(minutes))
 

@@ -23,6 +23,7 @@ RULE_INPUTS = {
     "scaling": ("runs", "scaling"),
     "training": ("runs", "epochs"),
     "predictions": ("runs", "images", "masks"),
+    "collectives": ("runs", "collectives"),
 }
 
 
@@ -38,6 +39,8 @@ class FigureInputs:
     runs_root: Path | None = None  # the cells' folders, for their saved predictions
     prepared: Path | None = None  # the prepared dataset's folder (images.npy, masks.npy)
     images_shown: int = 3
+    collectives: pd.DataFrame | None = None  # results/summary/collectives.csv
+    link_gbps: dict | None = None  # cluster.link_gbps: the links' peaks, GB/s
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,20 @@ FIGURES: tuple[Figure, ...] = (
         drawn_by("model_figures", "model_figure", "runs", "per_node"),
     ),
     Figure("cost", "scaling", "Scaling", _measure("cost", "images per kJ and per GPU-hour"), _runs_only("cost_figure")),
+    Figure(
+        "efficiency_gradient",
+        "scaling",
+        "Scaling",
+        _measure("parallel efficiency", "gradient bytes (model width)"),
+        drawn_by("collective_figures", "efficiency_gradient_figure", "scaling", "runs"),
+    ),
+    Figure(
+        "collective_bandwidth",
+        "collectives",
+        "Scaling",
+        _measure("collective bus bandwidth", "message size"),
+        drawn_by("collective_figures", "bandwidth_figure", "collectives", "link_gbps"),
+    ),
     Figure("iou", "scaling", "Quality", {"figure": "test IOU vs GPUs"}, _runs_only("iou_figure")),
     Figure(
         "completeness",

@@ -9,12 +9,19 @@ mean gradient of its batches, so k batches of b images step like one batch of k*
 An epoch whose batch count is not a multiple of k ends with a shorter step over the
 remaining batches (their mean gradient too): every batch is trained on, and no
 gradient is carried across the end of an epoch (where checkpoints are written).
+
+With training.steps_per_epoch every replica takes that many optimizer steps per epoch
+whatever the world size: its shard of the epoch is cycled in its own (seeded) order until
+it has that many steps' batches (cycled), in both frameworks' samplers alike.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from scalebench.settings import TrainingSettings
 
 
 @dataclass(frozen=True)
@@ -29,10 +36,29 @@ class Part:
 ONE_BATCH_STEP = Part(first=True, last=True, count=1)
 
 
-def batches_per_epoch(samples: int, replicas: int, batch: int) -> int:
-    """Full batches each replica trains on in an epoch: both frameworks' samplers pad the shards
-    to ceil(samples / replicas) and drop the incomplete last batch."""
+def batches_per_epoch(
+    samples: int, replicas: int, batch: int, steps_per_epoch: int | None = None, passes: int = 1
+) -> int:
+    """Full batches each replica trains on in an epoch: with training.steps_per_epoch, its
+    optimizer steps' batches; else both frameworks' samplers pad the shards to
+    ceil(samples / replicas) and drop the incomplete last batch."""
+    if steps_per_epoch is not None:
+        return steps_per_epoch * passes
     return math.ceil(samples / replicas) // batch
+
+
+def epoch_batches(training: TrainingSettings, samples: int, replicas: int, passes: int) -> int:
+    """batches_per_epoch with a rank's training settings (`passes`: its backend's batches per step)."""
+    return batches_per_epoch(samples, replicas, training.batch_per_gpu, training.steps_per_epoch, passes)
+
+
+def cycled(order: Sequence[int], count: int) -> list[int]:
+    """The first `count` items of `order` repeated end to end: a replica's shard of an epoch,
+    cycled in its own order (or cut, where one pass holds more than `count`)."""
+    if not len(order):
+        raise ValueError("an empty shard cannot be cycled")
+    repeats = -(-count // len(order))
+    return (list(order) * repeats)[:count]
 
 
 def epoch_parts(batches: int, passes: int) -> list[Part]:

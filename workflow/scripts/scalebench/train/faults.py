@@ -10,6 +10,8 @@
 - ``lr:EPOCH:FACTOR``: in epoch EPOCH the optimizer is handed FACTOR times the schedule's rate,
   as a broken wiring would hand it another (learning_rate); the rate read back from it then
   differs (observed.py).
+- ``collectives_fail:RANK``: rank RANK fails to prepare the collective benchmark's first
+  all-reduce (collective_failure), as a rank out of memory for its buffers would.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ def learning_rate(rate: float, epoch: int) -> float:
         if int(fault_epoch) == epoch + 1:
             return rate * float(factor)
     return rate
+
+
+def collective_failure(rank: int, op: str) -> None:
+    """Raise where ``collectives_fail`` names this rank, while the benchmark prepares an all-reduce."""
+    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
+    if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
+        raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
 
 
 def meet(folder: Path, count: int, fault: str) -> None:

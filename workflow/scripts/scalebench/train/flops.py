@@ -29,9 +29,9 @@ def forward_flops(height: int, width: int, channels: tuple[int, ...] = CHANNELS)
     return total, first
 
 
-def train_flops_per_image(height: int, width: int) -> int:
-    """Forward + backward FLOPs for one training image."""
-    forward, first = forward_flops(height, width)
+def train_flops_per_image(height: int, width: int, channels: tuple[int, ...] = CHANNELS) -> int:
+    """Forward + backward FLOPs for one training image (of the UNet with these encoder widths)."""
+    forward, first = forward_flops(height, width, channels)
     return 3 * forward - first
 
 

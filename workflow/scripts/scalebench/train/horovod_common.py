@@ -15,6 +15,8 @@ from scalebench.train.interfaces import Backend
 from scalebench.train.rank_env import RankInfo
 
 INSTALL_HINT = "run ./install.sh (it builds Horovod with PyTorch and TensorFlow support)"
+# Horovod 0.28's fusion buffer without HOROVOD_FUSION_THRESHOLD (horovod/common/operations.cc)
+DEFAULT_FUSION_BYTES = 128 * 1024 * 1024
 
 
 def check_build(hvd) -> None:
@@ -77,6 +79,23 @@ class HorovodBackend(Backend):
 
     def options(self) -> dict:
         return {"horovod": dataclasses.asdict(self.settings)}
+
+    def collective_library(self) -> str:
+        """What its allreduce goes through on this rank: NCCL for GPU tensors where built with it, else Gloo (or MPI)."""
+        hvd = self.hvd
+        if self.device_type == "gpu" and hvd.nccl_built():
+            return "horovod nccl"
+        return "horovod mpi" if hvd.mpi_enabled() else "horovod gloo"
+
+
+def fusion_threshold(environ: dict[str, str] | None = None) -> tuple[int, str]:
+    """Horovod's tensor fusion buffer in bytes and where it comes from: HOROVOD_FUSION_THRESHOLD
+    (which Horovod keeps in whole MiB), else its default."""
+    environ = os.environ if environ is None else environ
+    text = environ.get("HOROVOD_FUSION_THRESHOLD", "").strip()
+    if text.isdigit():
+        return int(text) // 2**20 * 2**20, "HOROVOD_FUSION_THRESHOLD"
+    return DEFAULT_FUSION_BYTES, "Horovod's default fusion threshold (HOROVOD_FUSION_THRESHOLD unset)"
 
     def shutdown(self) -> None:
         self.hvd.shutdown()

@@ -18,6 +18,7 @@ import numpy as np
 
 from scalebench.settings import RunSettings
 from scalebench.train.accumulation import Part
+from scalebench.train.collectives import Bench
 from scalebench.train.placement import DataPlacement
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.summaries import EpochWriter
@@ -115,6 +116,12 @@ class Backend:
     def versions(self) -> dict[str, str]:
         """The library and collective this backend uses, for run.json."""
         raise NotImplementedError
+
+    def collective_bench(self) -> Bench | str:
+        """This backend's collectives for the benchmark before the first epoch (train/collectives.py),
+        through the library it reduces gradients with, once it has distributed the model; or why
+        it has none. Called on every process of a cell of more than one replica."""
+        return f"backend {self.name} has no collective benchmark"
 
     def options(self) -> dict[str, Any]:
         """This backend's training settings as it resolved them, for run.json's training record."""

@@ -24,7 +24,9 @@ from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import RunSettings
 from scalebench.train import (
     accumulation,
+    architecture,
     binding,
+    collectives,
     devices,
     energy,
     faults,
@@ -110,6 +112,7 @@ class TrainingLoop:
         self.started = started  # perf_counter() when the rank started: setup time counts from there
         self.out = Path(run.out_dir)
         self.manifest = read_manifest(run.data_dir)
+        self.collectives_s = 0.0  # the collective benchmark's time: not setup's, not training's
 
     @property
     def is_root(self) -> bool:
@@ -117,6 +120,7 @@ class TrainingLoop:
 
     def train(self) -> str:
         self.start()
+        self.check_model_fits()
         self.framework.build()
         train_indices = self.manifest["train"] * self.training.dataset_repeat
         self.placement = self.place_data(train_indices)
@@ -124,9 +128,11 @@ class TrainingLoop:
         progress = self.resume()
         self.framework.distribute()
         check_compression(self.backend, self.training.compression)
+        self.measure_collectives()
         self.framework.prepare_data(train_indices, self.eval_shards(), self.placement)
-        batches = accumulation.batches_per_epoch(len(train_indices), self.backend.replicas, self.training.batch_per_gpu)
-        self.parts = accumulation.epoch_parts(batches, self.backend.backward_passes_per_step)
+        passes = self.backend.backward_passes_per_step
+        batches = accumulation.epoch_batches(self.training, len(train_indices), self.backend.replicas, passes)
+        self.parts = accumulation.epoch_parts(batches, passes)
         status = self.run_epochs(progress)
         final = self.final_evaluation(status, progress)
         self.finish(final, progress)
@@ -140,6 +146,26 @@ class TrainingLoop:
                 f"{self.backend.name} has {self.backend.replicas} replicas, the cell asks for {run.cell.gpus}"
             )
         check_batch(self.training.batch_per_gpu, len(self.manifest["train"]), self.backend.replicas)
+
+    def check_model_fits(self) -> None:
+        """Refuse, before the model is built, a width whose model and batch certainly cannot fit the
+        fullest device of the cell (architecture.memory_floor_bytes: a lower bound; the free memory
+        the smallest among the ranks): the user's model.width, not a failure a retry could change."""
+        run, backend = self.run, self.backend
+        free = self.framework.free_device_bytes()
+        fewest = -float(backend.allreduce_max(np.array([-(np.inf if free is None else free)], dtype=np.float64))[0])
+        shards = backend.world_size if backend.shards_parameters else 1
+        itemsize = 2 if self.training.autocast_dtype else 4
+        batch = self.training.batch_per_gpu
+        needed = architecture.memory_floor_bytes(run.model_width, batch, run.image_size, itemsize, shards)
+        if needed > fewest:
+            key = "matrix.model_width" if "model_width" in dict(run.cell.axes) else "model.width"
+            raise SettingRefused(
+                f"{key} = {run.model_width}: the UNet's {architecture.parameter_count(run.model_width):,} parameters "
+                f"and a batch of {batch} need at least {needed / 2**30:.2f} GiB on each device (weights, gradients "
+                f"and Adam's moments, and the convolutions' outputs), more than the {fewest / 2**30:.2f} GiB free "
+                "on the fullest device of the cell: use a smaller width or batch"
+            )
 
     def shard(self, indices: list[int]) -> list[int]:
         """This process's share of evaluation samples: every world_size-th, none dropped or repeated."""
@@ -176,6 +202,7 @@ class TrainingLoop:
             gpu_required=run.gpu_required,
             shared_gpu=run.share_gpu,
             data_key=Path(run.data_dir).name,  # the prepared arrays' folder is named by their settings
+            model_width=run.model_width,  # the UNet's channel multiplier (parameters, gradient_bytes: describe)
             collective_timeout_s=self.training.collective_timeout_s,
             network_interface=run.source.get("network_interface"),  # cluster.network_interface
             precision=self.training.precision,
@@ -198,7 +225,7 @@ class TrainingLoop:
         )
         hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
-        record.update(provenance.placement(hosts, devices, run.image_size))
+        record.update(provenance.placement(hosts, devices, run.image_size, architecture.channels(run.model_width)))
         record.update(binding.fields(self.backend.allgather_text))  # each rank's cores, a local cell's GPU ids
         if self.is_root:  # the node's driver, GPUs, topology, network, NCCL and the ranks' variables
             record.update(site.fields())
@@ -207,6 +234,30 @@ class TrainingLoop:
         self.provenance = record
         if self.is_root:
             write_json_atomic(self.out / "run.json", record)
+
+    def measure_collectives(self) -> None:
+        """The backend's own collectives on this cell's ranks, before the first epoch and off its
+        clock (train/collectives.py): rank 0 writes collectives.csv and run.json the summary."""
+        backend, started = self.backend, time.perf_counter()
+        if backend.replicas < 2:
+            result = collectives.Result(reason="one replica: nothing to exchange")
+        else:
+            try:
+                bench = backend.collective_bench()
+            except Exception as error:  # the cell trains on; every rank learns of it in measure()
+                bench = f"failed: {type(error).__name__}: {error}"
+            gradient_bytes = self.provenance["gradient_bytes"]
+            settings = self.training.collectives
+            result = collectives.measure(
+                bench, settings, backend.replicas, backend.rank, gradient_bytes, backend.allreduce_max
+            )
+            if self.is_root:
+                collectives.write_table(result.rows, self.out / collectives.TABLE)
+        self.provenance.update(collectives.run_fields(result, backend.replicas))
+        if self.is_root:
+            write_json_atomic(self.out / "run.json", self.provenance)
+            print(f"collectives: {collectives.describe(result)}", flush=True)
+        self.collectives_s = time.perf_counter() - started
 
     def resume(self) -> Progress:
         """Rank 0 loads the checkpoint, if any, and tells the others its epoch; they load the same
@@ -229,7 +280,7 @@ class TrainingLoop:
         return progress
 
     def run_epochs(self, progress: Progress) -> str:
-        self.setup_s = time.perf_counter() - self.started
+        self.setup_s = time.perf_counter() - self.started - self.collectives_s
         # TensorBoard's writer is instrumentation: opened after setup_s, written between epochs
         curves = (
             summaries.start(self.out, self.training.tensorboard, self.framework.summary_writer)

@@ -71,7 +71,8 @@ def epoch_record(
 ) -> dict:
     """The epoch record of the contract. `rates` = (the rate the optimizer held after the epoch's
     steps, the schedule's: observed.py); `slowest` = [epoch time, data wait, peak memory], each the
-    maximum over ranks; `steps` = batches summed over replicas (images = steps x batch);
+    maximum over ranks; `steps` = batches summed over replicas (images = steps x batch: the images
+    the epoch saw, its shard cycled where training.steps_per_epoch asks for more);
     `optimizer_steps` = optimizer steps of each replica (fewer than its batches when gradients
     are accumulated); energy_j = the epoch's joules summed over ranks (None where not measured:
     energy.py); throughput fields from the model FLOPs."""
@@ -89,6 +90,7 @@ def epoch_record(
         "data_wait_s": data_wait_s,
         "peak_mem_mb": peak_mem_mb,
         "steps": int(steps),
+        "images": int(steps) * batch,
         "optimizer_steps": int(optimizer_steps),
         "train_time_s": train_time_s,
         "energy_j": energy_j,

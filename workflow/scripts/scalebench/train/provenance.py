@@ -16,6 +16,7 @@ from scalebench import measures, records
 from scalebench.files import write_json_atomic
 from scalebench.settings import TrainingSettings
 from scalebench.train import flops
+from scalebench.train.architecture import CHANNELS
 from scalebench.train.lr_schedule import scaled_lr
 
 
@@ -96,14 +97,17 @@ def start_record(cell: dict, config_hash: str) -> dict:
     }
 
 
-def placement(hosts: list[str], devices: list[str], image_size: tuple[int, int]) -> dict:
-    """run.json fields from every rank's host and device, and the model FLOPs for MFU."""
+def placement(
+    hosts: list[str], devices: list[str], image_size: tuple[int, int], channels: tuple[int, ...] = CHANNELS
+) -> dict:
+    """run.json fields from every rank's host and device, and the model FLOPs for MFU (of the
+    UNet with these encoder widths: model.width)."""
     return {
         "hosts": sorted(set(hosts)),
         "nodes": len(set(hosts)),
         "rank_hosts": hosts,
         "devices": devices,
-        "model_flops_per_image": flops.train_flops_per_image(*image_size),
+        "model_flops_per_image": flops.train_flops_per_image(*image_size, channels),
     }
 
 
@@ -132,6 +136,7 @@ def training_record(
     record = {
         "epochs": training.epochs,
         "dataset_repeat": training.dataset_repeat,
+        "steps_per_epoch": training.steps_per_epoch,  # None: one pass over the shard
         "scaling": training.scaling,
         "batch_per_gpu": training.batch_per_gpu,
         "backward_passes_per_step": passes,  # batches per optimizer step: 1 unless the backend accumulates
@@ -161,6 +166,7 @@ def training_record(
     if framework != "torch":  # the workers, pinning and prefetching are PyTorch's DataLoader's
         loader = {key: loader[key] for key in ("placement", "device_memory_share")}
     record["loader"] = loader
+    record["collectives"] = dataclasses.asdict(training.collectives)  # the benchmark before the first epoch
     return {**record, **backend_options}
 
 

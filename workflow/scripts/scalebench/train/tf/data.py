@@ -2,7 +2,8 @@
 
 Every replica takes its shard of the (repeated) training indices in exactly the order torch's
 DistributedSampler gives rank r in an epoch (shuffled by seed + epoch, padded to a multiple of
-the world size) and full batches of it; evaluation: process r takes test[r::world], nothing
+the world size) and `batches` full batches of it (accumulation.batches_per_epoch: one pass, or
+the shard cycled in its order for training.steps_per_epoch, as torch/data.py's sampler); evaluation: process r takes test[r::world], nothing
 dropped or repeated. The conversion to float (image / 255, the mask as 0/1, a channel axis) is
 model_inputs, inside the compiled step, on the replica's device, in both placements
 (train/placement.py):
@@ -20,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from scalebench.data.preprocess import load_arrays
+from scalebench.train.accumulation import cycled
 
 
 def torch_randperm(n: int, seed: int) -> np.ndarray:
@@ -94,19 +96,24 @@ def prefetched(dataset: tf.data.Dataset, device: str | None) -> tf.data.Dataset:
     return dataset.apply(tf.data.experimental.prefetch_to_device(device, buffer_size=2))
 
 
-def replica_shard(train_indices: list[int], replicas: int, replica: int, seed: int, epoch: int) -> np.ndarray:
-    """The sample indices `replica` takes in `epoch`, in DistributedSampler's order."""
-    positions = distributed_order(len(train_indices), replicas, replica, seed, epoch)
+def replica_shard(
+    train_indices: list[int], replicas: int, replica: int, seed: int, epoch: int, samples: int
+) -> np.ndarray:
+    """The `samples` sample indices `replica` takes in `epoch`: its shard in DistributedSampler's
+    order, cycled (or cut) to that many (batches x batch: accumulation.batches_per_epoch)."""
+    positions = cycled(distributed_order(len(train_indices), replicas, replica, seed, epoch), samples)
     return np.asarray(train_indices, dtype=np.int64)[positions]
 
 
 def replica_samples(
-    train_indices: list[int], replica_ids: list[int], replicas: int, seed: int, epochs: int
+    train_indices: list[int], replica_ids: list[int], replicas: int, seed: int, epochs: int, samples: int
 ) -> list[np.ndarray]:
-    """The sample indices each replica of `replica_ids` takes in any of `epochs` epochs, sorted.
-    (Whole shards: the last partial batch of an epoch is dropped, its samples still counted.)"""
+    """The sample indices each replica of `replica_ids` takes in any of `epochs` epochs (`samples`
+    per epoch), sorted."""
     return [
-        np.unique(np.concatenate([replica_shard(train_indices, replicas, replica, seed, e) for e in range(epochs)]))
+        np.unique(
+            np.concatenate([replica_shard(train_indices, replicas, replica, seed, e, samples) for e in range(epochs)])
+        )
         for replica in replica_ids
     ]
 
@@ -163,6 +170,7 @@ def device_train_batches(
     replica_ids: list[int],
     replicas: int,
     batch: int,
+    batches: int,
     seed: int,
     epoch: int,
 ):
@@ -170,9 +178,8 @@ def device_train_batches(
     stored samples and the step's rows), the same samples in the same order as train_dataset."""
     rows = []
     for store, replica in zip(stores, replica_ids, strict=True):
-        shard = replica_shard(train_indices, replicas, replica, seed, epoch)
-        steps = len(shard) // batch
-        rows.append(tf.reshape(store.rows(shard[: steps * batch]), [steps, batch]))  # one copy per epoch
+        shard = replica_shard(train_indices, replicas, replica, seed, epoch, batches * batch)
+        rows.append(tf.reshape(store.rows(shard), [batches, batch]))  # one copy per epoch
     for step in range(int(rows[0].shape[0])):
         yield tuple(store.inputs(replica_rows[step]) for store, replica_rows in zip(stores, rows))
 
@@ -190,16 +197,17 @@ def train_dataset(
     replica_ids: list[int],
     replicas: int,
     batch: int,
+    batches: int,
     seed: int,
     epoch: int,
     threads: int,
     device: str | None = None,
 ) -> tf.data.Dataset:
     """One epoch with host placement: per step a tuple with one uint8 (images, masks) batch per
-    local replica, prefetched to `device`."""
+    local replica (`batches` of them), prefetched to `device`."""
     per_replica = []
     for replica in replica_ids:
-        shard = replica_shard(train_indices, replicas, replica, seed, epoch).tolist()
+        shard = replica_shard(train_indices, replicas, replica, seed, epoch, batches * batch).tolist()
         per_replica.append(_batches(data_dir, shard, batch, drop_remainder=True, threads=threads))
     return prefetched(tf.data.Dataset.zip(tuple(per_replica)), device)
 

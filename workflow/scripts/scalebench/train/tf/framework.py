@@ -17,14 +17,14 @@ import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import RunSettings
-from scalebench.train import devices, placement, resume
+from scalebench.train import accumulation, architecture, devices, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
 from scalebench.train.summaries import EpochWriter
 from scalebench.train.tf import checkpoint, compiled, data, runtime
 from scalebench.train.tf.checkpoint import Checkpoint
-from scalebench.train.tf.model import build_unet, parameter_count
+from scalebench.train.tf.model import build_unet, gradient_bytes, parameter_count
 from scalebench.train.tf.summaries import TensorFlowEpochWriter
 
 
@@ -143,6 +143,7 @@ class TensorFlowFramework:
     def __init__(self, run: RunSettings, backend: Backend) -> None:
         self.run, self.backend = run, backend
         self.training = run.training
+        self.channels = architecture.channels(run.model_width)
         self.saver: Checkpoint | None = None
 
     # --- before the loop
@@ -169,7 +170,7 @@ class TensorFlowFramework:
         if self.policy:
             keras.mixed_precision.set_global_policy(self.policy)
         with self.backend.scope():
-            self.model = build_unet(self.run.image_size, batch_norm=self.training.batch_norm)
+            self.model = build_unet(self.run.image_size, self.training.batch_norm, self.channels)
             # the loop sets the rate of each epoch before its first step
             optimizer = keras.optimizers.Adam(learning_rate=self.training.base_lr, epsilon=1e-8)
             self.loss_scaled = self.policy == "mixed_float16"
@@ -181,6 +182,7 @@ class TensorFlowFramework:
     def describe(self) -> dict:
         return {
             "parameters": parameter_count(self.model),
+            "gradient_bytes": gradient_bytes(self.model),
             "device": self.device_type,
             "layout": "channels_last",
             "tf32": runtime.tf32_enabled(self.device_type),
@@ -204,11 +206,22 @@ class TensorFlowFramework:
             self.model, self.optimizer, self.backend, self.loss_scaled, self.run.image_size, self.training.compile
         )
 
-    def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
+    def epoch_batches_of(self, train_indices: list[int]) -> int:
+        """Batches each replica trains on per epoch (accumulation.batches_per_epoch)."""
         backend = self.backend
-        per_replica = data.replica_samples(
-            train_indices, backend.replica_ids, backend.replicas, self.run.cell.seed, self.training.epochs
+        return accumulation.epoch_batches(
+            self.training, len(train_indices), backend.replicas, backend.backward_passes_per_step
         )
+
+    def replica_samples(self, train_indices: list[int]) -> list[np.ndarray]:
+        backend, training = self.backend, self.training
+        samples = self.epoch_batches_of(train_indices) * training.batch_per_gpu
+        return data.replica_samples(
+            train_indices, backend.replica_ids, backend.replicas, self.run.cell.seed, training.epochs, samples
+        )
+
+    def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
+        per_replica = self.replica_samples(train_indices)
         return placement.busiest_device_bytes(per_replica, eval_shards, self.run.image_size)
 
     def free_device_bytes(self) -> int | None:
@@ -219,13 +232,12 @@ class TensorFlowFramework:
 
     def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:
         self.train_indices = train_indices
+        self.batches = self.epoch_batches_of(train_indices)
         self.stores: list[data.DeviceSamples] = []
         self.eval_stores: dict[tuple[int, ...], data.DeviceSamples] = {}
         if where.kind == "device":
-            backend, data_dir = self.backend, self.run.data_dir
-            per_replica = data.replica_samples(
-                train_indices, backend.replica_ids, backend.replicas, self.run.cell.seed, self.training.epochs
-            )
+            data_dir = self.run.data_dir
+            per_replica = self.replica_samples(train_indices)
             self.stores = [data.DeviceSamples(data_dir, s, d) for s, d in zip(per_replica, self.replica_devices)]
             for shard in eval_shards:
                 self.eval_stores[tuple(shard)] = data.DeviceSamples(data_dir, shard, self.replica_devices[0])
@@ -243,6 +255,7 @@ class TensorFlowFramework:
             backend.replica_ids,
             backend.replicas,
             self.training.batch_per_gpu,
+            self.batches,
             self.run.cell.seed,
             epoch,
         )

@@ -11,8 +11,10 @@ import tensorflow as tf
 
 from scalebench.refusal import HorovodBuildError
 from scalebench.settings import HorovodSettings, RunSettings
-from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend
+from scalebench.train.collectives import Bench
+from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold
 from scalebench.train.rank_env import RankInfo
+from scalebench.train.tf import collectives
 
 
 def _import_horovod():
@@ -52,6 +54,9 @@ class HorovodTFBackend(HorovodBackend):
 
     def allreduce_max(self, values: np.ndarray) -> np.ndarray:
         return self.hvd.allreduce(tf.constant(values, dtype=tf.float64), op=self.hvd.Max).numpy()
+
+    def collective_bench(self) -> Bench:
+        return collectives.horovod(self.hvd, self.collective_library(), *fusion_threshold())
 
 
 def create(run: RunSettings, place: RankInfo) -> HorovodTFBackend:

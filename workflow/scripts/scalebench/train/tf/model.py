@@ -1,6 +1,6 @@
 """The UNet in Keras (tf_keras), the same network as torch/model.py (train/architecture.py).
 
-Encoder channels 8-16-32-64-128, each level two 3x3 convolutions (no bias,
+Encoder channels 8-16-32-64-128 (times model.width: architecture.channels), each level two 3x3 convolutions (no bias,
 batch norm, ReLU), 2x2 max-pooling between levels; decoder of 2x2 stride-2
 transposed convolutions with bias, skip connections by concatenation, the same
 double convolution, and a 1x1 head with one output channel (logits).
@@ -68,3 +68,9 @@ def build_unet(image_size: tuple[int, int], batch_norm: bool = True, channels: t
 
 def parameter_count(model) -> int:
     return int(sum(int(v.shape.num_elements()) for v in model.trainable_variables))
+
+
+def gradient_bytes(model) -> int:
+    """Bytes of the gradients a step reduces: each trainable variable's, in its own type (float32
+    under mixed precision too: Keras keeps the variables in float32)."""
+    return int(sum(int(v.shape.num_elements()) * v.dtype.size for v in model.trainable_variables))

@@ -13,8 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 from scalebench.settings import RunSettings
+from scalebench.train.collectives import Bench
 from scalebench.train.interfaces import Backend
-from scalebench.train.tf import runtime
+from scalebench.train.tf import collectives, runtime
 
 
 class StrategyBackend(Backend):
@@ -132,3 +133,8 @@ class StrategyBackend(Backend):
 
     def versions(self) -> dict:
         return {"distributed": f"tf.distribute {type(self.strategy).__name__} {self.implementation}"}
+
+    def collective_bench(self) -> Bench:
+        # no bucket: a step's gradients go to one all_reduce call, which packs them itself
+        library = f"tf.distribute {self.strategy_name} {self.implementation}"
+        return collectives.strategy(self.strategy, len(self.replica_ids), library)

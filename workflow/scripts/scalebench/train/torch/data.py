@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import LoaderSettings
+from scalebench.train.accumulation import cycled
 from scalebench.train.torch.runtime import LAYOUT
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -71,20 +72,24 @@ class SegmentationArrays(Dataset):
 
 class ReplicaShards(Sampler[int]):
     """The samples of this process's replicas in an epoch, a step at a time: in each step, the next
-    `batch` samples of each replica's DistributedSampler shard in replica order; full batches only.
+    `batch` samples of each replica's DistributedSampler shard in replica order; `batches` full
+    batches per replica (accumulation.batches_per_epoch: one pass over the shard, or with
+    training.steps_per_epoch the shard cycled in its order).
 
     With one replica this is DistributedSampler's order. With several (DataParallel), a step's
     batch of len(replica_ids) x batch samples is what those replicas' DDP ranks take in that step,
     and DataParallel's split along the batch gives GPU i the samples of replica_ids[i].
     """
 
-    def __init__(self, dataset: Dataset, replicas: int, replica_ids: list[int], seed: int, batch: int) -> None:
+    def __init__(
+        self, dataset: Dataset, replicas: int, replica_ids: list[int], seed: int, batch: int, batches: int
+    ) -> None:
         self.shards = [
             DistributedSampler(dataset, num_replicas=replicas, rank=replica, shuffle=True, seed=seed, drop_last=False)
             for replica in replica_ids
         ]
         self.batch = batch
-        self.steps = len(self.shards[0]) // batch  # every shard has ceil(samples / replicas) samples
+        self.steps = batches
 
     def set_epoch(self, epoch: int) -> None:
         for shard in self.shards:
@@ -94,7 +99,7 @@ class ReplicaShards(Sampler[int]):
         return self.steps * self.batch * len(self.shards)
 
     def __iter__(self) -> Iterator[int]:
-        orders = [list(shard) for shard in self.shards]
+        orders = [cycled(list(shard), self.steps * self.batch) for shard in self.shards]
         for step in range(self.steps):
             for order in orders:
                 yield from order[step * self.batch : (step + 1) * self.batch]
@@ -193,11 +198,11 @@ def host_train_loader(
 
 
 def train_sampler(
-    data_dir: str, indices: list[int], replicas: int, replica_ids: list[int], seed: int, batch: int
+    data_dir: str, indices: list[int], replicas: int, replica_ids: list[int], seed: int, batch: int, batches: int
 ) -> ReplicaShards:
-    """These replicas' shards of the training indices (batch samples per replica and step),
-    shuffled by seed + epoch (set_epoch)."""
-    return ReplicaShards(SegmentationArrays(data_dir, indices), replicas, replica_ids, seed, batch)
+    """These replicas' shards of the training indices (batch samples per replica and step, `batches`
+    steps), shuffled by seed + epoch (set_epoch)."""
+    return ReplicaShards(SegmentationArrays(data_dir, indices), replicas, replica_ids, seed, batch, batches)
 
 
 def host_eval_batches(data_dir: str, indices: list[int], batch: int, device: torch.device) -> HostBatches:

@@ -21,8 +21,10 @@ from torch import nn
 
 from scalebench.refusal import SettingRefused
 from scalebench.settings import RunSettings
+from scalebench.train.collectives import Bench
 from scalebench.train.interfaces import Backend
 from scalebench.train.rank_env import RankInfo
+from scalebench.train.torch import collectives
 from scalebench.train.torch.data import ReplicaInputs
 
 
@@ -102,6 +104,11 @@ class DataParallelBackend(Backend):
 
     def options(self) -> dict:
         return {"dp": {"processes": 1, "device_ids": self.device_ids}}
+
+    def collective_bench(self) -> Bench | str:
+        if self.device_ids is None:  # a CPU cell of several devices is refused in setup(); this one has one
+            return "DataParallel on one CPU device: nothing to exchange"
+        return collectives.data_parallel(self.device_ids)
 
 
 def create(run: RunSettings, place: RankInfo) -> DataParallelBackend:

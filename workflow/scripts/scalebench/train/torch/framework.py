@@ -14,14 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from scalebench.settings import RunSettings
-from scalebench.train import devices, placement, resume
+from scalebench.train import accumulation, architecture, devices, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
 from scalebench.train.summaries import EpochWriter
 from scalebench.train.torch import checkpoint, compiled, data, runtime
 from scalebench.train.torch.checkpoint import Checkpoint
-from scalebench.train.torch.model import UNet, parameter_count
+from scalebench.train.torch.model import UNet, gradient_bytes, parameter_count
 
 
 class TorchFramework:
@@ -31,6 +31,7 @@ class TorchFramework:
     def __init__(self, run: RunSettings, backend: Backend) -> None:
         self.run, self.backend = run, backend
         self.training = run.training
+        self.channels = architecture.channels(run.model_width)
 
     # --- before the loop
 
@@ -59,7 +60,7 @@ class TorchFramework:
     def build(self) -> None:
         training = self.training
         with self.backend.scope():
-            self.model = UNet(batch_norm=training.batch_norm).to(self.device, memory_format=runtime.LAYOUT)
+            self.model = UNet(training.batch_norm, self.channels).to(self.device, memory_format=runtime.LAYOUT)
             # the loop sets the rate of each epoch before its first step
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=training.base_lr, eps=1e-8)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.autocast == torch.float16)
@@ -70,6 +71,7 @@ class TorchFramework:
     def describe(self) -> dict:
         return {
             "parameters": parameter_count(self.raw_model),
+            "gradient_bytes": gradient_bytes(self.raw_model),
             "device": self.device.type,
             "layout": runtime.LAYOUT_NAME,
             "tf32": runtime.tf32_enabled(self.device),
@@ -97,14 +99,17 @@ class TorchFramework:
             self.model = compiled.compile_model(self.model)
 
     def _sampler(self, train_indices: list[int]) -> data.ReplicaShards:
-        run, backend = self.run, self.backend
+        run, backend, training = self.run, self.backend, self.training
         return data.train_sampler(
             run.data_dir,
             train_indices,
             backend.replicas,
             backend.replica_ids,
             run.cell.seed,
-            self.training.batch_per_gpu,
+            training.batch_per_gpu,
+            accumulation.epoch_batches(
+                training, len(train_indices), backend.replicas, backend.backward_passes_per_step
+            ),
         )
 
     def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
@@ -201,7 +206,7 @@ class TorchFramework:
         state = self.backend.gather_state(self.raw_model.state_dict())
         if self.gathered is None:
             with torch.device("meta"):  # no initialisation: no draw from the generators a checkpoint holds
-                copy = UNet(batch_norm=self.training.batch_norm)
+                copy = UNet(self.training.batch_norm, self.channels)
             self.gathered = copy.to_empty(device=self.device).to(memory_format=runtime.LAYOUT)
         self.gathered.load_state_dict(state)
         return self.gathered

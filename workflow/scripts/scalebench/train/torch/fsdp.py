@@ -25,7 +25,9 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 
 from scalebench.refusal import SettingRefused
 from scalebench.settings import RunSettings
+from scalebench.train.collectives import Bench
 from scalebench.train.rank_env import RankInfo
+from scalebench.train.torch import collectives
 from scalebench.train.torch.model import DoubleConv
 from scalebench.train.torch.native import DDPBackend
 
@@ -54,6 +56,7 @@ class FSDPBackend(DDPBackend):
         self.broadcast_from_root([tensor.data for tensor in [*model.parameters(), *model.buffers()]])
         mesh = init_device_mesh("cuda" if self.device_type == "gpu" else "cpu", (self.world_size,))
         policy = reduce_policy(self.gradient_compression)
+        self.unit_bytes = largest_unit_bytes(model)  # before sharding: each unit's whole parameters
         for unit in model.modules():
             if isinstance(unit, DoubleConv):
                 fully_shard(unit, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD, mp_policy=policy)
@@ -70,6 +73,13 @@ class FSDPBackend(DDPBackend):
     def gather_state(self, state: dict) -> dict:
         return whole_tensors(state)
 
+    def collective_bench(self) -> Bench:
+        device = self.device if self.device is not None else torch.device("cpu")
+        source = "the largest FSDP unit's parameters (all-gathered and reduce-scattered as one)"
+        return collectives.process_group(
+            device, ("all_reduce", "reduce_scatter", "all_gather"), self.unit_bytes, source
+        )
+
     def versions(self) -> dict:
         return {"distributed": f"torch.distributed {dist.get_backend()}, FSDP2 (fully_shard)"}
 
@@ -83,6 +93,17 @@ class FSDPBackend(DDPBackend):
                 "parameter_layout": "contiguous",
             }
         }
+
+
+def largest_unit_bytes(model: nn.Module) -> int:
+    """Bytes of the largest sharding unit's parameters: a DoubleConv block, or the root's rest."""
+    units = [
+        sum(p.numel() * p.element_size() for p in unit.parameters())
+        for unit in model.modules()
+        if isinstance(unit, DoubleConv)
+    ]
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    return max([*units, whole - sum(units)])
 
 
 def reduce_policy(compression: str) -> MixedPrecisionPolicy:

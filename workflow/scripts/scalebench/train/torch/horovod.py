@@ -11,8 +11,10 @@ from torch import nn
 
 from scalebench.refusal import HorovodBuildError
 from scalebench.settings import HorovodSettings, RunSettings
-from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend
+from scalebench.train.collectives import Bench
+from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold
 from scalebench.train.rank_env import RankInfo
+from scalebench.train.torch import collectives
 
 
 def _import_horovod():
@@ -108,6 +110,10 @@ class HorovodTorchBackend(HorovodBackend):
 
     def allreduce_max(self, values: np.ndarray) -> np.ndarray:
         return self.hvd.allreduce(torch.as_tensor(np.asarray(values, dtype=np.float64)), op=self.hvd.Max).numpy()
+
+    def collective_bench(self) -> Bench:
+        device = torch.device("cuda", torch.cuda.current_device()) if self.device_type == "gpu" else torch.device("cpu")
+        return collectives.horovod(self.hvd, device, self.collective_library(), *fusion_threshold())
 
 
 def create(run: RunSettings, place: RankInfo) -> HorovodTorchBackend:

@@ -1,6 +1,6 @@
 """The UNet in PyTorch (train/architecture.py); tf/model.py builds the same network in Keras.
 
-Encoder channels 8-16-32-64-128, each level two 3x3 convolutions (no bias,
+Encoder channels 8-16-32-64-128 (times model.width: architecture.channels), each level two 3x3 convolutions (no bias,
 batch norm, ReLU), 2x2 max-pooling between levels; decoder of 2x2 stride-2
 transposed convolutions, skip connections by concatenation, the same double
 convolution, and a 1x1 head with one output channel (logits).
@@ -56,3 +56,8 @@ class UNet(nn.Module):
 
 def parameter_count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """Bytes of the gradients a step reduces: each trainable parameter's, in its own type."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)

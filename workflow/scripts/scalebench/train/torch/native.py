@@ -11,8 +11,10 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
 
 from scalebench.settings import RunSettings
+from scalebench.train.collectives import Bench
 from scalebench.train.interfaces import Backend
 from scalebench.train.rank_env import RankInfo
+from scalebench.train.torch import collectives
 
 
 class DDPBackend(Backend):
@@ -48,6 +50,7 @@ class DDPBackend(Backend):
         device = next(model.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        self.bucket_bytes = int(wrapped.bucket_bytes_cap)  # the size its gradients are reduced in
         if self.gradient_compression == "fp16":
             # each gradient bucket is cast to float16, divided by the world size, allreduced and cast back
             wrapped.register_comm_hook(state=None, hook=fp16_compress_hook)
@@ -77,6 +80,12 @@ class DDPBackend(Backend):
 
     def versions(self) -> dict:
         return {"distributed": f"torch.distributed {dist.get_backend()}"}
+
+    def collective_bench(self) -> Bench:
+        device = self.device if self.device is not None else torch.device("cpu")
+        return collectives.process_group(
+            device, ("all_reduce",), self.bucket_bytes, "DDP's bucket_bytes_cap (bucket_cap_mb)"
+        )
 
     def shutdown(self) -> None:
         if dist.is_initialized():

@@ -1,0 +1,58 @@
+"""training.steps_per_epoch: every replica takes that many optimizer steps per epoch whatever the
+GPU count, cycling its shard in the same seeded order in both frameworks; the records say how many
+images each epoch saw; evaluation is unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import cell_settings, in_fresh_process, launch_cell, read_records, train_in_process
+from scalebench.train.tf import data as tf_data
+
+pytestmark = pytest.mark.integration
+
+# 28 training pairs: a one-rank epoch is 7 batches of 4, a two-rank one 3 (and a half) per rank
+STEPS, BATCH = 10, 4
+
+
+def step_images(framework, epoch: int) -> list[float]:
+    """The sum of each step's input images, through the framework's own pipeline of `epoch`."""
+    sums = []
+    for batch in framework.epoch_batches(epoch, 0.001):
+        if framework.name == "torch":
+            images = batch[0].numpy()
+        else:  # one replica's inputs, converted as the step converts them
+            images = tf_data.model_inputs(*batch[0], image_size=framework.run.image_size)[0].numpy()
+        sums.append(float(images.astype(np.float64).sum()))
+    return sums
+
+
+def test_both_frameworks_take_the_steps_and_see_the_same_samples_in_the_same_order(prepared_data, tmp_path, request):
+    if in_fresh_process(request, tmp_path):  # TensorFlow sets its threads at its first operation
+        return
+    orders = {}
+    for name in ("torch", "tensorflow"):
+        framework = train_in_process(
+            name, "horovod", prepared_data, tmp_path / name, epochs=2, steps_per_epoch=STEPS, predictions=0
+        )
+        epochs, final, run = read_records(tmp_path / name)
+        assert [e["optimizer_steps"] for e in epochs] == [STEPS, STEPS] and final["iou"] is not None
+        assert [e["images"] for e in epochs] == [STEPS * BATCH] * 2 and run["training"]["steps_per_epoch"] == STEPS
+        orders[name] = [step_images(framework, epoch) for epoch in (0, 1)]
+    for epoch in (0, 1):
+        assert len(orders["torch"][epoch]) == STEPS  # more than one pass over the shard: it was cycled
+        np.testing.assert_allclose(orders["tensorflow"][epoch], orders["torch"][epoch], rtol=1e-6)
+        assert orders["torch"][epoch][7:] == orders["torch"][epoch][:3]  # the shard again, in its order
+    assert orders["torch"][0] != orders["torch"][1]  # each epoch shuffled by its seed
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_two_ranks_take_as_many_steps_per_epoch_as_one(prepared_data, tmp_path, framework):
+    settings = cell_settings(framework, "native", 2, epochs=1, steps_per_epoch=STEPS, eval_every=1, predictions=0)
+    result = launch_cell(settings, prepared_data, tmp_path)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    epochs, final, _ = read_records(tmp_path)
+    # ten steps per replica (a pass would be three): both replicas' images, and evaluation as always
+    assert epochs[0]["optimizer_steps"] == STEPS and epochs[0]["steps"] == 2 * STEPS
+    assert epochs[0]["images"] == 2 * STEPS * BATCH
+    assert epochs[0]["val_iou"] is not None and final["status"] == "ok"
