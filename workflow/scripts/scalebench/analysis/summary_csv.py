@@ -18,6 +18,11 @@ TEXT = {
     "scaling": str,
     "precision": str,
     "compression": str,
+    "straggler_host": str,
+    "step_split_reason": str,
+    "comm_total_reason": str,
+    "profile_trace": str,
+    "profile_reason": str,
 }
 
 
