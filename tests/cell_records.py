@@ -135,3 +135,10 @@ def cell(framework="torch", backend="native", gpus=1, seed=1, variant="", settin
     """An entry of the rules' cells_json (settings: the study's for the cell, where given)."""
     entry = {"framework": framework, "backend": backend, "variant": variant, "gpus": gpus, "seed": seed}
     return entry if settings is None else {**entry, "settings": settings}
+
+
+def without_split(folder: Path) -> None:
+    """Rewrite a cell's metrics.jsonl as a version before the step split wrote it."""
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = [{k: v for k, v in record.items() if k not in SPLIT_FIELDS} for record in lines]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))

@@ -24,6 +24,8 @@ SHARED_ROLES = {
     "checkpoint.py",
     "summaries.py",
     "compiled.py",
+    "step_timing.py",
+    "profiler.py",
 }
 # a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
 HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}

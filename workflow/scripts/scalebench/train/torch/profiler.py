@@ -24,10 +24,19 @@ class Trace:
         self.profile.start()
 
     def stop(self) -> None:
-        """Stop tracing and write the trace; a failed write leaves no partial file and raises."""
+        """Stop tracing and write the trace; a failed write leaves no partial file and raises.
+        Kineto logs a failed write (a full disk, a path it cannot replace) without raising, so the
+        file is checked: it must be there, new and not empty."""
         self.profile.stop()
+        partial = self.path.with_name(self.path.name + ".tmp")  # where kineto writes before renaming
         try:
+            if self.path.is_file():
+                self.path.unlink()
             self.profile.export_chrome_trace(str(self.path))
+            if not self.path.is_file() or not self.path.stat().st_size:
+                raise OSError(f"torch.profiler wrote no trace to {self.path} (its error is in train.log)")
         except BaseException:
-            self.path.unlink(missing_ok=True)
+            if self.path.is_file():
+                self.path.unlink()
+            partial.unlink(missing_ok=True)
             raise
