@@ -40,22 +40,8 @@ RUN_COLUMNS = [
     "profile_trace",  # its trace's folder in the cell, or empty with profile_reason
     "profile_reason",
 ]
-EPOCH_VALUES = [
-    "compute_s",
-    "compute_max_s",
-    "comm_exposed_s",
-    "comm_exposed_max_s",
-    "data_wait_median_s",
-    "rest_s",
-    "rest_max_s",
-    "comm_total_s",
-    "comm_overlap",
-    "step_median_s",
-    "step_p90_s",
-    "step_max_s",
-    "compute_spread",
-    "straggler_rank",
-]
+# epochs.csv: each epoch record's summaries over ranks (its per-rank list stays in metrics.jsonl)
+EPOCH_VALUES = [*STEADY_COLUMNS, "compute_max_s", "comm_exposed_max_s", "rest_max_s", "straggler_rank"]
 EPOCH_TEXT = ["straggler_host", "step_split_reason", "profiled"]
 
 
