@@ -182,6 +182,7 @@ class TensorFlowFramework:
         self.training = run.training
         self.saver: Checkpoint | None = None
         self.marks: step_timing.StepMarks | None = None  # training.step_split, once the device is known
+        self.delays: dict[str, tf.Variable] = {}  # the test faults' delays the step reads (distribute)
         self.trace: profiler.Trace | None = None
 
     # --- before the loop
