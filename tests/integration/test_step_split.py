@@ -151,7 +151,7 @@ def test_fsdp_and_horovod_find_a_late_reduction(backend, prepared_data, tmp_path
     else:
         assert all(e["comm_total_s"] is None and "timeline" in e["comm_total_reason"] for e in epochs)
         # the cell kept its figures; the record names the trace that is missing and why
-        assert epochs[0]["profiled"] and epochs[0]["profile_trace"] is None
+        assert epochs[0]["profiled"] and epochs[0]["profile_trace"] == "profile"  # rank 0's and the timeline
         assert "rank 1: the trace could not be written" in epochs[0]["profile_reason"]
         assert "rank 0" not in epochs[0]["profile_reason"]
         assert (tmp_path / "profile" / "rank0.pt.trace.json").is_file()
@@ -167,8 +167,11 @@ def test_multiworker_mirrored_finds_a_late_reduction_a_slow_loader_and_a_straggl
     assert_slow_loader_found(epochs, 3, 2)
     assert_straggler_found(epochs, run, 4, 2)
     assert all(e["comm_total_s"] is None and "TensorFlow's collectives" in e["comm_total_reason"] for e in epochs)
-    for rank in (0, 1):  # TensorFlow's profiler, for TensorBoard's profile plugin
-        assert list((tmp_path / "profile" / f"rank{rank}" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    # TensorFlow's profiler, for TensorBoard's profile plugin; rank 0 alone in a MultiWorkerMirrored job
+    # (two workers tracing at once crash one: tf/native.py), which the record says
+    assert list((tmp_path / "profile" / "rank0" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert not (tmp_path / "profile" / "rank1").exists() and epochs[0]["profile_trace"] == "profile"
+    assert epochs[0]["profile_reason"].startswith("rank 1: not traced: TensorFlow's profiler crashes")
 
 
 def test_tensorflow_horovod_finds_a_late_reduction_and_keeps_a_cell_whose_trace_cannot_start(prepared_data, tmp_path):

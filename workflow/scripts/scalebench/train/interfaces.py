@@ -55,6 +55,8 @@ class Backend:
     # set before distribute() where training.step_split is on, for a backend that times them
     untimed_comm = "this backend does not time its collectives"
     step_marks: Any = None
+    # training.profile: why only rank 0 may trace with the framework's profiler ('' where every rank may)
+    untraced_ranks = ""
 
     def __init__(self, place: RankInfo) -> None:
         self.place = place

@@ -18,13 +18,17 @@ from scalebench.train.interfaces import Backend, Framework
 FOLDER = "profile"  # in the cell's folder
 
 
+class NotTraced(Exception):
+    """This rank does not trace, and why (Framework.start_trace raises it)."""
+
+
 class Window:
     """The profile window of one rank, and what became of its trace."""
 
     def __init__(self, profile: ProfileSettings | None, out: Path, framework: Framework, backend: Backend) -> None:
         self.profile, self.folder = profile, Path(out) / FOLDER
         self.framework, self.backend = framework, backend
-        self.active = self.timeline = False
+        self.active = self.timeline = self.written = False
         self.problems: list[str] = []
 
     def covers(self, epoch: int) -> bool:
@@ -35,10 +39,13 @@ class Window:
         """Before the epoch's first step, if it is the profiled one."""
         if not self.covers(epoch):
             return
-        self.problems = []
+        self.problems, self.written = [], False
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self.framework.start_trace(self.folder)
+        except NotTraced as reason:
+            self.problems.append(f"not traced: {reason}")
+            return
         except Exception as error:  # noqa: BLE001 - a trace is never worth the cell
             self.problems.append(f"the profiler could not start: {type(error).__name__}: {error}")
             return
@@ -62,6 +69,7 @@ class Window:
         self.active = False
         try:
             self.framework.stop_trace()
+            self.written = True
         except Exception as error:  # noqa: BLE001
             self.problems.append(f"the trace could not be written: {type(error).__name__}: {error}")
         if self.timeline:
@@ -72,10 +80,12 @@ class Window:
 
     def fields(self, epoch: int) -> dict:
         """The epoch record's profile fields (empty outside the window); in the profiled epoch a
-        collective every rank joins: a trace missing on any rank is named with its reason."""
+        collective every rank joins: the folder where any rank's trace was written, and each
+        rank's missing trace (or timeline) with its reason."""
         if not self.covers(epoch):
             return {"profiled": False, "profile_trace": None, "profile_reason": None}
-        mine = "; ".join(self.problems)
-        problems = [f"rank {rank}: {text}" for rank, text in enumerate(self.backend.allgather_text(mine)) if text]
-        reason = "; ".join(problems)
-        return {"profiled": True, "profile_trace": None if reason else FOLDER, "profile_reason": reason or None}
+        mine = f"{int(self.written)}{'; '.join(self.problems)}"
+        gathered = self.backend.allgather_text(mine)
+        reason = "; ".join(f"rank {rank}: {text[1:]}" for rank, text in enumerate(gathered) if text[1:])
+        written = any(text[:1] == "1" for text in gathered)
+        return {"profiled": True, "profile_trace": FOLDER if written else None, "profile_reason": reason or None}

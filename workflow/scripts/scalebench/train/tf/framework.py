@@ -21,6 +21,7 @@ from scalebench.train import devices, faults, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
+from scalebench.train.profiling import NotTraced
 from scalebench.train.step_timing import StepTimes
 from scalebench.train.summaries import EpochWriter
 from scalebench.train.tf import checkpoint, compiled, data, profiler, runtime, step_timing
@@ -339,6 +340,8 @@ class TensorFlowFramework:
         return self.marks.times() if self.marks is not None else None
 
     def start_trace(self, folder: Path) -> None:
+        if self.backend.untraced_ranks and self.backend.rank != 0:
+            raise NotTraced(self.backend.untraced_ranks)
         self.trace = profiler.Trace(folder, self.backend.rank)
 
     def stop_trace(self) -> None:
