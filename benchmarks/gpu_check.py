@@ -24,6 +24,10 @@ ratios compare like with like:
               bus bandwidth is 0 by nccl-tests' definition, so only latency and algbw are figures)
   width       cells at model.width 1, 4 and 16 in bf16 (and 16 in fp32): step time, images/s, MFU
               and peak memory of the 0.49 M, 7.8 M and 124 M parameter models
+  split       the step split of a one-GPU cell (CUDA events, train/torch/step_timing.py): no
+              exposed communication to speak of (<= 2% of the steady epoch: one rank waits for
+              nobody), compute near the steps' time, the parts adding up within the tolerance
+              (records.py); and a profile window whose trace holds CUDA kernels
 
 It needs a CUDA build of torch, NumPy, PyYAML, Pillow and jsonschema (no TensorFlow, Horovod
 or Snakemake). It exits non-zero if a cell fails or did not run on the GPU.
@@ -43,8 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
-CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu", "harness", "collectives", "width")
+CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu", "harness", "split", "collectives", "width")
 WIDTHS = (1, 4, 16)
+SPLIT_EXPOSED_GOAL = 0.02  # a one-GPU cell's exposed communication, share of the steady epoch
 # harness goals: the cell's images/s over the bare loop's, per placement; the data wait with device
 HARNESS_GOALS = {"device": 0.95, "host": 0.90}
 DEVICE_WAIT_GOAL = 0.02
@@ -332,6 +337,41 @@ def check_width(root, data, options, results) -> None:
             flush=True,
         )
     results["width"] = cells
+
+
+def check_split(root, data, options, results) -> None:
+    from scalebench.records import REST_TOLERANCE_S, REST_TOLERANCE_SHARE
+
+    run_cell(root, "split", data, options, profile={"epoch": 2, "steps": 3})
+    out = root / "split"
+    epochs, _ = _common.read_metrics(out)
+    steady = [e for e in epochs[1:] if not e["profiled"]] or epochs[1:]
+    share = {
+        part: _common.median([e[field] / e["epoch_time_s"] for e in steady])
+        for part, field in (("compute", "compute_s"), ("exposed", "comm_exposed_s"), ("wait", "data_wait_median_s"))
+    }
+    share["rest"] = _common.median([e["rest_s"] / e["epoch_time_s"] for e in steady])
+    compute_of_steps = _common.median([e["compute_s"] / (e["compute_s"] + e["comm_exposed_s"]) for e in steady])
+    trace = json.loads((out / "profile" / "rank0.pt.trace.json").read_text())
+    kernels = sum(event.get("cat") == "kernel" for event in trace["traceEvents"])
+    print(
+        f"  steady epoch: compute {100 * share['compute']:.1f}%, exposed communication {100 * share['exposed']:.2f}%, "
+        f"data wait {100 * share['wait']:.1f}%, rest {100 * share['rest']:.2f}%; compute / steps "
+        f"{compute_of_steps:.3f}; trace of epoch 2: {kernels} CUDA kernel events",
+        flush=True,
+    )
+    results["split"] = {"shares": share, "compute_of_steps": compute_of_steps, "trace_kernels": kernels}
+    failures = []
+    if share["exposed"] > SPLIT_EXPOSED_GOAL:
+        failures.append(f"exposed communication {100 * share['exposed']:.2f}% of a one-GPU epoch")
+    for epoch in epochs:
+        for rank in epoch["ranks"]:
+            if rank["rest_s"] < -(REST_TOLERANCE_SHARE * rank["epoch_time_s"] + REST_TOLERANCE_S):
+                failures.append(f"epoch {epoch['epoch']}: the parts exceed the epoch ({rank['rest_s']:.4f} s rest)")
+    if not kernels:
+        failures.append("the profile window's trace holds no CUDA kernel")
+    if failures:
+        raise CheckFailed("; ".join(failures))
 
 
 CHILDREN = {"bare": bare_loop, "collectives": collectives_child}

@@ -22,9 +22,41 @@ def epoch(number: int, seconds: float, **extra) -> dict:
         "train_time_s": None,
         "val_iou": None,
         "val_loss": None,
+        **step_split(seconds),
     }
     record.update(extra)
     return record
+
+
+def step_split(seconds: float) -> dict:
+    """An epoch's step split (records.STEP_SPLIT_FIELDS) whose parts add up to `seconds`."""
+    return {
+        "compute_s": 0.7 * seconds,
+        "compute_max_s": 0.75 * seconds,
+        "comm_exposed_s": 0.15 * seconds,
+        "comm_exposed_max_s": 0.2 * seconds,
+        "data_wait_median_s": 0.1 * seconds,
+        "rest_s": 0.05 * seconds,
+        "rest_max_s": 0.06 * seconds,
+        "comm_total_s": 0.3 * seconds,
+        "comm_overlap": 0.5,
+        "comm_total_reason": None,
+        "step_median_s": 0.1 * seconds,
+        "step_p90_s": 0.12 * seconds,
+        "step_max_s": 0.15 * seconds,
+        "compute_spread": 0.05,
+        "straggler_rank": 1,
+        "straggler_host": "n2",
+        "step_split_reason": None,
+        "ranks": None,
+        "profiled": False,
+        "profile_trace": None,
+        "profile_reason": None,
+    }
+
+
+# The fields of an epoch record written before the step split existed (tests of old records drop them).
+SPLIT_FIELDS = tuple(step_split(1.0))
 
 
 def write_cell(
@@ -103,3 +135,10 @@ def cell(framework="torch", backend="native", gpus=1, seed=1, variant="", settin
     """An entry of the rules' cells_json (settings: the study's for the cell, where given)."""
     entry = {"framework": framework, "backend": backend, "variant": variant, "gpus": gpus, "seed": seed}
     return entry if settings is None else {**entry, "settings": settings}
+
+
+def without_split(folder: Path) -> None:
+    """Rewrite a cell's metrics.jsonl as a version before the step split wrote it."""
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    records = [{k: v for k, v in record.items() if k not in SPLIT_FIELDS} for record in lines]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))

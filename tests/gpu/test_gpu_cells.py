@@ -90,3 +90,19 @@ def test_tensorflow_trains_on_the_gpu_with_batches_prefetched_to_it(prepared_dat
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     run = json.loads((tmp_path / "tf" / "run.json").read_text())
     assert run["device"] == "gpu" and run["status"] == "ok" and run["compute_dtype"] == "float32"
+
+
+def test_the_step_split_of_one_gpu_has_no_exposed_communication_and_its_trace_holds_kernels(prepared_data, tmp_path):
+    # CUDA events on the current stream, read at the epoch's end (train/torch/step_timing.py)
+    run, records, log = train(prepared_data, tmp_path / "split", epochs=3, profile={"epoch": 2, "steps": 2})
+    assert run, log[-3000:]
+    for epoch in (r for r in records if r["type"] == "epoch"):
+        (rank,) = epoch["ranks"]
+        assert rank["compute_s"] + rank["comm_exposed_s"] + rank["data_wait_s"] + rank["rest_s"] == pytest.approx(
+            rank["epoch_time_s"]
+        )
+        assert rank["rest_s"] >= -(0.01 * rank["epoch_time_s"] + 0.002)  # records.REST_TOLERANCE_*
+        assert 0 <= epoch["comm_exposed_s"] < 0.05 * epoch["epoch_time_s"]
+        assert epoch["comm_total_s"] is None and "GPUs" in epoch["comm_total_reason"]
+    trace = json.loads((tmp_path / "split" / "profile" / "rank0.pt.trace.json").read_text())
+    assert any(event.get("cat") == "kernel" for event in trace["traceEvents"])

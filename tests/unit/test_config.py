@@ -231,3 +231,21 @@ def test_cpu_binding_is_cores_or_none_and_only_none_reaches_a_cell_s_settings(sc
     # a cell finished before the key existed ran with today's default: not retrained; none retrains it
     assert sb_config.settings_changes(default, default, default) == []
     assert sb_config.settings_changes(default, unbound, default) == ['cpu_binding: "(not set)" -> "none"']
+
+
+def test_a_profile_window_inside_the_run_is_accepted_from_command_line_text(schema):
+    config = sb_config.validate(tiny_config(training={"profile": {"epoch": "3", "steps": "3"}}), schema)
+    assert config["training"]["profile"] == {"epoch": 3, "steps": 3}
+    assert sb_config.validate(tiny_config(), schema)["training"]["profile"] is None  # off by default
+
+
+def test_a_profile_for_a_framework_without_its_profiler_is_refused_naming_the_key(schema, monkeypatch):
+    from scalebench.config import checks
+
+    monkeypatch.setitem(checks.PROFILERS, "torch", ("torch", "no/such/profiler.py"))
+    with pytest.raises(sb_config.ConfigError) as error:
+        sb_config.validate(tiny_config(training={"profile": {"epoch": 1, "steps": 1}}), schema)
+    assert "config key 'training.profile': the torch cells cannot be traced: torch has no profiler" in str(error.value)
+    monkeypatch.setitem(checks.PROFILERS, "torch", ("no_such_framework_package", "profiler"))
+    with pytest.raises(sb_config.ConfigError, match="no_such_framework_package is not installed"):
+        sb_config.validate(tiny_config(training={"profile": {"epoch": 1, "steps": 1}}), schema)

@@ -39,3 +39,9 @@ def test_cell_energy_and_gpu_hours():
     assert measures.cell_energy([None], "no powercap") == (None, "no powercap")
     assert measures.cell_energy([], "") == (None, "no epoch completed")
     assert measures.gpu_hours(8, 1800.0) == 4.0
+
+
+def test_a_profiled_epoch_is_left_out_of_the_steady_figures():
+    assert measures.steady_epoch_time([10.0, 4.0, 9.0, 6.0], [False, False, True, False]) == 5.0
+    assert measures.steady_epoch_time([10.0, 4.0, 6.0], [True, False, False]) == 5.0  # the warm-up anyway
+    assert measures.steady_epoch_time([10.0, 9.0], [False, True]) == 9.0  # every later epoch traced: as if none

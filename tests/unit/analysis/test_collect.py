@@ -310,3 +310,45 @@ def test_placement_and_site_reach_runs_csv_and_stay_out_of_the_provenance_table(
     }
     assert runs.loc[1, ["local_gpu_ids", "rank_cpus", "site"]].isna().all()
     assert {"local_gpu_ids", "rank_cpus"} <= set(collected.provenance.columns) and "site" not in collected.provenance
+
+
+def test_the_step_split_per_steady_epoch_and_the_profiled_epoch_left_out(tmp_path):
+    # epoch 3 traced a window (training.profile): slower, and out of every steady figure
+    write_cell(
+        tmp_path,
+        times=(10.0, 4.0, 9.0, 6.0),
+        epochs_extra={
+            3: {"profiled": True, "profile_trace": "profile"},
+            4: {"straggler_rank": 0, "straggler_host": "n1"},
+        },
+    )
+    runs, epochs = analysis.collect(tmp_path, [cell()])
+    row = runs.iloc[0]
+    assert row["steady_epoch_s"] == 5.0 and row["images_per_s"] == pytest.approx((100 / 4 + 100 / 6) / 2)  # 2, 4
+    assert row["compute_s"] == pytest.approx(0.7 * 5.0) and row["comm_exposed_s"] == pytest.approx(0.15 * 5.0)
+    assert row["comm_share"] == pytest.approx(0.15) and row["comm_overlap"] == pytest.approx(0.5)
+    assert (row["profiled_epoch"], row["profile_trace"]) == (3, "profile") and pd.isna(row["step_split_reason"])
+    assert row["straggler_rank"] in (0, 1) and row["straggler_host"] == ["n1", "n2"][row["straggler_rank"]]
+    assert list(epochs["profiled"]) == [False, False, True, False]
+    assert list(epochs["compute_s"]) == pytest.approx([7.0, 2.8, 6.3, 4.2])
+
+
+def test_records_from_before_the_split_or_with_it_off_read_as_not_measured(tmp_path):
+    from cell_records import without_split
+    from scalebench.train.step_timing import unmeasured
+
+    without_split(write_cell(tmp_path, seed=1))
+    off = unmeasured("training.step_split is off")  # as the loop records an epoch with the split off
+    write_cell(tmp_path, seed=2, epochs_extra=dict.fromkeys(range(1, 5), off))
+    runs, epochs = analysis.collect(tmp_path, [cell(seed=1), cell(seed=2)])
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    epochs.to_csv(tmp_path / "epochs.csv", index=False)
+    runs, epochs = summary_csv.read_runs(tmp_path / "runs.csv"), summary_csv.read_epochs(tmp_path / "epochs.csv")
+    old, unmeasured_row = runs.iloc[0], runs.iloc[1]
+    for row in (old, unmeasured_row):
+        assert all(math.isnan(row[c]) for c in ("compute_s", "comm_exposed_s", "comm_total_s", "comm_share", "rest_s"))
+        assert row["status"] == "ok" and row["steady_epoch_s"] == 5.0
+    assert old["step_split_reason"] == "not recorded (the cell predates the step split)"
+    assert unmeasured_row["step_split_reason"] == "training.step_split is off"
+    assert epochs[epochs["seed"] == 1]["step_split_reason"].eq("not recorded (the cell predates the step split)").all()
+    assert epochs["compute_s"].isna().all()

@@ -42,7 +42,7 @@ def test_the_figure_shows_fit_split_and_a_marked_prediction_and_names_refusals(t
     assert all(label.startswith("predicted: efficiency") for label in predicted["label"])
     assert all("back-test error" in label for label in predicted["label"])  # beside the interval
     assert {"fit (total)", "compute", "communication"} == set(figure.data["part"])  # no floor in the weak form
-    assert "torch / Mirrored (weak form) — POOR FIT" in set(figure.data["panel"])
+    assert "torch / Mirrored (weak form, communication inferred) — POOR FIT" in set(figure.data["panel"])
     back = labelled(figure, "back-test:")
     assert sorted(back["gpus"]) == [8, 16]  # the largest measured count of each fitted series
     caption = figure.labels.caption.replace("\n", " ")
@@ -55,7 +55,7 @@ def test_the_figure_shows_fit_split_and_a_marked_prediction_and_names_refusals(t
 def test_a_strong_series_shows_its_form_and_the_per_step_floor(tmp_path):
     figure = model_figure(cells("native", (1, 2, 4, 8, 16), scaling="strong"), per_node=16)
     assert {"fit (total)", "compute", "per-step floor", "communication"} == set(figure.data["part"])
-    assert "torch / native strong_global32 (strong form)" in set(figure.data["panel"])
+    assert "torch / native strong_global32 (strong form, communication inferred)" in set(figure.data["panel"])
     caption = figure.labels.caption.replace("\n", " ")
     assert "strong: epoch(N) = compute / N + floor + latency [N>1] + node_step [nodes>1]" in caption
     save_figure(figure, tmp_path / "model.png")

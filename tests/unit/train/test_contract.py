@@ -25,6 +25,8 @@ SHARED_ROLES = {
     "summaries.py",
     "compiled.py",
     "collectives.py",
+    "step_timing.py",
+    "profiler.py",
 }
 # a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
 HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}

@@ -20,10 +20,19 @@ def finite_number(value) -> float:
     return number if math.isfinite(number) else math.nan
 
 
-def steady_epoch_time(epoch_times: Iterable[float | None]) -> float:
+def steady_epoch_time(epoch_times: Iterable[float | None], profiled: Iterable[bool] | None = None) -> float:
     """Median epoch time after the first (warm-up, compilation); the only epoch if there is one;
-    NaN with none. Values that are missing or not finite are left out."""
-    times = [t for t in map(finite_number, epoch_times) if not math.isnan(t)]
+    NaN with none. Values that are missing or not finite are left out. `profiled` (per epoch,
+    training.profile): an epoch that traced steps is left out too, since a profiler slows what it
+    traces (the first epoch counts as the warm-up whether it was traced or not); with every later
+    epoch traced, as if none were. Any per-epoch figure of a cell follows the same rule."""
+    values = [finite_number(t) for t in epoch_times]
+    flags = [bool(flag) for flag in profiled] if profiled is not None else []
+    if any(flags[1:]):
+        steady = [v for v, flag in zip(values[1:], flags[1:]) if not flag and not math.isnan(v)]
+        if steady:
+            return float(statistics.median(steady))
+    times = [t for t in values if not math.isnan(t)]
     if not times:
         return math.nan
     return float(statistics.median(times[1:])) if len(times) > 1 else times[0]

@@ -83,3 +83,37 @@ def final_record(
 # The cost of a cell, in the final record and run.json: GPU-hours = GPUs x train_time_s (the
 # epochs' summed time); energy_j over the same epochs, None with energy_reason where unmeasured.
 COST_FIELDS = ("gpu_hours", "energy_j", "energy_source", "energy_reason")
+
+
+# A rank's rest_s (its epoch less its measured parts) may fall below zero by this much: 1% of the
+# epoch plus 2 ms (on a GPU the device's marks and the host's clock are two timelines; on a CPU rest
+# is never negative but for rounding)
+REST_TOLERANCE_SHARE = 0.01
+REST_TOLERANCE_S = 0.002
+
+# The epoch record's step split (train/step_timing.py writes it, analysis/collect.py reads it): each
+# field and its meaning; docs/step-split.md lists the same (a test keeps both equal).
+STEP_SPLIT_FIELDS = {
+    "compute_s": "seconds of the steps not spent in exposed communication, median over ranks",
+    "compute_max_s": "the same, the slowest rank's",
+    "comm_exposed_s": "seconds of the steps spent in communication nothing computed behind, median over ranks",
+    "comm_exposed_max_s": "the same, the largest rank's",
+    "data_wait_median_s": "seconds waiting for the next batch, median over ranks (data_wait_s: the slowest's)",
+    "rest_s": "seconds of the epoch outside steps and data waits, median over ranks",
+    "rest_max_s": "the same, the largest rank's",
+    "comm_total_s": "seconds with communication in flight, median over ranks (empty: comm_total_reason)",
+    "comm_overlap": "share of comm_total_s overlapped with compute, 1 - exposed / total, median over ranks",
+    "comm_total_reason": "why comm_total_s and comm_overlap are empty",
+    "step_median_s": "a step's median time, median over ranks",
+    "step_p90_s": "a step's 90th percentile time, the largest over ranks",
+    "step_max_s": "the longest step of any rank",
+    "compute_spread": "(largest - smallest) / median of the ranks' compute_s: how unevenly ranks compute",
+    "straggler_rank": "the rank with the largest compute_s",
+    "straggler_host": "that rank's host",
+    "step_split_reason": "why the split fields are empty (training.step_split off, a record from before it)",
+    "ranks": "per rank, in rank order: rank, host, epoch_time_s, compute_s, comm_exposed_s, data_wait_s, rest_s, "
+    "steps, step_median_s, step_p90_s, step_max_s, comm_total_s, comm_overlap",
+    "profiled": "this epoch traced steps with training.profile: left out of the steady-state figures",
+    "profile_trace": "the trace's folder, relative to the cell (empty: profile_reason)",
+    "profile_reason": "why a trace asked for is missing",
+}

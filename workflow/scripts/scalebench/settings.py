@@ -53,6 +53,14 @@ class CollectiveSettings:
 
 
 @dataclass(frozen=True)
+class ProfileSettings:
+    """training.profile: the window of steps traced with the framework's profiler."""
+
+    epoch: int  # 1-based
+    steps: int  # traced from the epoch's first step
+
+
+@dataclass(frozen=True)
 class TrainingSettings:
     """training: the schedule and the run's options, the same for every backend."""
 
@@ -82,6 +90,8 @@ class TrainingSettings:
     target_iou: float  # the report's time to target; the end of training with stop_at_target
     stop_at_target: bool  # stop once an epoch's validation IOU reaches target_iou
     tensorboard: bool  # rank 0 writes the epoch records as TensorBoard curves (summaries.py)
+    step_split: bool  # where each step's time goes: compute, exposed communication (train/step_timing.py)
+    profile: ProfileSettings | None  # a window of steps traced with the framework's profiler (None: off)
     loader: LoaderSettings
     horovod: HorovodSettings
     collectives: CollectiveSettings
@@ -154,6 +164,15 @@ def process_threads(threads_per_rank: int | None, cell: Cell, cpus_per_task: int
     return cpus_per_task or devices
 
 
+def optional_dataclass(hint: Any) -> Any:
+    """The dataclass of an optional section (`ProfileSettings | None`), else the hint itself."""
+    if isinstance(hint, types.UnionType):
+        classes = [arg for arg in typing.get_args(hint) if dataclasses.is_dataclass(arg)]
+        if len(classes) == 1:
+            return classes[0]
+    return hint
+
+
 def build(kind: type, data: dict[str, Any], where: str) -> Any:
     """A `kind` dataclass from a dict with exactly its fields (nested dataclasses too)."""
     fields = {f.name: f for f in dataclasses.fields(kind)}
@@ -163,7 +182,7 @@ def build(kind: type, data: dict[str, Any], where: str) -> Any:
     hints = typing.get_type_hints(kind)
     values = {}
     for name, value in data.items():
-        hint = hints[name]
+        hint = optional_dataclass(hints[name]) if isinstance(value, dict) else hints[name]
         if dataclasses.is_dataclass(hint):
             value = build(hint, value, f"{where}.{name}")
         elif hint in (float, float | None) and isinstance(value, int):

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from scalebench import measures
+from scalebench.analysis import step_split
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
@@ -77,6 +78,8 @@ RUN_COLUMNS = [
     "images_per_s_per_gpu",
     "data_wait_s",
     "data_wait_share",
+    # where a steady epoch's time goes (analysis/step_split.py): compute, exposed communication, ...
+    *step_split.RUN_COLUMNS,
     "data_placement",  # device or host: where the samples lived (training.loader.placement resolved)
     "data_device_bytes",  # bytes of samples each device held for the run (0 with host placement)
     "iou",
@@ -122,8 +125,9 @@ EPOCH_VALUES = [
     "mfu",
     "energy_j",
     "images",  # images the epoch saw, all replicas (training.steps_per_epoch cycles the shards)
+    *step_split.EPOCH_VALUES,
 ]
-EPOCH_COLUMNS = ["source", *KEYS, "epoch", *EPOCH_VALUES]
+EPOCH_COLUMNS = ["source", *KEYS, "epoch", *EPOCH_VALUES, *step_split.EPOCH_TEXT]
 
 
 def time_to_target(epochs: list[dict], target: float | None, training: dict | None = None) -> tuple[float, str]:
@@ -220,13 +224,15 @@ def read_cell(
         status, reason = "stale", stale_reason(run, data_key, settings, defaults)
 
     gpus = int(keys["gpus"])
+    profiled = [bool(e.get("profiled")) for e in epochs]  # training.profile: out of the steady figures
     times = [finite_number(e.get("epoch_time_s")) for e in epochs]
     waits = [finite_number(e.get("data_wait_s")) for e in epochs]
     throughputs = [finite_number(e.get("images_per_s")) for e in epochs]
     memory = [m for m in (finite_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
     total_time = float(np.nansum(times)) if times else math.nan
     total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
-    images_per_s = measures.steady_epoch_time(throughputs)  # the same warm-up rule as the epoch time
+    images_per_s = measures.steady_epoch_time(throughputs, profiled)  # the same rule as the epoch time
+    steady_epoch_s = measures.steady_epoch_time(times, profiled)
     train_time = finite_number(final.get("train_time_s"))
     if math.isnan(train_time) and epochs:
         train_time = finite_number(epochs[-1].get("train_time_s"))
@@ -239,7 +245,7 @@ def read_cell(
         "reason": reason,
         "epochs": len(epochs),
         "train_time_s": train_time,
-        "steady_epoch_s": measures.steady_epoch_time(times),
+        "steady_epoch_s": steady_epoch_s,
         "first_epoch_s": times[0] if times else math.nan,
         "setup_s": finite_number(final.get("setup_s", run.get("setup_s"))),
         "test_time_s": finite_number(final.get("test_time_s")),
@@ -247,6 +253,7 @@ def read_cell(
         "images_per_s_per_gpu": images_per_s / gpus,
         "data_wait_s": total_wait,
         "data_wait_share": total_wait / total_time if total_time else math.nan,
+        **step_split.run_columns(epochs, steady_epoch_s),
         "data_placement": run.get("data_placement"),  # empty for a cell from before placements
         "data_device_bytes": run.get("data_device_bytes"),
         "iou": finite_number(final.get("iou")),
@@ -255,7 +262,7 @@ def read_cell(
         "time_to_target_reason": to_target_reason or None,
         "stopped_at_target": bool(final.get("stopped_at_target")) if final else None,
         "peak_mem_mb": max(memory) if memory else math.nan,
-        "mfu": measures.steady_epoch_time(e.get("mfu") for e in epochs),  # per GPU, after the warm-up epoch
+        "mfu": measures.steady_epoch_time([e.get("mfu") for e in epochs], profiled),  # per GPU, steady epochs
         "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
         **cost(run, final, epochs),
         **slurm_cost(run),
@@ -279,7 +286,13 @@ def read_cell(
         "site": json.dumps(flat_settings(run["site"]), sort_keys=True) if run.get("site") else None,
     }
     epoch_rows = [
-        {"source": OWN_SOURCE, **keys, "epoch": e.get("epoch"), **{k: finite_number(e.get(k)) for k in EPOCH_VALUES}}
+        {
+            "source": OWN_SOURCE,
+            **keys,
+            "epoch": e.get("epoch"),
+            **{k: finite_number(e.get(k)) for k in EPOCH_VALUES},
+            **step_split.epoch_columns(e),
+        }
         for e in map(observed_rates, epochs)
     ]
     return row, epoch_rows
@@ -415,6 +428,8 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
     integers = ("gpus", "seed", "epochs", "parameters", "gradient_bytes", "nodes", "model_width", "batch_per_gpu")
     for column in (*integers, "global_batch", "steps_per_epoch", "compiled_graphs", "recompiles"):
         frame[column] = frame[column].astype("Int64")
+    for column in ("straggler_rank", "profiled_epoch"):
+        frame[column] = pd.to_numeric(frame[column]).astype("Int64")
     frame["stopped_at_target"] = frame["stopped_at_target"].astype("boolean")  # empty where no final record
     return frame
 
@@ -424,6 +439,7 @@ def epochs_frame(rows: list[dict]) -> pd.DataFrame:
     frame["variant"] = no_variant_as_empty(frame["variant"])
     for column in ("gpus", "seed", "epoch"):
         frame[column] = frame[column].astype("Int64")
+    frame["profiled"] = frame["profiled"].astype("boolean")  # empty for imported epochs
     return frame
 
 

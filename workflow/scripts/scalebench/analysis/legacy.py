@@ -29,6 +29,7 @@ from scalebench.config import legacy_label_problems
 COLUMNS = ["time_per_epoch", "loss", "lr", "training_time", "test_time", "iou"]
 NAME = re.compile(r"log_(?P<hvd>hvd_)?(?:(?P<repeat>\d+)_)?(?P<gpus>\d+)\.csv")
 NAMES = "log_<gpus>.csv, log_hvd_<gpus>.csv or log_[hvd_]<repeat>_<gpus>.csv"
+LEGACY_SPLIT = "imported from an earlier study's log: no step split recorded"
 
 
 class LegacyError(ValueError):
@@ -119,6 +120,8 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
                 "data_wait_s": math.nan,
                 "data_wait_share": math.nan,
                 "observed_reason": "not recorded by the legacy log",
+                "step_split_reason": LEGACY_SPLIT,
+                "comm_total_reason": LEGACY_SPLIT,
             }
         )
         cumulative = np.cumsum(times)
@@ -130,6 +133,7 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
                 "lr": float(row["lr"]),
                 "epoch_time_s": float(row["time_per_epoch"]),
                 "train_time_s": float(cumulative[number]),
+                "step_split_reason": LEGACY_SPLIT,
             }
             for number, row in table.iterrows()
         )

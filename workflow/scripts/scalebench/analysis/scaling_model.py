@@ -55,6 +55,16 @@ from compute, weak, or the floor, strong, and is folded into it: fsdp starts at 
 node step needs a cell that spans nodes. A series with fewer distinct (GPUs, nodes) points than
 terms is refused (empty fields with a reason), never extrapolated.
 
+Measured communication: where every usable cell of a series has the step split's exposed
+communication (runs.csv ``comm_exposed_s``, per steady epoch: the reduction's time that no compute
+hid, measured on the ranks), the model does not infer communication from the fit alone. The
+compute terms (compute, floor) are fitted to the epoch time less the measured communication and
+the communication terms (latency, bandwidth, node_step) to the measured communication, in one
+weighted least squares over both (the same weights, so both are relative errors of the epoch).
+The prediction and the split then rest on the measured communication; scaling.csv's
+``model_communication`` says which a series got ("measured" or "inferred"), and the note says
+why a series without the split for every cell is inferred.
+
 Poor fit: a term comes out negative beyond its interval (no time is negative), or a point's mean
 is off the fit by more than POOR_RESIDUAL (relative) and, where seeds repeat at some point and
 there are more points than terms, the lack-of-fit F-test (lack of fit against the seeds' own
@@ -96,6 +106,7 @@ TERMS = ("compute", "floor", "latency", "bandwidth", "node_step")
 FORMS = ("weak", "strong")
 # the terms whose time only more ranks bring: the communication of the split
 COMMUNICATION = ("latency", "bandwidth", "node_step")
+MEASURED = "comm_exposed_s"  # runs.csv: the step split's exposed communication per steady epoch
 # how each form reads, for notes and captions
 FORMULAS = {
     "weak": "epoch(N) = (compute + latency [N>1] + bandwidth (N-1)/N + node_step [nodes>1]) / N",
@@ -148,6 +159,7 @@ class Fit:
     per_node: int | None  # GPUs a node holds, as known or inferred from the cells
     notes: list[str] = field(default_factory=list)
     form: str = "weak"  # weak or strong: which epoch(N) (module docstring)
+    communication: str = "inferred"  # or measured: its terms fitted to the cells' exposed communication
 
     def parameter(self, term: str) -> tuple[float, float, float]:
         """Value and 95% interval of a term (NaN if the model has no such term)."""
@@ -261,6 +273,10 @@ def fit_series(cells: pd.DataFrame, per_node: int | None = None) -> Fit | Refuse
     x = regressors(merged["gpus"], merged["nodes"], terms, form)
     y = merged[METRIC].to_numpy(float)
     w = 1 / merged["mean_s"].to_numpy(float) ** 2
+    communication, why = measured_communication(good)
+    if communication == "measured":
+        x, y, w = split_rows(x, y, w, merged[MEASURED].to_numpy(float), terms)
+    notes.append(why)
     xtwx = x.T @ (w[:, None] * x)
     params = np.linalg.solve(xtwx, x.T @ (w * y))
     n, p = len(y), len(terms)
@@ -271,10 +287,11 @@ def fit_series(cells: pd.DataFrame, per_node: int | None = None) -> Fit | Refuse
 
     points["fit_s"] = design @ params
     points["residual"] = points["mean_s"] / points["fit_s"] - 1
-    poor, note = judge(points, merged, y, w, p)
+    total = merged[METRIC].to_numpy(float)
+    poor, note = judge(points, merged, total, 1 / merged["mean_s"].to_numpy(float) ** 2, p)
     if dof == 0:
         notes.append("one seed per point and as many points as parameters: no uncertainty")
-    fit = Fit(terms, params, cov, dof, points, poor, note, per_node, notes, form)
+    fit = Fit(terms, params, cov, dof, points, poor, note, per_node, notes, form, communication)
     below = [t for t in terms if fit.parameter(t)[2] < 0 or (dof == 0 and fit.parameter(t)[0] < 0)]
     if form == "strong" and "compute" in below:
         # compute is net of the allreduce's bandwidth here (docstring): below zero is a finding, not an error
@@ -285,8 +302,26 @@ def fit_series(cells: pd.DataFrame, per_node: int | None = None) -> Fit | Refuse
     # A time cannot be negative: a term below zero beyond its interval means the form is wrong.
     if below:
         note = f"{note}; negative beyond its interval: {', '.join(below)}"
-        return Fit(terms, params, cov, dof, points, True, note, per_node, notes, form)
+        return Fit(terms, params, cov, dof, points, True, note, per_node, notes, form, communication)
     return fit
+
+
+def measured_communication(cells: pd.DataFrame) -> tuple[str, str]:
+    """'measured' where every cell of the series has the step split's exposed communication, else
+    'inferred' (from the fit across GPU counts); and a sentence for the note."""
+    values = pd.to_numeric(cells[MEASURED], errors="coerce") if MEASURED in cells else pd.Series(dtype=float)
+    if len(values) and values.notna().all():
+        return "measured", "communication measured: the cells' exposed communication (step split), fitted apart"
+    missing = int(values.isna().sum()) if len(values) else len(cells)
+    return "inferred", f"communication inferred from the fit ({missing} of {len(cells)} cells have no step split)"
+
+
+def split_rows(x: np.ndarray, y: np.ndarray, w: np.ndarray, comm: np.ndarray, terms: tuple[str, ...]) -> tuple:
+    """The rows of the measured fit: per cell, its epoch less its communication against the compute
+    terms, and its communication against the communication terms (the same weight for both)."""
+    is_comm = np.array([term in COMMUNICATION for term in terms])
+    compute_rows, comm_rows = x * ~is_comm, x * is_comm
+    return np.vstack([compute_rows, comm_rows]), np.concatenate([y - comm, comm]), np.concatenate([w, w])
 
 
 def usable_cells(cells: pd.DataFrame) -> pd.DataFrame:
@@ -349,6 +384,7 @@ BACKTEST_COLUMNS = [
 SERIES_COLUMNS = [
     "model_status",
     "model_form",
+    "model_communication",  # measured (the step split's exposed communication) or inferred from the fit
     "model_terms",
     "model_points",
     *PARAMETER_COLUMNS,
@@ -457,6 +493,7 @@ def series_columns(fit: Fit | Refused, test: Backtest | Refused | None = None) -
     row |= {
         "model_status": "fitted",
         "model_form": fit.form,
+        "model_communication": fit.communication,
         "model_terms": " + ".join(fit.terms),
         "model_points": len(fit.points),
     }

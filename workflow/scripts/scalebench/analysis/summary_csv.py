@@ -21,6 +21,11 @@ TEXT = {
     "compute_dtype": str,
     "local_gpu_ids": str,  # "0" is an id, not a number
     "rank_cpus": str,
+    "straggler_host": str,
+    "step_split_reason": str,
+    "comm_total_reason": str,
+    "profile_trace": str,
+    "profile_reason": str,
 }
 
 

@@ -3,13 +3,18 @@ naming the config key, before Snakemake builds a job."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from scalebench import backends
 from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config.cell_settings import cell_model, cell_training
 from scalebench.config.matrix import cells, left_out
 from scalebench.data.split import split_counts
 from scalebench.launch.resources import node_layout, ranks_per_node_limit
+from scalebench.measures import backward_passes
 from scalebench.train import architecture
+from scalebench.train.accumulation import batches_per_epoch
 
 
 class ConfigError(ValueError):
@@ -34,6 +39,7 @@ def check_semantics(config: dict) -> None:
     if dataset["source"] == "synthetic":
         problems += synthetic_batch_problems(config)
     problems += model_fit_problems(config)
+    problems += profile_problems(config)
     if config["training"]["steps_per_epoch"] is not None and config["training"]["dataset_repeat"] > 1:
         problems.append(
             "config key 'training.steps_per_epoch': set together with training.dataset_repeat > 1; the "
@@ -156,6 +162,71 @@ def synthetic_batch_problems(config: dict) -> list[str]:
                 f"training set on {cell.gpus} ranks ({n_train} training pairs / {cell.gpus} = {shard})"
             )
     return problems
+
+
+# where each framework's profiler lives, inside its installed package (training.profile)
+PROFILERS = {"torch": ("torch", "profiler"), "tensorflow": ("tensorflow", "python/profiler/profiler_v2.py")}
+
+
+def profiler_missing(framework: str) -> str:
+    """Why `framework`'s profiler cannot run here ('' if it can): found without importing the
+    framework (Snakemake checks the config on every start)."""
+    package, inside = PROFILERS[framework]
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return f"{package} is not installed"
+    if not any((Path(location) / inside).exists() for location in spec.submodule_search_locations):
+        return f"{package} has no profiler ({package}/{inside})"
+    return ""
+
+
+def profile_problems(config: dict) -> list[str]:
+    """training.profile's window lies inside the run (its epoch within training.epochs, its steps
+    within an epoch where the training set's size is known before preparation: synthetic data),
+    and the profiler of every framework of the matrix is installed."""
+    profile, training = config["training"]["profile"], config["training"]
+    if profile is None:
+        return []
+    problems = []
+    if profile["epoch"] > training["epochs"]:
+        problems.append(
+            f"config key 'training.profile.epoch': {profile['epoch']} is after the run's last epoch "
+            f"(training.epochs = {training['epochs']})"
+        )
+    shortest = shortest_epoch(config)
+    if shortest is not None and profile["steps"] > shortest[0]:
+        steps, cell = shortest
+        problems.append(
+            f"config key 'training.profile.steps': {profile['steps']} is more than the {steps} steps an "
+            f"epoch of {cell.framework}/{cell.backend} on {cell.gpus} GPUs has"
+        )
+    for framework in config["matrix"]["frameworks"]:
+        missing = profiler_missing(framework)
+        if missing:
+            problems.append(f"config key 'training.profile': the {framework} cells cannot be traced: {missing}")
+    return problems
+
+
+def shortest_epoch(config: dict) -> tuple[int, Cell] | None:
+    """The fewest steps an epoch of any cell has and that cell, where the training set's size is
+    known before it is prepared (synthetic data); else None."""
+    dataset, training = config["dataset"], config["training"]
+    if dataset["source"] != "synthetic":
+        return None
+    pairs = split_counts(dataset["synthetic"]["count"], dataset["test_fraction"], dataset["val_fraction"])[0]
+    epochs = []
+    for cell in cells(config):
+        resolved = cell_training(config, cell)
+        passes = backward_passes(cell.framework, cell.backend, resolved)
+        batches = batches_per_epoch(
+            pairs * training["dataset_repeat"],
+            cell.gpus,
+            resolved["batch_per_gpu"],
+            training["steps_per_epoch"],
+            passes,
+        )
+        epochs.append((batches, cell))
+    return min(epochs, key=lambda entry: entry[0]) if epochs else None
 
 
 def batch_key(cell: Cell) -> str:

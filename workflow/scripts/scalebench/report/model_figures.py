@@ -45,7 +45,7 @@ def panel_name(key: tuple, fit: Fit) -> str:
     the project's own, and POOR FIT where so."""
     source, framework, backend, variant = key
     name = f"{framework} / {BACKEND_LABELS.get(backend, backend)}" + (f" {variant}" if variant else "")
-    name += f" ({fit.form} form)"
+    name += f" ({fit.form} form, communication {fit.communication})"
     if source != OWN_SOURCE:
         name += f" ({source})"
     return name + (" — POOR FIT" if fit.poor else "")

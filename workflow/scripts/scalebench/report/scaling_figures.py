@@ -1,5 +1,5 @@
-"""Scaling figures for the report (plotnine): speedup, efficiency, IOU, throughput,
-where the time goes, and the completeness grid.
+"""Scaling figures for the report (plotnine): speedup, efficiency, IOU, throughput, cost and
+the completeness grid (where the time goes: time_split_figures.py).
 
 Every function takes the summary tables and returns a ggplot; with no data to draw it
 returns a placeholder that says why, so a partial or tiny study still renders. NaN
@@ -20,7 +20,6 @@ from plotnine import (
     element_text,
     facet_grid,
     facet_wrap,
-    geom_col,
     geom_hline,
     geom_line,
     geom_point,
@@ -99,7 +98,8 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy()
     frame["backend"] = frame["backend"].map(BACKEND_LABELS).fillna(frame["backend"])
     if "variant" in frame:
-        variants = frame["variant"].fillna("").astype(str)
+        # a study without optional axes reads its empty variant column as float NaN
+        variants = frame["variant"].astype(object).where(frame["variant"].notna(), "").astype(str)
         frame["backend"] = [" ".join(filter(None, pair)) for pair in zip(frame["backend"], variants)]
     sources = [OWN_SOURCE] + sorted(set(frame["source"]) - {OWN_SOURCE})
     frame["source"] = pd.Categorical(frame["source"], categories=sources)
@@ -351,51 +351,6 @@ def unmeasured_energy(cells: pd.DataFrame) -> str:
         return "no cell with status ok measured its energy"
     shown = "; ".join(reasons[:2]) + ("; ..." if len(reasons) > 2 else "")
     return f"no cell with status ok measured its energy ({shown})"
-
-
-def time_split_figure(runs: pd.DataFrame):
-    """Where an epoch's time goes, per cell: waiting for data vs compute and communication.
-
-    One panel per framework / backend; bars grouped by GPU count, one bar per seed
-    (a numeric x axis: a panel per GPU count would be slow to draw and hard to read)."""
-    cells = runs[runs["source"] == OWN_SOURCE].dropna(subset=["data_wait_s", "train_time_s", "epochs"])
-    cells = cells[cells["epochs"] > 0]
-    title = "Where the time goes (mean epoch)"
-    if cells.empty:
-        return placeholder(title, "No cell has epoch records with data-wait times yet.")
-    cells = tidy(cells)
-    per_epoch_wait = cells["data_wait_s"] / cells["epochs"]
-    per_epoch = cells["train_time_s"] / cells["epochs"]
-    cells["cell"] = cells["framework"] + " / " + cells["backend"]
-    sizes = sorted(set(cells["gpus"]))
-    seeds = sorted(set(cells["seed"]))
-    slot = len(seeds) + 1
-    cells["x"] = [sizes.index(g) * slot + seeds.index(s) for g, s in zip(cells["gpus"], cells["seed"])]
-    long = pd.concat(
-        [
-            cells.assign(part="waiting for data", seconds=per_epoch_wait),
-            cells.assign(part="compute + communication", seconds=(per_epoch - per_epoch_wait).clip(lower=0)),
-        ]
-    )
-    long["part"] = pd.Categorical(long["part"], categories=["compute + communication", "waiting for data"])
-    panels = long["cell"].nunique()
-    centres = [i * slot + (len(seeds) - 1) / 2 for i in range(len(sizes))]
-    seed_note = f"seeds {', '.join(str(int(s)) for s in seeds)}" if len(seeds) > 1 else f"seed {int(seeds[0])}"
-    return (
-        ggplot(long, aes("x", "seconds", fill="part"))
-        + geom_col(width=0.85)
-        + facet_wrap("~cell", ncol=min(panels, 2), scales="free_y")
-        + scale_x_continuous(breaks=centres, labels=[str(g) for g in sizes], minor_breaks=[])
-        + scale_fill_manual(values={"compute + communication": "#7fa7c9", "waiting for data": "#e6550d"})
-        + labs(
-            x="GPUs (one bar per seed, in order)",
-            y="seconds per epoch",
-            fill="",
-            title=title,
-            caption=f"Bars within a GPU group: {seed_note}. Failed cells: the epochs they finished.",
-        )
-        + style((4.5 * min(panels, 2) + 1, 3.0 * -(-panels // 2) + 1.5))
-    )
 
 
 def completeness_figure(runs: pd.DataFrame):

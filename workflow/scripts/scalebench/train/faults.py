@@ -1,4 +1,5 @@
-"""Test hooks, set through SCALEBENCH_FAULT; the loop calls check() before each epoch's first step.
+"""Test hooks, set through SCALEBENCH_FAULT (several separated by commas); the loop calls check()
+before each epoch's first step.
 
 - ``oom:RANK:EPOCH``: rank RANK raises its framework's out-of-memory error in epoch EPOCH.
 - ``stall:EPOCH``: a run that did not resume blocks at the start of epoch EPOCH, so it
@@ -12,40 +13,95 @@
   differs (observed.py).
 - ``collectives_fail:RANK``: rank RANK fails to prepare the collective benchmark's first
   all-reduce (collective_failure), as a rank out of memory for its buffers would.
+
+Known delays, which the step split must find (docs/step-split.md), each in epoch EPOCH only:
+
+- ``slow_reduce:RANK:SECONDS:EPOCH``: rank RANK starts its gradient reduction SECONDS late in
+  every step, as a rank behind a slow link would; the other ranks wait for it inside their
+  reduction (PyTorch: before the last gradient reaches the backend's hooks, or, FSDP, before
+  its final reduce-scatters; TensorFlow: in the step, between the gradients and their reduction).
+- ``slow_loader:SECONDS:EPOCH``: every rank's loader hands over each batch SECONDS late.
+- ``slow_compute:RANK:SECONDS:EPOCH``: rank RANK computes SECONDS longer in every step (a
+  straggler: a busy core, a throttled GPU).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 MEET_TIMEOUT_S = 300
+DELAY_KINDS = ("slow_reduce", "slow_loader", "slow_compute")
+
+
+def faults() -> list[tuple[str, str]]:
+    """(kind, argument) of each fault SCALEBENCH_FAULT names."""
+    entries = [entry for entry in os.environ.get("SCALEBENCH_FAULT", "").split(",") if entry]
+    return [(kind, argument) for kind, _, argument in (entry.partition(":") for entry in entries)]
 
 
 def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], BaseException]) -> None:
-    """Apply the hook of SCALEBENCH_FAULT, if any, at the start of 0-based `epoch`."""
-    fault = os.environ.get("SCALEBENCH_FAULT", "")
-    kind, _, argument = fault.partition(":")
-    if kind == "oom":
-        fault_rank, fault_epoch = argument.split(":")
-        if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
-            raise out_of_memory(f"out of memory (injected by SCALEBENCH_FAULT={fault})")
-    elif kind == "stall" and not resumed and int(argument) == epoch + 1:
-        print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
-        while True:
-            time.sleep(1)
-    elif kind == "meet" and epoch == 0 and rank == 0:
-        folder, count = argument.rsplit(":", 1)
-        meet(Path(folder), int(count), fault)
+    """Apply the hooks of SCALEBENCH_FAULT, if any, at the start of 0-based `epoch`."""
+    for kind, argument in faults():
+        fault = f"{kind}:{argument}"
+        if kind == "oom":
+            fault_rank, fault_epoch = argument.split(":")
+            if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
+                raise out_of_memory(f"out of memory (injected by SCALEBENCH_FAULT={fault})")
+        elif kind == "stall" and not resumed and int(argument) == epoch + 1:
+            print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
+            while True:
+                time.sleep(1)
+        elif kind == "meet" and epoch == 0 and rank == 0:
+            folder, count = argument.rsplit(":", 1)
+            meet(Path(folder), int(count), fault)
+
+
+@dataclass(frozen=True)
+class Delays:
+    """This rank's injected delays in one epoch, in seconds per step (per batch for the loader)."""
+
+    reduce_s: float = 0.0
+    compute_s: float = 0.0
+    loader_s: float = 0.0
+
+
+def delays(rank: int, epoch: int) -> Delays:
+    """The delays SCALEBENCH_FAULT sets for `rank` in 0-based `epoch` (none: all 0)."""
+    found = {}
+    for kind, argument in faults():
+        if kind == "slow_loader":
+            seconds, fault_epoch = argument.split(":")
+            if int(fault_epoch) == epoch + 1:
+                found["loader_s"] = float(seconds)
+        elif kind in ("slow_reduce", "slow_compute"):
+            fault_rank, seconds, fault_epoch = argument.split(":")
+            if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
+                found["reduce_s" if kind == "slow_reduce" else "compute_s"] = float(seconds)
+    return Delays(**found)
+
+
+def injects(kind: str) -> bool:
+    """Whether SCALEBENCH_FAULT names a delay of `kind` for some rank and epoch: a compiled step
+    gets its sleep only then, so a run without faults trains with exactly its own ops."""
+    return any(name == kind for name, _ in faults())
+
+
+def delayed(batches: Iterable, seconds: float) -> Iterator:
+    """`batches`, each handed over `seconds` late (slow_loader): inside the loop's data wait."""
+    for batch in batches:
+        time.sleep(seconds)
+        yield batch
 
 
 def checkpoint_folder(rank: int, out: Path) -> Path:
     """Where this rank looks for the cell's checkpoint: `out`, unless ``hide_checkpoint`` hides it."""
-    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
-    if kind == "hide_checkpoint" and int(argument) == rank:
-        return out / ".hidden-checkpoint"  # never written: this rank sees no checkpoint
+    for kind, argument in faults():
+        if kind == "hide_checkpoint" and int(argument) == rank:
+            return out / ".hidden-checkpoint"  # never written: this rank sees no checkpoint
     return out
 
 

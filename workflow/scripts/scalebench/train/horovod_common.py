@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
 
 from scalebench.refusal import HorovodBuildError
 from scalebench.settings import HorovodSettings, RunSettings
@@ -36,8 +37,17 @@ def check_gpu_reductions(hvd, device_type: str, allowed: bool) -> None:
         )
 
 
+# Horovod's timeline (training.profile) starts and stops at run time only where this is set before hvd.init()
+DYNAMIC_TIMELINE = "DYNAMIC"
+TIMELINE_FILE = "horovod_timeline.json"
+
+
 class HorovodBackend(Backend):
     name = "horovod"
+    untimed_comm = (
+        "Horovod reduces in its own background thread and exposes no per-collective time; its timeline "
+        "(training.profile) shows each allreduce"
+    )
 
     def __init__(self, place: RankInfo, hvd, settings: HorovodSettings, compression: str = "none") -> None:
         super().__init__(place)
@@ -56,6 +66,8 @@ class HorovodBackend(Backend):
         # A rank that waits longer than this for a dead or hung peer fails instead of hanging.
         if run.training.collective_timeout_s is not None:
             os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(run.training.collective_timeout_s)))
+        if run.training.profile is not None:  # a timeline asked for by a user's HOROVOD_TIMELINE=file wins
+            os.environ.setdefault("HOROVOD_TIMELINE", DYNAMIC_TIMELINE)
         hvd.init()
         self.rank, self.local_rank = hvd.rank(), hvd.local_rank()
         self.world_size, self.local_world_size = hvd.size(), hvd.local_size()
@@ -68,6 +80,18 @@ class HorovodBackend(Backend):
 
     def allgather_text(self, text: str) -> list[str]:
         return self.hvd.allgather_object(text)
+
+    def start_timeline(self, folder: Path) -> None:
+        # rank 0 coordinates and writes the timeline; every rank makes the call
+        if os.environ.get("HOROVOD_TIMELINE") != DYNAMIC_TIMELINE:
+            raise RuntimeError(
+                f"HOROVOD_TIMELINE={os.environ.get('HOROVOD_TIMELINE')} was set before the cell started: "
+                "Horovod writes that timeline, not the profile window's"
+            )
+        self.hvd.start_timeline(str(Path(folder) / TIMELINE_FILE))
+
+    def stop_timeline(self) -> None:
+        self.hvd.stop_timeline()
 
     def versions(self) -> dict:
         import horovod

@@ -21,6 +21,7 @@ from scalebench.train.accumulation import Part
 from scalebench.train.collectives import Bench
 from scalebench.train.placement import DataPlacement
 from scalebench.train.rank_env import RankInfo
+from scalebench.train.step_timing import StepTimes
 from scalebench.train.summaries import EpochWriter
 
 
@@ -50,6 +51,13 @@ class Backend:
     # the type gradients are reduced in between ranks (training.compression: none or fp16), as
     # this backend applies it: run.json records it, and the loop checks it is the one asked for
     gradient_compression = "none"
+    # the step split (step_timing.py): why this backend's total communication time is not read
+    # ('' where it times its collectives: DDP and FSDP on CPU ranks), and the framework's marks,
+    # set before distribute() where training.step_split is on, for a backend that times them
+    untimed_comm = "this backend does not time its collectives"
+    step_marks: Any = None
+    # training.profile: why only rank 0 may trace with the framework's profiler ('' where every rank may)
+    untraced_ranks = ""
 
     def __init__(self, place: RankInfo) -> None:
         self.place = place
@@ -127,6 +135,12 @@ class Backend:
         """This backend's training settings as it resolved them, for run.json's training record."""
         return {}
 
+    def start_timeline(self, folder: Path) -> None:
+        """training.profile: the backend's own trace of the window into `folder` (Horovod's timeline)."""
+
+    def stop_timeline(self) -> None:
+        """End the trace start_timeline began; raises if it could not be written."""
+
     def shutdown(self) -> None:
         pass
 
@@ -186,6 +200,16 @@ class Framework(Protocol):
 
     def optimizer_lr(self) -> float:
         """The learning rate the optimizer holds now, read back from it."""
+
+    def step_times(self) -> StepTimes | None:
+        """The step split's marks of this epoch's steps (train/<framework>/step_timing.py), read
+        after the epoch's synchronisation; None with training.step_split off."""
+
+    def start_trace(self, folder: Path) -> None:
+        """training.profile: start the framework's profiler on this rank, writing into `folder`."""
+
+    def stop_trace(self) -> None:
+        """Stop it and write the trace; raises if the trace could not be written."""
 
     def synchronize(self) -> None:
         """Wait for queued device work, so a clock read after it is honest."""

@@ -21,7 +21,7 @@ from scalebench import measures, outcome, records
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
 from scalebench.refusal import Refused, SettingRefused
-from scalebench.settings import RunSettings
+from scalebench.settings import ProfileSettings, RunSettings
 from scalebench.train import (
     accumulation,
     architecture,
@@ -34,9 +34,11 @@ from scalebench.train import (
     metrics,
     observed,
     placement,
+    profiling,
     provenance,
     resume,
     site,
+    step_timing,
     summaries,
 )
 from scalebench.train.interfaces import Backend, Framework
@@ -102,6 +104,15 @@ def check_batch(batch: int, train_pairs: int, replicas: int) -> None:
         )
 
 
+def check_profile(profile: ProfileSettings | None, steps: int) -> None:
+    """training.profile's window lies inside an epoch (config checks refuse it first where the
+    dataset's size is known before it is prepared: synthetic data)."""
+    if profile is not None and profile.steps > steps:
+        raise SettingRefused(
+            f"training.profile.steps = {profile.steps} is more than the {steps} steps an epoch of this cell has"
+        )
+
+
 class TrainingLoop:
     """One cell on this rank: train() runs the named steps in order and returns the status."""
 
@@ -133,6 +144,7 @@ class TrainingLoop:
         passes = self.backend.backward_passes_per_step
         batches = accumulation.epoch_batches(self.training, len(train_indices), self.backend.replicas, passes)
         self.parts = accumulation.epoch_parts(batches, passes)
+        check_profile(self.training.profile, len(self.parts))
         status = self.run_epochs(progress)
         final = self.final_evaluation(status, progress)
         self.finish(final, progress)
@@ -223,7 +235,7 @@ class TrainingLoop:
             compression=self.backend.gradient_compression,
             backend_options=self.backend.options(),
         )
-        hosts = self.backend.allgather_text(provenance.host_name())
+        hosts = self.hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
         record.update(provenance.placement(hosts, devices, run.image_size, architecture.channels(run.model_width)))
         record.update(binding.fields(self.backend.allgather_text))  # each rank's cores, a local cell's GPU ids
@@ -291,6 +303,7 @@ class TrainingLoop:
             self.out / "metrics.jsonl", enabled=self.is_root, previous=progress.records, curves=curves
         )
         self.start_energy_meter()
+        self.profile = profiling.Window(self.training.profile, self.out, self.framework, self.backend)
         self.epoch_times = [record["epoch_time_s"] for record in progress.records]
         self.stopped_at_target = False
         self.steps_observed = False  # the first step's observation checked (check_first_step)
@@ -362,6 +375,10 @@ class TrainingLoop:
         lr = learning_rate(epoch, self.training, backend.replicas)
         epoch_data = framework.epoch_batches(epoch, faults.learning_rate(lr, epoch))
         faults.check(backend.rank, epoch, progress.start_epoch > 0, framework.out_of_memory_error)
+        loader_delay = faults.delays(backend.rank, epoch).loader_s
+        if loader_delay:
+            epoch_data = faults.delayed(epoch_data, loader_delay)
+        self.profile.start(epoch)
         framework.reset_peak_memory()
         framework.synchronize()
         self.energy.start()  # after the synchronisation, before the clock: off the epoch's time
@@ -380,6 +397,8 @@ class TrainingLoop:
             seen += 1
             if not self.steps_observed:
                 self.check_first_step(lr, epoch)
+            self.profile.after_step(seen)
+        self.profile.stop()  # a window longer than the epoch (config checks refuse it where they can)
         if seen != len(self.parts):  # a step left half-accumulated would silently drop its batches
             raise RuntimeError(f"the epoch had {seen} batches, {len(self.parts)} expected")
         loss_sum, steps = framework.epoch_loss()
@@ -407,10 +426,27 @@ class TrainingLoop:
             sum(part.last for part in self.parts),
             energy_j,
         )
+        record.update(self.step_split(elapsed, wait))
+        record.update(self.profile.fields(epoch))
         if metrics.diverged(mean_loss, self.training.max_loss):
             self.metrics.write(record)
             raise Diverged(f"loss is {mean_loss} in epoch {epoch + 1} (max_loss {self.training.max_loss})")
         return record
+
+    def step_split(self, elapsed: float, wait: float) -> dict:
+        """The epoch record's split fields (step_timing.py): this rank's figures from its framework's
+        marks, every rank's gathered by one collective."""
+        steps = self.framework.step_times()
+        if steps is None:
+            return step_timing.unmeasured("training.step_split is off")
+        backend = self.backend
+        row = step_timing.rank_row(elapsed, wait, steps)
+        table = backend.allreduce_sum(step_timing.placed(row, backend.rank, backend.world_size))
+        fields = step_timing.epoch_fields(table, self.hosts, steps.comm_reason)
+        if self.is_root:
+            for problem in filter(None, map(step_timing.rest_problem, fields["ranks"])):
+                print(f"warning: step split: {problem}", flush=True)
+        return fields
 
     def evaluates_after(self, epoch: int) -> bool:
         every = self.training.eval_every

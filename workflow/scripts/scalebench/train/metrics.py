@@ -120,6 +120,8 @@ def progress_line(record: dict, epochs: int, remaining_s: float) -> str:
         f"{record['epoch_time_s']:.2f} s  {record['images_per_s']:.1f} img/s  "
         f"data-wait {100 * wait_share:.1f}%  left {format_duration(remaining_s)}"
     )
+    if record.get("comm_exposed_s") is not None and record["epoch_time_s"]:  # the step split (median rank)
+        line += f"  exposed comm {100 * record['comm_exposed_s'] / record['epoch_time_s']:.1f}%"
     if record.get("val_iou") is not None:
         line += f"  val IOU {record['val_iou']:.3f}"
     return line

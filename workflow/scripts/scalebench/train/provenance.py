@@ -112,9 +112,10 @@ def placement(
 
 
 # Settings of training that run.json's training record leaves out: they change no step (the
-# report's own choices, the TensorBoard curves); loader and horovod go in where they apply, a
+# report's own choices, the TensorBoard curves, the step split's marks and the profile window:
+# measurements, which the same ops train through); loader and horovod go in where they apply, a
 # backend's options beside them.
-NOT_RECORDED = ("predictions", "target_iou", "tensorboard")
+NOT_RECORDED = ("predictions", "target_iou", "tensorboard", "step_split", "profile")
 
 
 def training_record(

@@ -17,12 +17,14 @@ import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import RunSettings
-from scalebench.train import accumulation, architecture, devices, placement, resume
+from scalebench.train import accumulation, architecture, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
+from scalebench.train.profiling import NotTraced
+from scalebench.train.step_timing import StepTimes
 from scalebench.train.summaries import EpochWriter
-from scalebench.train.tf import checkpoint, compiled, data, runtime
+from scalebench.train.tf import checkpoint, compiled, data, profiler, runtime, step_timing
 from scalebench.train.tf.checkpoint import Checkpoint
 from scalebench.train.tf.model import build_unet, gradient_bytes, parameter_count
 from scalebench.train.tf.summaries import TensorFlowEpochWriter
@@ -39,16 +41,31 @@ class Steps:
     With a backend that accumulates (backward_passes_per_step > 1), train is split in two:
     accumulate adds each batch's gradients to a sum held in variables, and apply reduces
     their mean across ranks and steps the optimizer, once per optimizer step.
+
+    With the step split (`split`), each train function also returns its replicas' marks
+    (step_timing.py: the timestamps a, b, c, d); `delays` holds the test faults' seconds
+    (faults.py), whose sleeps the functions get only where SCALEBENCH_FAULT names them.
     """
 
     def __init__(
-        self, model: keras.Model, optimizer, backend: Backend, loss_scaled: bool, image_size, compile_steps: bool
+        self,
+        model: keras.Model,
+        optimizer,
+        backend: Backend,
+        loss_scaled: bool,
+        image_size,
+        compile_steps: bool,
+        split: bool = False,
+        gpu: bool = False,
+        delays: dict[str, tf.Variable] | None = None,
     ):
         variables = model.trainable_variables
         # per trace of the replica's training step: its output's dtype, and whether it was traced
         # for XLA (observed.py); Python in a tf.function runs only while TensorFlow traces it
         self.traced_dtypes: list[str] = []
         self.traced_for_xla: list[bool] = []
+        delays = delays or {}
+        self.split = split
 
         def inputs(*batch):  # gathered and converted here, on the replica's device
             return data.model_inputs(*batch, image_size=image_size)
@@ -67,16 +84,34 @@ class Steps:
             loss_and_gradients = compiled.step_function(loss_and_gradients)
 
         def reduce_and_apply(gradients):
-            gradients = backend.reduce_gradients(gradients)
+            """The reduced gradients applied; returns them and the updated variables (for the marks)."""
+            if "reduce" in delays:
+                gradients = step_timing.after([step_timing.sleep(delays["reduce"], gradients)], gradients)
+            reduced = gradients = backend.reduce_gradients(gradients)
             if loss_scaled:
                 gradients = optimizer.get_unscaled_gradients(gradients)
             # the backend has averaged the gradients over the replicas already
             optimizer.apply_gradients(zip(gradients, variables), skip_gradients_aggregation=True)
+            return reduced, [v.read_value() for v in variables] if split else []
+
+        def start(batch):
+            """The mark a, and the batch made to wait for it (and for a straggler's delay)."""
+            if not split and "compute" not in delays:
+                return None, batch
+            started = step_timing.stamp(batch, gpu) if split else None
+            marks = [started] if split else []
+            if "compute" in delays:
+                marks.append(step_timing.sleep(delays["compute"], [*batch, *marks]))
+            return started, tuple(step_timing.after(marks, list(batch)))
 
         def replica_train(*batch):
+            started, batch = start(batch)
             loss, gradients = loss_and_gradients(*batch)
-            reduce_and_apply(gradients)
-            return loss
+            computed = step_timing.stamp(gradients, gpu) if split else None
+            reduced, updated = reduce_and_apply(gradients)
+            if not split:
+                return loss
+            return loss, tf.stack([started, computed, step_timing.stamp(reduced, gpu), step_timing.stamp(updated, gpu)])
 
         self.accumulates = backend.backward_passes_per_step > 1
         if self.accumulates:
@@ -86,16 +121,26 @@ class Steps:
             sums = [tf.Variable(tf.zeros_like(v), trainable=False, name="gradient_sum") for v in variables]
 
             def replica_accumulate(*batch):
+                started, batch = start(batch)
                 loss, gradients = loss_and_gradients(*batch)
                 for total, gradient in zip(sums, gradients):
                     total.assign_add(gradient)
-                return loss
+                if not split:
+                    return loss
+                computed = step_timing.stamp(gradients, gpu)
+                added = step_timing.stamp([total.read_value() for total in sums], gpu)
+                return loss, tf.stack([started, computed, computed, added])  # nothing reduced here
 
             def apply(count):
                 # the loss scale is the same for every batch of a step: it changes only in apply_gradients
-                reduce_and_apply([total / count for total in sums])
+                started = step_timing.stamp([total.read_value() for total in sums], gpu) if split else None
+                reduced, updated = reduce_and_apply([total / count for total in sums])
                 for total in sums:
                     total.assign(tf.zeros_like(total))
+                if split:
+                    reduced_at, updated_at = step_timing.stamp(reduced, gpu), step_timing.stamp(updated, gpu)
+                    return [tf.stack([started, started, reduced_at, updated_at])]
+                return []
 
             self.accumulate = tf.function(lambda batches: backend.run_replicas(replica_accumulate, batches))
             self.apply = tf.function(apply, input_signature=[tf.TensorSpec([], tf.float32)])
@@ -145,6 +190,9 @@ class TensorFlowFramework:
         self.training = run.training
         self.channels = architecture.channels(run.model_width)
         self.saver: Checkpoint | None = None
+        self.marks: step_timing.StepMarks | None = None  # training.step_split, once the device is known
+        self.delays: dict[str, tf.Variable] = {}  # the test faults' delays the step reads (distribute)
+        self.trace: profiler.Trace | None = None
 
     # --- before the loop
 
@@ -154,6 +202,8 @@ class TensorFlowFramework:
         replicas = run.cell.gpus // backend.processes(run.cell.gpus)
         self.gpu_indices = runtime.configure(run, backend.local_rank, backend.local_world_size, replicas)
         self.device_type = "gpu" if self.gpu_indices else "cpu"
+        if self.training.step_split:
+            self.marks = step_timing.StepMarks(self.device_type == "gpu")
         backend.device_type = self.device_type
         self.input_device = runtime.input_device(self.device_type, replicas)
         backend.setup(run)
@@ -202,8 +252,22 @@ class TensorFlowFramework:
 
     def distribute(self) -> None:
         self.model, self.optimizer = self.backend.distribute(self.model, self.optimizer)
+        # the test faults' delays (faults.py) as variables the step reads, where SCALEBENCH_FAULT names them
+        self.delays = {
+            name: tf.Variable(0.0, dtype=tf.float64, trainable=False, name=f"{name}_delay")
+            for name in ("reduce", "compute")
+            if faults.injects(f"slow_{name}")
+        }
         self.steps = Steps(
-            self.model, self.optimizer, self.backend, self.loss_scaled, self.run.image_size, self.training.compile
+            self.model,
+            self.optimizer,
+            self.backend,
+            self.loss_scaled,
+            self.run.image_size,
+            self.training.compile,
+            split=self.marks is not None,
+            gpu=self.device_type == "gpu",
+            delays=self.delays,
         )
 
     def epoch_batches_of(self, train_indices: list[int]) -> int:
@@ -245,6 +309,11 @@ class TensorFlowFramework:
     # --- an epoch
 
     def epoch_batches(self, epoch: int, learning_rate: float):
+        delays = faults.delays(self.backend.rank, epoch)
+        for name, variable in self.delays.items():
+            variable.assign(getattr(delays, f"{name}_s"))
+        if self.marks is not None:
+            self.marks.start_epoch()
         self.optimizer.learning_rate = learning_rate
         self.loss_sum = tf.zeros((), dtype=tf.float64)
         self.replica_steps = 0
@@ -264,14 +333,40 @@ class TensorFlowFramework:
         return data.train_dataset(self.run.data_dir, *shards, self.run.threads, self.input_device)
 
     def train_step(self, batch, part: Part) -> None:
+        if self.marks is not None:
+            self.marks.begin()
         if self.steps.accumulates:
-            losses = self.steps.accumulate(batch)
+            losses = self.marked(self.steps.accumulate(batch))
             if part.last:
-                self.steps.apply(tf.constant(part.count, tf.float32))
+                applied = self.steps.apply(tf.constant(part.count, tf.float32))
+                if self.marks is not None:
+                    self.marks.add(applied)
         else:  # every batch is its own step: one fused function, no gradient sums to keep
-            losses = self.steps.train(batch)
+            losses = self.marked(self.steps.train(batch))
         self.loss_sum += tf.cast(tf.add_n(losses), tf.float64)
         self.replica_steps += len(losses)
+        if self.marks is not None:
+            self.marks.end()
+
+    def marked(self, results: list) -> list:
+        """The replicas' losses of a train function's results, keeping their marks (step split on)."""
+        if self.marks is None:
+            return results
+        self.marks.add([stamps for _, stamps in results])
+        return [loss for loss, _ in results]
+
+    def step_times(self) -> StepTimes | None:
+        return self.marks.times() if self.marks is not None else None
+
+    def start_trace(self, folder: Path) -> None:
+        if self.backend.untraced_ranks and self.backend.rank != 0:
+            raise NotTraced(self.backend.untraced_ranks)
+        self.trace = profiler.Trace(folder, self.backend.rank)
+
+    def stop_trace(self) -> None:
+        trace, self.trace = self.trace, None
+        if trace is not None:
+            trace.stop()
 
     def epoch_loss(self) -> tuple[float, int]:
         return float(self.loss_sum.numpy()), self.replica_steps  # numpy() waits for the last step

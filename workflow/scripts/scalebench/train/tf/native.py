@@ -18,10 +18,19 @@ from scalebench.train import tf_config
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf.strategy import StrategyBackend
 
+# TensorFlow 2.21's profiler, tracing in two workers of one job at once, corrupts a worker's memory
+# (a double free in tf.profiler.experimental.stop on the second worker, in about 1 run in 4 on 2 CPU
+# workers; either worker alone, and Horovod's ranks together, trace without it)
+UNTRACED = (
+    "TensorFlow's profiler crashes a MultiWorkerMirrored worker when two workers trace at once, so rank 0 "
+    "alone traces (every rank runs the same step)"
+)
+
 
 class MultiWorkerBackend(StrategyBackend):
     name = "native"
     strategy_name = "MultiWorkerMirroredStrategy"
+    untraced_ranks = UNTRACED
 
     def create_strategy(self, run: RunSettings):
         # Every check runs before TensorFlow starts a server or builds anything.

@@ -24,7 +24,7 @@ from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.interfaces import Backend
 from scalebench.train.rank_env import RankInfo
-from scalebench.train.torch import collectives
+from scalebench.train.torch import collectives, step_timing
 from scalebench.train.torch.data import ReplicaInputs
 
 
@@ -44,7 +44,16 @@ class AutocastReplica(nn.Module):
 
 class ReplicaDataParallel(nn.DataParallel):
     """DataParallel that also takes a step's images already on their replicas' GPUs (device
-    placement, data.ReplicaInputs): it scatters nothing then; a plain batch it splits as usual."""
+    placement, data.ReplicaInputs): it scatters nothing then; a plain batch it splits as usual.
+    With the step split's marks, each forward's replicas mark the end of the backward's compute."""
+
+    marks = None
+
+    def replicate(self, module, device_ids):
+        replicas = super().replicate(module, device_ids)
+        if self.marks is not None:
+            step_timing.dataparallel_compute_end(replicas, self.marks)
+        return replicas
 
     def scatter(self, inputs, kwargs, device_ids):
         if len(inputs) == 1 and isinstance(inputs[0], ReplicaInputs) and not kwargs:
@@ -55,6 +64,10 @@ class ReplicaDataParallel(nn.DataParallel):
 
 class DataParallelBackend(Backend):
     name = "dp"
+    untimed_comm = (
+        "DataParallel has no separately timed collectives: its copies (the broadcast of the weights, the scatter "
+        "and gather of the batch, the sum of the gradients) run inside the passes, and on one device there are none"
+    )
 
     def __init__(self, place: RankInfo, gpus: int) -> None:
         super().__init__(place)
@@ -83,7 +96,9 @@ class DataParallelBackend(Backend):
         # DataParallel copies the model from the first GPU to the others in every forward, and
         # the replicas' gradients add up there, where the optimizer steps
         module = AutocastReplica(model, self.autocast) if self.autocast is not None else model
-        return ReplicaDataParallel(module, device_ids=self.device_ids, output_device=self.device_ids[0]), optimizer
+        wrapped = ReplicaDataParallel(module, device_ids=self.device_ids, output_device=self.device_ids[0])
+        wrapped.marks = self.step_marks
+        return wrapped, optimizer
 
     def broadcast_from_root(self, tensors: list) -> None:
         pass  # one process: the first GPU's statistics are the model's own

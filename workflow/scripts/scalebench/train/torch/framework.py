@@ -7,6 +7,7 @@ the timing, records, evaluation cadence and checkpoint cadence.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -14,12 +15,13 @@ import torch
 import torch.nn.functional as F
 
 from scalebench.settings import RunSettings
-from scalebench.train import accumulation, architecture, devices, placement, resume
+from scalebench.train import accumulation, architecture, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
+from scalebench.train.step_timing import StepTimes
 from scalebench.train.summaries import EpochWriter
-from scalebench.train.torch import checkpoint, compiled, data, runtime
+from scalebench.train.torch import checkpoint, compiled, data, profiler, runtime, step_timing
 from scalebench.train.torch.checkpoint import Checkpoint
 from scalebench.train.torch.model import UNet, gradient_bytes, parameter_count
 
@@ -32,6 +34,9 @@ class TorchFramework:
         self.run, self.backend = run, backend
         self.training = run.training
         self.channels = architecture.channels(run.model_width)
+        self.marks: step_timing.StepMarks | None = None  # training.step_split (step_timing.py)
+        self.delays = faults.Delays()
+        self.trace: profiler.Trace | None = None
 
     # --- before the loop
 
@@ -94,6 +99,11 @@ class TorchFramework:
         return state["loop"]
 
     def distribute(self) -> None:
+        if self.training.step_split:  # before the backend wraps the model: it may time its collectives
+            self.marks = step_timing.StepMarks(self.device, self.backend.untimed_comm)
+            self.backend.step_marks = self.marks
+        if faults.injects("slow_reduce") and not self.backend.shards_parameters:
+            step_timing.delay_reduction(self.raw_model, lambda: self.delays.reduce_s)
         self.model, self.optimizer = self.backend.distribute(self.model, self.optimizer)
         if self.training.compile:  # the backend's wrapper included: DDP's buckets shape the graphs
             self.model = compiled.compile_model(self.model)
@@ -146,6 +156,9 @@ class TorchFramework:
     # --- an epoch
 
     def epoch_batches(self, epoch: int, learning_rate: float):
+        self.delays = faults.delays(self.backend.rank, epoch)
+        if self.marks is not None:
+            self.marks.start_epoch()
         for group in self.optimizer.param_groups:
             group["lr"] = learning_rate
         self.sampler.set_epoch(epoch)
@@ -155,6 +168,11 @@ class TorchFramework:
         return self.batches
 
     def train_step(self, batch, part: Part) -> None:
+        marks = self.marks
+        if marks is not None:
+            marks.begin()
+        if self.delays.compute_s:  # slow_compute (faults.py): this rank is a straggler
+            time.sleep(self.delays.compute_s)
         images, masks = batch  # on the device, converted (data.py)
         with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):
             logits = self.model(images)
@@ -163,15 +181,46 @@ class TorchFramework:
         if part.first:
             self.optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
         # backward() adds to the gradients: divided by the step's batch count, they sum to its mean
-        self.scaler.scale(loss / part.count).backward()
+        scaled = self.scaler.scale(loss / part.count)
+        if marks is not None or self.delays_reduction_at_compute_end():
+            step_timing.at_compute_end(scaled, self.compute_end)
+        scaled.backward()
         if part.last:
             with self.backend.gradients_reduced(self.optimizer):  # a float16 scaler unscales them in step()
+                if marks is not None:
+                    marks.reduced()
                 self.scaler.step(self.optimizer)
             self.scaler.update()
+        elif marks is not None:  # a batch that only accumulates: nothing to reduce
+            marks.reduced()
         # the loss of a batch of several replicas (DataParallel) is their mean: each replica counts
         replicas = len(self.backend.replica_ids)
         self.loss_sum += loss.detach().double() * replicas
         self.steps += replicas
+        if marks is not None:
+            marks.end()
+
+    def delays_reduction_at_compute_end(self) -> bool:
+        """slow_reduce for FSDP2, which reduce-scatters the last units' gradients in its final callback."""
+        return self.backend.shards_parameters and bool(self.delays.reduce_s)
+
+    def compute_end(self) -> None:
+        """Every gradient of the pass is computed on this rank (step_timing.at_compute_end)."""
+        if self.delays_reduction_at_compute_end():
+            time.sleep(self.delays.reduce_s)
+        if self.marks is not None:
+            self.marks.computed()
+
+    def step_times(self) -> StepTimes | None:
+        return self.marks.times() if self.marks is not None else None
+
+    def start_trace(self, folder: Path) -> None:
+        self.trace = profiler.Trace(folder, self.backend.rank, self.device)
+
+    def stop_trace(self) -> None:
+        trace, self.trace = self.trace, None
+        if trace is not None:
+            trace.stop()
 
     def epoch_loss(self) -> tuple[float, int]:
         return self.loss_sum.item(), self.steps

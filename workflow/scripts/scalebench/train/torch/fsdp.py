@@ -27,7 +27,7 @@ from scalebench.refusal import SettingRefused
 from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.rank_env import RankInfo
-from scalebench.train.torch import collectives
+from scalebench.train.torch import collectives, step_timing
 from scalebench.train.torch.model import DoubleConv
 from scalebench.train.torch.native import DDPBackend
 
@@ -61,6 +61,8 @@ class FSDPBackend(DDPBackend):
             if isinstance(unit, DoubleConv):
                 fully_shard(unit, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD, mp_policy=policy)
         fully_shard(model, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD, mp_policy=policy)
+        if self.step_marks is not None and self.step_marks.comm is not None:
+            step_timing.timed_fsdp_collectives(model, self.step_marks)
         held = sum(parameter.to_local().numel() for parameter in model.parameters())
         total = sum(parameter.numel() for parameter in model.parameters())
         print(f"rank {self.rank}/{self.world_size}: FSDP holds {held} of the model's {total} parameters", flush=True)

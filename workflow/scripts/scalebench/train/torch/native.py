@@ -14,11 +14,12 @@ from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.interfaces import Backend
 from scalebench.train.rank_env import RankInfo
-from scalebench.train.torch import collectives
+from scalebench.train.torch import collectives, step_timing
 
 
 class DDPBackend(Backend):
     name = "native"
+    untimed_comm = ""  # its communication hook times each bucket's allreduce (step_timing.timed_comm_hook)
 
     def __init__(self, place: RankInfo, compression: str = "none") -> None:
         super().__init__(place)
@@ -51,9 +52,14 @@ class DDPBackend(Backend):
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
         self.bucket_bytes = int(wrapped.bucket_bytes_cap)  # the size its gradients are reduced in
-        if self.gradient_compression == "fp16":
-            # each gradient bucket is cast to float16, divided by the world size, allreduced and cast back
-            wrapped.register_comm_hook(state=None, hook=fp16_compress_hook)
+        # fp16: each gradient bucket is cast to float16, divided by the world size, allreduced and cast back
+        hook = fp16_compress_hook if self.gradient_compression == "fp16" else None
+        marks = self.step_marks
+        if marks is not None and marks.comm is not None:  # the same reduction, each allreduce's span noted
+            hook = step_timing.timed_comm_hook(marks, hook, self.world_size)
+            step_timing.timed_buffer_broadcast(wrapped, marks)
+        if hook is not None:
+            wrapped.register_comm_hook(state=None, hook=hook)
         return wrapped, optimizer
 
     def broadcast_from_root(self, tensors: list) -> None:

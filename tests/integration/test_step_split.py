@@ -1,0 +1,252 @@
+"""The step split on real CPU ranks: known delays (SCALEBENCH_FAULT, train/faults.py) are found where
+they were put, the parts add up, the window of training.profile is traced, and measuring changes
+nothing that is trained.
+
+Each cell injects its delays in chosen epochs and compares them with an epoch without: epoch 1 is
+the warm-up, so the comparison is epoch against epoch of the same cell on the same ranks. The
+delays are large against the steps of the tiny data (0.2 s per step), and the bounds generous,
+so a loaded machine does not decide a test; a split that missed the delay would be off by all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import allreduce_counts, cell_settings, launch_cell, rank_pids, read_records, start_cell, wait_for
+from scalebench.analysis import collect
+from scalebench.records import REST_TOLERANCE_S, REST_TOLERANCE_SHARE
+
+pytestmark = pytest.mark.integration
+
+DELAY_S = 0.2  # per step: a late reduction, a straggler's compute
+LOADER_S = 0.1  # per batch
+# 7 steps an epoch on each of 2 ranks (28 training pairs x 2 / 2 ranks / batch 4); no checkpoint between
+# epochs: rank 0 writing one while rank 1 starts the next epoch would hide a delay in that epoch's first step
+FAULT_CELL = {"dataset_repeat": 2, "checkpoint_every": 0, "predictions": 0}
+
+
+def horovod_has(framework: str) -> bool:
+    module = "horovod.torch" if framework == "torch" else "horovod.tensorflow"
+    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def run_cell(framework: str, backend: str, out: Path, data: Path, fault: str, **training) -> tuple[list, dict, dict]:
+    result = launch_cell(
+        cell_settings(framework, backend, 2, **{**FAULT_CELL, **training}), data, out, SCALEBENCH_FAULT=fault
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    epochs, final, run = read_records(out)
+    assert run["status"] == "ok"
+    assert_parts_add_up(epochs)
+    return epochs, final, run
+
+
+def assert_parts_add_up(epochs: list[dict]) -> None:
+    """Every rank of every epoch: compute + exposed communication + data wait + rest = its epoch
+    time, rest at most the stated tolerance below zero, no part negative; the record's epoch time
+    is the slowest rank's."""
+    for epoch in epochs:
+        ranks = epoch["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1] and epoch["step_split_reason"] is None
+        for r in ranks:
+            parts = r["compute_s"] + r["comm_exposed_s"] + r["data_wait_s"] + r["rest_s"]
+            assert parts == pytest.approx(r["epoch_time_s"], abs=1e-9)
+            assert r["rest_s"] >= -(REST_TOLERANCE_SHARE * r["epoch_time_s"] + REST_TOLERANCE_S), r
+            assert r["compute_s"] > 0 and r["comm_exposed_s"] >= 0 and r["steps"] == 7
+            assert r["step_median_s"] <= r["step_p90_s"] <= r["step_max_s"]
+        assert epoch["epoch_time_s"] == pytest.approx(max(r["epoch_time_s"] for r in ranks))
+        assert epoch["compute_s"] == pytest.approx(statistics.median(r["compute_s"] for r in ranks))
+        assert epoch["comm_exposed_max_s"] == pytest.approx(max(r["comm_exposed_s"] for r in ranks))
+
+
+def per_step_growth(epochs: list[dict], rank: int, field: str, fault_epoch: int, base_epoch: int) -> float:
+    """How much `field` of `rank` grew per step from the epoch without a delay to the epoch with one."""
+    fault, base = epochs[fault_epoch - 1]["ranks"][rank], epochs[base_epoch - 1]["ranks"][rank]
+    return (fault[field] - base[field]) / fault["steps"]
+
+
+def assert_about(growth: float, delay: float) -> None:
+    """The split grew by about the injected delay: not nothing, not double."""
+    assert 0.6 * delay <= growth <= 1.4 * delay + 0.05, f"grew {growth:.3f} s per step for a delay of {delay} s"
+
+
+def assert_late_reduction_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
+    """Rank 1 started its reduction DELAY_S late in every step of fault_epoch: rank 0, which did not
+    sleep, waited for it inside its reduction, so its exposed communication grew by about that."""
+    assert_about(per_step_growth(epochs, 0, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
+    assert per_step_growth(epochs, 0, "compute_s", fault_epoch, base_epoch) < 0.5 * DELAY_S
+
+
+def assert_straggler_found(epochs: list[dict], run: dict, fault_epoch: int, base_epoch: int) -> None:
+    """Rank 1 computed DELAY_S longer in every step of fault_epoch: the record names it and its host."""
+    epoch = epochs[fault_epoch - 1]
+    assert (epoch["straggler_rank"], epoch["straggler_host"]) == (1, run["rank_hosts"][1])
+    assert_about(per_step_growth(epochs, 1, "compute_s", fault_epoch, base_epoch), DELAY_S)
+    assert epoch["compute_spread"] > epochs[base_epoch - 1]["compute_spread"]
+
+
+def assert_slow_loader_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
+    for rank in (0, 1):
+        assert_about(per_step_growth(epochs, rank, "data_wait_s", fault_epoch, base_epoch), LOADER_S)
+
+
+def row_of(out: Path, framework: str, backend: str) -> dict:
+    row, _ = collect.read_cell(out, {"framework": framework, "backend": backend, "gpus": 2, "seed": 1})
+    return row
+
+
+def test_ddp_finds_a_late_reduction_a_slow_loader_and_a_straggler_and_traces_a_window(prepared_data, tmp_path):
+    # epoch 1 warm-up, 2 profiled, 3 without a delay, 4 a late reduction and a slow loader, 5 a straggler
+    fault = f"slow_reduce:1:{DELAY_S}:4,slow_loader:{LOADER_S}:4,slow_compute:1:{DELAY_S}:5"
+    epochs, _, run = run_cell(
+        "torch", "native", tmp_path, prepared_data, fault, epochs=5, profile={"epoch": 2, "steps": 3}
+    )
+    assert_late_reduction_found(epochs, 4, 3)
+    assert_slow_loader_found(epochs, 4, 3)
+    assert_straggler_found(epochs, run, 5, 3)
+    # DDP's timed hook: the allreduces' own time, and how much of it the backward hid
+    for epoch in epochs:
+        for rank in epoch["ranks"]:
+            assert 0 < rank["comm_total_s"] and 0 <= rank["comm_overlap"] <= 1
+    # the straggler's rank 0 waited for it in DDP's buffer broadcast and its reduction: exposed, not compute
+    assert per_step_growth(epochs, 0, "comm_exposed_s", 5, 3) > 0.6 * DELAY_S
+    # the profile window: epoch 2's first steps on every rank, Perfetto/TensorBoard's trace format
+    assert [e["profiled"] for e in epochs] == [False, True, False, False, False]
+    assert (epochs[1]["profile_trace"], epochs[1]["profile_reason"]) == ("profile", None)
+    for rank in (0, 1):
+        trace = json.loads((tmp_path / "profile" / f"rank{rank}.pt.trace.json").read_text())
+        names = {event.get("name") for event in trace["traceEvents"]}
+        assert "gloo:all_reduce" in names and "aten::convolution_backward" in names
+    # runs.csv: the steady figures leave the profiled epoch out, the split's columns are there
+    row = row_of(tmp_path, "torch", "native")
+    assert row["steady_epoch_s"] == pytest.approx(statistics.median(e["epoch_time_s"] for e in epochs[2:]))
+    assert row["profiled_epoch"] == 2 and row["profile_trace"] == "profile"
+    assert row["comm_exposed_s"] == pytest.approx(statistics.median(e["comm_exposed_s"] for e in epochs[2:]))
+    assert row["comm_share"] == pytest.approx(row["comm_exposed_s"] / row["steady_epoch_s"])
+    assert row["step_split_reason"] is None and row["straggler_host"] == run["rank_hosts"][row["straggler_rank"]]
+
+
+@pytest.mark.parametrize("backend", ["fsdp", "horovod"])
+def test_fsdp_and_horovod_find_a_late_reduction(backend, prepared_data, tmp_path):
+    if backend == "horovod" and not horovod_has("torch"):
+        pytest.skip("Horovod not built (run ./install.sh)")
+    profile = {"epoch": 1, "steps": 2} if backend == "horovod" else None
+    if profile:  # rank 1's trace cannot be written (a folder that is not empty stands where its file goes)
+        (tmp_path / "profile" / "rank1.pt.trace.json" / "blocker").mkdir(parents=True)
+    epochs, _, _ = run_cell(
+        "torch", backend, tmp_path, prepared_data, f"slow_reduce:1:{DELAY_S}:3", epochs=3, profile=profile
+    )
+    assert_late_reduction_found(epochs, 3, 2)
+    if backend == "fsdp":  # its collectives block a CPU rank: all of their time is exposed
+        assert all(r["comm_total_s"] > 0 and r["comm_overlap"] < 0.5 for e in epochs for r in e["ranks"])
+    else:
+        assert all(e["comm_total_s"] is None and "timeline" in e["comm_total_reason"] for e in epochs)
+        # the cell kept its figures; the record names the trace that is missing and why
+        assert epochs[0]["profiled"] and epochs[0]["profile_trace"] == "profile"  # rank 0's and the timeline
+        assert "rank 1: the trace could not be written" in epochs[0]["profile_reason"]
+        assert "rank 0" not in epochs[0]["profile_reason"]
+        assert (tmp_path / "profile" / "rank0.pt.trace.json").is_file()
+        assert sum(allreduce_counts(tmp_path / "profile" / "horovod_timeline.json").values()) > 0
+
+
+def test_multiworker_mirrored_finds_a_late_reduction_a_slow_loader_and_a_straggler(prepared_data, tmp_path):
+    fault = f"slow_reduce:1:{DELAY_S}:3,slow_loader:{LOADER_S}:3,slow_compute:1:{DELAY_S}:4"
+    epochs, _, run = run_cell(
+        "tensorflow", "native", tmp_path, prepared_data, fault, epochs=4, profile={"epoch": 1, "steps": 2}
+    )
+    assert_late_reduction_found(epochs, 3, 2)
+    assert_slow_loader_found(epochs, 3, 2)
+    assert_straggler_found(epochs, run, 4, 2)
+    assert all(e["comm_total_s"] is None and "TensorFlow's collectives" in e["comm_total_reason"] for e in epochs)
+    # TensorFlow's profiler, for TensorBoard's profile plugin; rank 0 alone in a MultiWorkerMirrored job
+    # (two workers tracing at once crash one: tf/native.py), which the record says
+    assert list((tmp_path / "profile" / "rank0" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert not (tmp_path / "profile" / "rank1").exists() and epochs[0]["profile_trace"] == "profile"
+    assert epochs[0]["profile_reason"].startswith("rank 1: not traced: TensorFlow's profiler crashes")
+
+
+def test_tensorflow_horovod_finds_a_late_reduction_and_keeps_a_cell_whose_trace_cannot_start(prepared_data, tmp_path):
+    if not horovod_has("tensorflow"):
+        pytest.skip("Horovod without TensorFlow (run ./install.sh)")
+    (tmp_path / "profile").write_text("a file where the trace's folder goes")
+    epochs, final, _ = run_cell(
+        "tensorflow",
+        "horovod",
+        tmp_path,
+        prepared_data,
+        f"slow_reduce:1:{DELAY_S}:3",
+        epochs=3,
+        profile={"epoch": 1, "steps": 2},
+    )
+    assert_late_reduction_found(epochs, 3, 2)
+    assert final["status"] == "ok" and epochs[0]["profiled"] and epochs[0]["profile_trace"] is None
+    assert all(f"rank {r}: the profiler could not start" in epochs[0]["profile_reason"] for r in (0, 1))
+    row = row_of(tmp_path, "tensorflow", "horovod")
+    assert row["status"] == "ok" and "could not start" in row["profile_reason"]
+
+
+def stalled_cell(settings: dict, data: Path, out: Path) -> None:
+    """Train epochs 1 and 2 of `settings` and stop at the start of epoch 3, after epoch 2's checkpoint."""
+    process = start_cell(settings, data, out, SCALEBENCH_FAULT="stall:3")
+    lines: list[str] = []
+    threading.Thread(target=lambda: [lines.append(line) for line in process.stdout], daemon=True).start()
+    try:
+        assert wait_for(lambda: any("stalling at epoch 3" in line for line in lines), 300), "".join(lines)[-3000:]
+    finally:
+        process.send_signal(signal.SIGTERM)  # as SLURM at a time limit: launch.py stops its ranks
+        try:
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            for pid in rank_pids(out):  # never leave a stalled rank behind
+                os.kill(pid, signal.SIGKILL)
+
+
+def checkpoint_tensors(out: Path, framework: str) -> dict[str, np.ndarray]:
+    """The model's and optimizer's state in a cell's checkpoint (not the loop's records, which hold timings)."""
+    code = (
+        "import sys, torch, numpy; state = torch.load(sys.argv[1], weights_only=False); "
+        "flat = {f'model.{k}': v for k, v in state['model'].items()}; "
+        "flat.update({f'optimizer.{i}.{k}': v for i, s in state['optimizer']['state'].items() for k, v in s.items()}); "
+        "numpy.savez(sys.argv[2], **{k: v.numpy() for k, v in flat.items() if torch.is_tensor(v)})"
+        if framework == "torch"
+        else "import sys, numpy, tensorflow as tf; r = tf.train.load_checkpoint(sys.argv[1]); "
+        "numpy.savez(sys.argv[2], **{k: r.get_tensor(k) for k in r.get_variable_to_shape_map() if 'meta' not in k})"
+    )
+    source = out / "checkpoint.pt" if framework == "torch" else out / "checkpoint" / "ckpt-2"
+    target = out / "tensors.npz"
+    subprocess.run([sys.executable, "-c", code, str(source), str(target)], check=True, capture_output=True)
+    with np.load(target) as tensors:
+        return {key: tensors[key] for key in tensors.files}
+
+
+@pytest.mark.parametrize(("framework", "backend"), [("torch", "native"), ("torch", "fsdp"), ("tensorflow", "native")])
+def test_measuring_the_split_changes_nothing_that_is_trained(framework, backend, prepared_data, tmp_path):
+    cells = {}
+    for split in (True, False):
+        settings = cell_settings(framework, backend, 2, epochs=3, eval_every=1, step_split=split)
+        out = tmp_path / f"split-{split}"
+        stalled_cell(settings, prepared_data, out)
+        epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        cells[split] = (epochs, checkpoint_tensors(out, framework))
+    (measured, tensors), (unmeasured, reference) = cells[True], cells[False]
+    assert [e["epoch"] for e in measured] == [1, 2] == [e["epoch"] for e in unmeasured]
+    assert [(e["loss"], e["val_loss"], e["val_iou"]) for e in measured] == [
+        (e["loss"], e["val_loss"], e["val_iou"]) for e in unmeasured
+    ]
+    assert sorted(tensors) == sorted(reference) and len(tensors) > 10
+    for name, value in reference.items():
+        assert np.array_equal(tensors[name], value), name
+    # the split was measured in one and not the other
+    assert all(e["comm_exposed_s"] is not None for e in measured)
+    assert all(e["compute_s"] is None and e["step_split_reason"] == "training.step_split is off" for e in unmeasured)

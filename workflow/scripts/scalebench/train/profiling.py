@@ -1,0 +1,91 @@
+"""training.profile: trace the first K steps of epoch E on every rank, into the cell's profile/ folder.
+
+The framework's profiler (Framework.start_trace: torch.profiler, TensorFlow's profiler) and the
+backend's own trace (Backend.start_timeline: Horovod's timeline) run for the window only. A trace
+that cannot be started or written (a full disk, a folder that cannot be made) never fails the
+cell: the epoch's record says the trace is missing and why, and training goes on. The profiled
+epoch is marked in its record (``profiled``) and left out of the steady-state figures
+(measures.steady_epochs), since a profiler slows the steps it traces.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scalebench.settings import ProfileSettings
+from scalebench.train.interfaces import Backend, Framework
+
+FOLDER = "profile"  # in the cell's folder
+
+
+class NotTraced(Exception):
+    """This rank does not trace, and why (Framework.start_trace raises it)."""
+
+
+class Window:
+    """The profile window of one rank, and what became of its trace."""
+
+    def __init__(self, profile: ProfileSettings | None, out: Path, framework: Framework, backend: Backend) -> None:
+        self.profile, self.folder = profile, Path(out) / FOLDER
+        self.framework, self.backend = framework, backend
+        self.active = self.timeline = self.written = False
+        self.problems: list[str] = []
+
+    def covers(self, epoch: int) -> bool:
+        """Whether 0-based `epoch` is the profiled one."""
+        return self.profile is not None and self.profile.epoch == epoch + 1
+
+    def start(self, epoch: int) -> None:
+        """Before the epoch's first step, if it is the profiled one."""
+        if not self.covers(epoch):
+            return
+        self.problems, self.written = [], False
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self.framework.start_trace(self.folder)
+        except NotTraced as reason:
+            self.problems.append(f"not traced: {reason}")
+            return
+        except Exception as error:  # noqa: BLE001 - a trace is never worth the cell
+            self.problems.append(f"the profiler could not start: {type(error).__name__}: {error}")
+            return
+        self.active = True
+        try:
+            self.backend.start_timeline(self.folder)
+        except Exception as error:  # noqa: BLE001
+            self.problems.append(f"the backend's timeline could not start: {type(error).__name__}: {error}")
+            self.timeline = False
+        else:
+            self.timeline = True
+
+    def after_step(self, steps_done: int) -> None:
+        """After each step: the window closes after its K-th."""
+        if self.active and steps_done >= self.profile.steps:
+            self.stop()
+
+    def stop(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        try:
+            self.framework.stop_trace()
+            self.written = True
+        except Exception as error:  # noqa: BLE001
+            self.problems.append(f"the trace could not be written: {type(error).__name__}: {error}")
+        if self.timeline:
+            try:
+                self.backend.stop_timeline()
+            except Exception as error:  # noqa: BLE001
+                self.problems.append(f"the backend's timeline could not be written: {type(error).__name__}: {error}")
+
+    def fields(self, epoch: int) -> dict:
+        """The epoch record's profile fields (empty outside the window); in the profiled epoch a
+        collective every rank joins: the folder where any rank's trace was written, and each
+        rank's missing trace (or timeline) with its reason."""
+        if not self.covers(epoch):
+            return {"profiled": False, "profile_trace": None, "profile_reason": None}
+        mine = f"{int(self.written)}{'; '.join(self.problems)}"
+        gathered = self.backend.allgather_text(mine)
+        reason = "; ".join(f"rank {rank}: {text[1:]}" for rank, text in enumerate(gathered) if text[1:])
+        written = any(text[:1] == "1" for text in gathered)
+        return {"profiled": True, "profile_trace": FOLDER if written else None, "profile_reason": reason or None}
