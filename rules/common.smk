@@ -54,7 +54,8 @@ INVOKED_EXECUTOR = sb_rerun.executor(sys.argv) if workflow.is_main_process else 
 
 def local_run(declared):
     """Whether this run's jobs run on this machine. Where argv is not Snakemake's own (the API), a
-    run that declares the count, or is given cores and no --jobs (which every cluster executor needs)."""
+    run that declares the count, or is given cores and no --jobs (which every cluster executor needs).
+    """
     if INVOKED_EXECUTOR is not None:
         return INVOKED_EXECUTOR == "local"
     settings = workflow.resource_settings
