@@ -42,6 +42,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
+@pytest.fixture(autouse=True)
+def no_slurm_outside_the_cluster_tests(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SLURM's client commands read /run/slurm/conf, which the cluster tests' SLURM links while it
+    runs (tests/cluster/slurm_cluster.py), so on a parallel run a SLURM dry run elsewhere would be
+    checked against the test cluster's 4-CPU nodes. Every other test sees no SLURM: an empty config
+    makes sinfo and sbatch fail at once (a missing one makes them retry for a minute)."""
+    if request.node.get_closest_marker("cluster") is None:
+        monkeypatch.setenv("SLURM_CONF", "/dev/null")
+
+
 def tool_env(**extra: str) -> dict[str, str]:
     """The environment for subprocesses: this Python's bin first on PATH (torchrun, horovodrun)."""
     env = dict(os.environ)

@@ -8,7 +8,7 @@ overrides) and its validation, every rule's params and resources and the targets
 named on the command line. SLURM commands (`--executor slurm`, `--profile
 profiles/slurm`) dry-run too: the executor plugin submits nothing and calls none of
 SLURM's commands in a dry run, and the check before submission (config/slurm_check.py) finds
-no sbatch here and says it skipped, so no cluster is needed.
+no SLURM (tests/conftest.py hides the cluster tests' one) and says it skipped.
 
 `--report FILE` commands need a finished study, which takes minutes for the demo
 matrix: they are dry-run with `--report FILE` left out (the same profile and other
