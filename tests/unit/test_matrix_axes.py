@@ -167,7 +167,7 @@ def test_model_width_sweeps_the_unet_and_names_each_width_in_the_paths(schema):
 
 
 def test_a_width_that_cannot_fit_the_declared_gpu_memory_is_refused_before_any_job(schema):
-    from scalebench.train import architecture
+    from scalebench import architecture
 
     sixteen = architecture.memory_floor_bytes(16, 4, (32, 48), 4)  # width 16's state alone: about 1.9 GiB
     assert 16 * architecture.parameter_count(16) <= sixteen < 16 * architecture.parameter_count(16) + 2**30

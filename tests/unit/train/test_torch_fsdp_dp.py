@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import cell_settings
+from scalebench.measures import batches_per_epoch
 from scalebench.settings import RunSettings
 from scalebench.train import rank_env
-from scalebench.train.accumulation import ONE_BATCH_STEP, batches_per_epoch
+from scalebench.train.accumulation import ONE_BATCH_STEP
 from scalebench.train.devices import DeviceError
 from scalebench.train.placement import DataPlacement
 from scalebench.train.torch import data, dp, framework, fsdp, runtime

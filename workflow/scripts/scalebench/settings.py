@@ -118,7 +118,7 @@ class RunSettings:
     gpu_binding: str = "node"  # cluster.gpu_binding: what a task sees, its node's GPUs or its own (train/devices.py)
     network_interface: str | None = None  # cluster.network_interface (cluster/network.py)
     cpu_binding: str = "cores"  # cluster.cpu_binding: each rank bound to its share of the cores, or none
-    model_width: int = 1  # model.width: the UNet's channel multiplier (train/architecture.py)
+    model_width: int = 1  # model.width: the UNet's channel multiplier (scalebench/architecture.py)
     # the JSON this rank was started with, recorded in run.json: the report tells a cell
     # trained with other settings than the study's from it, key by key
     source: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)

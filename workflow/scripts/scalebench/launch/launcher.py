@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     # the ranks compute the same (settings.py); under SLURM a task's CPUs are the allocation's
     cpus_per_task = allocation.cpus_per_rank if where == "slurm" else None
     threads = process_threads(run_settings.training.threads_per_rank, run_settings.cell, cpus_per_task)
-    # a one-process backend's task holds the GPUs of all its devices under task binding (resources.py)
+    # a one-process backend's task holds the GPUs of all its devices under task binding (config/resources.py)
     per_process = backends.devices_per_process(framework, backend, gpus)
     gpus_per_task = per_process if run_settings.gpu_binding == "task" else None
     if where == "slurm":

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from scalebench import measures, outcome, records
+from scalebench import architecture, collective_table, measures, outcome, records
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import ProfileSettings, RunSettings
 from scalebench.train import (
     accumulation,
-    architecture,
     binding,
     collectives,
     devices,
@@ -264,7 +263,7 @@ class TrainingLoop:
                 bench, settings, backend.replicas, backend.rank, gradient_bytes, backend.allreduce_max
             )
             if self.is_root:
-                collectives.write_table(result.rows, self.out / collectives.TABLE)
+                collectives.write_table(result.rows, self.out / collective_table.TABLE)
         self.provenance.update(collectives.run_fields(result, backend.replicas))
         if self.is_root:
             write_json_atomic(self.out / "run.json", self.provenance)

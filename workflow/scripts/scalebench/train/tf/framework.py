@@ -15,9 +15,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from scalebench import architecture
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import RunSettings
-from scalebench.train import accumulation, architecture, devices, faults, placement, resume
+from scalebench.train import accumulation, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement

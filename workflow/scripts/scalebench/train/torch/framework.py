@@ -14,8 +14,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scalebench import architecture
 from scalebench.settings import RunSettings
-from scalebench.train import accumulation, architecture, devices, faults, placement, resume
+from scalebench.train import accumulation, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
