@@ -34,12 +34,12 @@ def torch_loader(args: dict) -> dict:
     """Images/s of the training DataLoader alone, built as train/torch/data.py builds it."""
     import torch
     from scalebench.data.preprocess import read_manifest
-    from scalebench.settings import RunSettings
+    from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train.accumulation import epoch_batches
     from scalebench.train.torch import data
 
     run = RunSettings.from_json(args["settings"], args["data"], "unused")
-    torch.set_num_threads(run.threads)
+    torch.set_num_threads(ProcessFacts.of_rank(run, os.environ).threads)
     training = run.training
     indices = read_manifest(args["data"])["train"] * training.dataset_repeat
     batches = epoch_batches(training, len(indices), 1, 1)
@@ -58,7 +58,7 @@ def tf_loader(args: dict) -> dict:
     """Images/s of tf_data.train_dataset alone (one replica), as train/tf/framework.py builds it per epoch."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from scalebench.data.preprocess import load_arrays
-    from scalebench.settings import RunSettings
+    from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train.accumulation import epoch_batches
     from scalebench.train.tf import data as tf_data
     from scalebench.train.tf import runtime as tf_runtime
@@ -66,8 +66,10 @@ def tf_loader(args: dict) -> dict:
     settings = args["settings"]
     training = settings["training"]
     threads = training["threads_per_rank"]
-    run = RunSettings.from_json(settings, args["data"], "unused", env={})
-    tf_runtime.configure(run, local_rank=0, ranks_on_node=1)  # threads, and the CPU as the rank would
+    run = RunSettings.from_json(settings, args["data"], "unused")
+    tf_runtime.configure(
+        run, ProcessFacts.of_rank(run, {}), local_rank=0, ranks_on_node=1
+    )  # threads, and the CPU as the rank would
     _, _, manifest = load_arrays(args["data"])
     train = manifest["train"] * training["dataset_repeat"]
     batches = epoch_batches(run.training, len(train), 1, 1)

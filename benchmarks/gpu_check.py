@@ -276,9 +276,10 @@ def collectives_child(args: dict) -> dict:
     import numpy as np
     import torch
     import torch.distributed as dist
+    from scalebench import architecture
     from scalebench.cluster.ports import free_port
     from scalebench.settings import CollectiveSettings
-    from scalebench.train import architecture, collectives
+    from scalebench.train import collectives
     from scalebench.train.torch import collectives as torch_collectives
 
     on_gpu = args.get("device", "cuda") == "cuda"

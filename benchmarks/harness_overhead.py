@@ -114,7 +114,7 @@ def tf_bare(args: dict) -> dict:
 
 def harness(args: dict, framework: str) -> dict:
     """The project's loop in this process, rank 0 of 1, writing its records into args['out']."""
-    from scalebench.settings import RunSettings
+    from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
     from scalebench.train.entry import cell_hash, create_framework
     from scalebench.train.loop import TrainingLoop
@@ -122,7 +122,7 @@ def harness(args: dict, framework: str) -> dict:
     started = time.perf_counter()
     settings = args["settings"]
     run = RunSettings.from_json(settings, args["data"], args["out"])
-    trainer = create_framework(run, rank_env.detect())
+    trainer = create_framework(run, ProcessFacts.of_rank(run, os.environ), rank_env.detect())
     try:
         status = TrainingLoop(run, trainer, cell_hash(settings, args["data"]), started).train()
     finally:

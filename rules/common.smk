@@ -19,8 +19,8 @@ from scalebench.config import freshness as sb_freshness
 from scalebench.config import slurm_check as sb_slurm_check
 from scalebench.analysis import baseline_tables as sb_baseline
 from scalebench.data import keys as sb_keys
-from scalebench.launch import local_gpus as sb_local_gpus
-from scalebench.launch import resources as sb_resources
+from scalebench.config import local_gpus as sb_local_gpus
+from scalebench.config import resources as sb_resources
 from scalebench.report import figures as sb_figures
 
 # validate() also converts the strings of --config (partial=true, matrix={"gpus": [1, 2]})
@@ -63,7 +63,7 @@ def local_run(declared):
 
 
 def machine_gpus():
-    """This machine's GPUs for a local run (launch/local_gpus.py), None for a cluster run.
+    """This machine's GPUs for a local run (config/local_gpus.py), None for a cluster run.
 
     `--resources local_gpus=N` wins; a local run without it counts the GPUs here and makes the
     count the scheduler's limit, so the running cells never hold more GPUs than there are (which
@@ -426,7 +426,7 @@ def train_threads(wildcards):
 
 
 def slurm_resource(name):
-    """A resource function for the train rule, computed by scalebench.launch.resources."""
+    """A resource function for the train rule, computed by scalebench.config.resources."""
 
     def resource(wildcards, attempt):
         return sb_resources.job_resources(config, cell_of(wildcards), attempt)[name]
@@ -446,7 +446,7 @@ def train_local_gpus(wildcards):
 def train_resources():
     """The train rule's resources: one function per name the config sets (resources.declared_names);
     an account or partition that config leaves unset comes from --default-resources or a profile.
-    Plus the GPUs the cell holds on this machine (launch/local_gpus.py)."""
+    Plus the GPUs the cell holds on this machine (config/local_gpus.py)."""
     resources = {
         name: slurm_resource(name) for name in sb_resources.declared_names(config["cluster"])
     }

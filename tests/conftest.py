@@ -137,7 +137,7 @@ def backend_run_settings(framework: str, backend: str, compression: str, gpus: i
     settings = cell_settings(framework, "native", gpus)
     settings["cell"]["backend"] = backend
     settings["training"]["compression"] = compression
-    return RunSettings.from_json(settings, "data", "out", env={})
+    return RunSettings.from_json(settings, "data", "out")
 
 
 def training_settings(**training: object):
@@ -326,15 +326,15 @@ def train_in_process(framework_name: str, backend: str, data: Path, out: Path, *
     test can read the model, the optimizer and the batches it trained on)."""
     import time
 
-    from scalebench.settings import RunSettings
+    from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
     from scalebench.train.entry import cell_hash, create_framework
     from scalebench.train.loop import TrainingLoop
 
     settings = cell_settings(framework_name, backend, 1, **training)
     out.mkdir()
-    run = RunSettings.from_json(settings, data, out, env={})
-    framework = create_framework(run, rank_env.detect({}))
+    run = RunSettings.from_json(settings, data, out)
+    framework = create_framework(run, ProcessFacts.of_rank(run, {}), rank_env.detect({}))
     try:
         assert TrainingLoop(run, framework, cell_hash(settings, data), time.perf_counter()).train() == "ok"
     finally:

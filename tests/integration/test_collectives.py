@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cell_settings, launch_cell, read_records
+from scalebench.collective_table import TABLE
 from scalebench.train import collectives
 
 pytestmark = pytest.mark.integration
@@ -18,7 +19,7 @@ BUDGET = {"budget_s": 1.0, "max_bytes": 2**20, "iterations": 3, "warmup": 1}
 
 
 def table(out: Path) -> list[dict]:
-    with open(out / collectives.TABLE) as handle:
+    with open(out / TABLE) as handle:
         return list(csv.DictReader(handle))
 
 
@@ -124,6 +125,6 @@ def test_a_benchmark_that_fails_leaves_the_cell_training_with_its_figures_empty(
 
 def test_a_one_gpu_cell_has_no_table_and_says_why(prepared_data, tmp_path):
     run = trained("torch", "native", prepared_data, tmp_path, gpus=1)
-    assert not (tmp_path / collectives.TABLE).exists()
+    assert not (tmp_path / TABLE).exists()
     assert run["collectives"]["reason"] == "one replica: nothing to exchange"
     assert json.loads((tmp_path / "run.json").read_text())["collectives"]["latency_us"] is None

@@ -6,7 +6,7 @@ import re
 
 import pytest
 from conftest import cell_settings
-from scalebench.settings import RunSettings
+from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import loop, rank_env
 from scalebench.train.entry import cell_hash, create_framework
 
@@ -15,8 +15,8 @@ pytestmark = pytest.mark.integration
 
 def test_every_epoch_clock_read_follows_a_device_synchronisation(prepared_data, tmp_path, monkeypatch):
     settings = cell_settings("torch", "native", 1, epochs=2, predictions=0)
-    run = RunSettings.from_json(settings, prepared_data, tmp_path, env={})
-    framework = create_framework(run, rank_env.detect({}))
+    run = RunSettings.from_json(settings, prepared_data, tmp_path)
+    framework = create_framework(run, ProcessFacts.of_rank(run, {}), rank_env.detect({}))
     events: list[str] = []
     synchronize, train_step, clock = framework.synchronize, framework.train_step, loop.time.perf_counter
 

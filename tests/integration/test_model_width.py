@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from conftest import assert_refused, cell_settings, launch_cell, read_records, run_snakemake, tiny_config
-from scalebench.train import architecture, flops
+from scalebench import architecture
+from scalebench.train import flops
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ SLURM_JOB = {"SCALEBENCH_EXECUTOR": "slurm"}  # launch.py sets it for the ranks 
 PROBE = """
 import json, sys
 from scalebench.train.devices import DeviceError
-from scalebench.settings import RunSettings
+from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train.tf import runtime
 tf = runtime.tf
 tf.config.experimental.set_memory_growth = lambda gpu, grow: None
@@ -26,7 +26,8 @@ for count, ranks, env, settings in json.loads(sys.argv[1]):
         lambda kind=None, count=count: [f"/physical_device:GPU:{i}" for i in range(count)] if kind == "GPU" else []
     )
     try:
-        runtime.configure(RunSettings.from_json(settings, "d", "o", env=env), ranks - 1, ranks)
+        run = RunSettings.from_json(settings, "d", "o")
+        runtime.configure(run, ProcessFacts.of_rank(run, env), ranks - 1, ranks)
     except DeviceError as error:
         print("refused:", error)
     print("--- next case", flush=True)

@@ -44,7 +44,7 @@ def test_axes_name_their_values_in_the_paths_and_set_each_cells_training(schema)
     chosen = next(c for c in cells if c.path == "torch/horovod/batch4_bf16/g2/s1")
     settings = sb_config.train_settings(config, chosen)
     assert settings["training"]["batch_per_gpu"] == 4 and settings["training"]["precision"] == "bf16"
-    run = RunSettings.from_json(settings, "/data", "/out", env={})
+    run = RunSettings.from_json(settings, "/data", "/out")
     assert run.cell == chosen and run.training.autocast_dtype == "bfloat16"
 
 
@@ -89,7 +89,7 @@ def test_strong_scaling_divides_the_global_batch_and_keeps_the_rate(schema):
     config = resolved(schema, {"gpus": [1, 2, 4]}, {"scaling": "strong", "global_batch": 8, "batch_per_gpu": 1})
     cells = [c for c in sb_config.cells(config) if c.framework == "torch" and c.backend == "native"]
     assert [c.path for c in cells] == [f"torch/native/strong_global8/g{g}/s1" for g in (1, 2, 4)]
-    runs = [RunSettings.from_json(sb_config.train_settings(config, c), "/d", "/o", env={}) for c in cells]
+    runs = [RunSettings.from_json(sb_config.train_settings(config, c), "/d", "/o") for c in cells]
     assert [r.training.batch_per_gpu for r in runs] == [8, 4, 2]
     assert [scaled_lr(r.training, c.gpus) for r, c in zip(runs, cells)] == [runs[0].training.base_lr] * 3
 
@@ -159,7 +159,7 @@ def test_model_width_sweeps_the_unet_and_names_each_width_in_the_paths(schema):
     chosen = next(c for c in sb_config.cells(config) if c.path == "torch/native/width4_bf16/g2/s1")
     settings = sb_config.train_settings(config, chosen)
     assert settings["model"] == {"width": 4} and "model_width" not in settings["training"]
-    assert RunSettings.from_json(settings, "/d", "/o", env={}).model_width == 4
+    assert RunSettings.from_json(settings, "/d", "/o").model_width == 4
     # without the axis the study's model.width, and no folder level: today's paths and settings
     plain = resolved(schema, model={"width": 2})
     first = sb_config.cells(plain)[0]
@@ -167,7 +167,7 @@ def test_model_width_sweeps_the_unet_and_names_each_width_in_the_paths(schema):
 
 
 def test_a_width_that_cannot_fit_the_declared_gpu_memory_is_refused_before_any_job(schema):
-    from scalebench.train import architecture
+    from scalebench import architecture
 
     sixteen = architecture.memory_floor_bytes(16, 4, (32, 48), 4)  # width 16's state alone: about 1.9 GiB
     assert 16 * architecture.parameter_count(16) <= sixteen < 16 * architecture.parameter_count(16) + 2**30

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from scalebench import config as sb_config
 from scalebench.config import slurm_check
-from scalebench.launch.resources import job_resources
+from scalebench.config.resources import job_resources
 
 REFUSING = """#!/bin/sh
 echo "$@" >> "$(dirname "$0")/calls"

@@ -7,13 +7,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from cell_records import without_split, write_cell
+from scalebench import architecture
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import collectives
 from scalebench.analysis.scaling import scaling
+from scalebench.collective_table import TABLE
 from scalebench.report import collective_figures
 from scalebench.report.save import save_figure
-from scalebench.train import architecture
-from scalebench.train.collectives import TABLE, bandwidths, empty_row, write_table
+from scalebench.train.collectives import bandwidths, empty_row, write_table
 
 WIDTHS = (1, 4)
 

@@ -19,12 +19,13 @@ from scalebench.analysis import collectives as collectives_table
 from scalebench.analysis import study as summary
 from scalebench.analysis.scaling import scaling
 from scalebench.analysis.summary_csv import read_epochs, read_runs
+from scalebench.collective_table import TABLE
 from scalebench.report import scaling_figures as plots
 from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figures_of
 from scalebench.report.predictions import picture_panel
 from scalebench.report.save import save_figure
 from scalebench.rerun import Invocation
-from scalebench.train.collectives import TABLE, bandwidths, empty_row, write_table
+from scalebench.train.collectives import bandwidths, empty_row, write_table
 
 
 def all_figures(runs, epochs, target=0.8, folder=None, collectives=None) -> dict:

@@ -4,10 +4,10 @@ optimizer step (tests/integration/test_accumulation_steps.py trains with it)."""
 from __future__ import annotations
 
 import pytest
+from scalebench.measures import batches_per_epoch
 from scalebench.train.accumulation import (
     ONE_BATCH_STEP,
     Part,
-    batches_per_epoch,
     cycled,
     epoch_parts,
     optimizer_steps,

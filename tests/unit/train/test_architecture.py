@@ -1,4 +1,4 @@
-"""The UNet's numbers without a framework (train/architecture.py): widths, the convolutions'
+"""The UNet's numbers without a framework (scalebench/architecture.py): widths, the convolutions'
 outputs a backward pass keeps, the memory floor that refuses a width, and the time a width asks for."""
 
 from __future__ import annotations
@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import tiny_config
+from scalebench import architecture
 from scalebench import config as sb_config
-from scalebench.launch.resources import runtime_minutes
-from scalebench.train import architecture, flops
+from scalebench.config.resources import runtime_minutes
+from scalebench.train import flops
 from scalebench.train.torch.model import UNet
 
 

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 import torch
 from conftest import cell_settings
-from scalebench.settings import RunSettings
+from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import devices, rank_env
 from scalebench.train.devices import DeviceError
 from scalebench.train.horovod_common import check_gpu_reductions
@@ -17,19 +17,21 @@ from scalebench.train.torch import native, runtime
 SLURM_JOB = {"SCALEBENCH_EXECUTOR": "slurm"}  # launch.py sets it for the ranks of a SLURM cell
 
 
-def run_settings(env: dict | None = None, binding: str = "node", **training) -> RunSettings:
+def run_settings(env: dict | None = None, binding: str = "node", **training) -> tuple[RunSettings, ProcessFacts]:
+    """A rank's settings and its own facts, resolved from `env` as the rank would from its own."""
     settings = cell_settings("torch", "native", 2, **training)
     settings["gpus_per_node"] = 4
     if binding != "node":  # config.train_settings names it only where it is not node
         settings["gpu_binding"] = binding
-    return RunSettings.from_json(settings, "data", "out", env=env or {})
+    run = RunSettings.from_json(settings, "data", "out")
+    return run, ProcessFacts.of_rank(run, env or {})
 
 
 def test_a_gpu_cell_is_one_with_device_cuda_or_a_slurm_job_on_a_gpu_cluster():
-    assert run_settings(device="cuda").gpu_required
-    assert run_settings(SLURM_JOB).gpu_required  # device auto
-    assert not run_settings().gpu_required  # the local demo: auto means a GPU if there is one
-    assert not run_settings(SLURM_JOB, device="cpu").gpu_required
+    assert run_settings(device="cuda")[1].gpu_required
+    assert run_settings(SLURM_JOB)[1].gpu_required  # device auto
+    assert not run_settings()[1].gpu_required  # the local demo: auto means a GPU if there is one
+    assert not run_settings(SLURM_JOB, device="cpu")[1].gpu_required
 
 
 def test_use_gpus_decides_or_refuses():
@@ -58,7 +60,7 @@ def fake_cuda(monkeypatch):
 
 @pytest.mark.parametrize("local_rank", [0, 1])
 def test_each_rank_takes_its_local_gpu_and_makes_it_current(fake_cuda, local_rank):
-    device = runtime.choose_device(run_settings(SLURM_JOB), local_rank, 2)
+    device = runtime.choose_device(*run_settings(SLURM_JOB), local_rank, 2)
     assert device == torch.device("cuda", local_rank)
     assert fake_cuda["current"] == [device]
 
@@ -66,23 +68,23 @@ def test_each_rank_takes_its_local_gpu_and_makes_it_current(fake_cuda, local_ran
 @pytest.mark.parametrize("local_rank", [0, 1, 2, 3])
 def test_under_task_binding_each_rank_uses_the_one_gpu_its_task_sees(fake_cuda, local_rank):
     fake_cuda["count"] = 1  # --gpus-per-task=1: SLURM left each task only its own GPU
-    device = runtime.choose_device(run_settings(SLURM_JOB, binding="task"), local_rank, 4)
+    device = runtime.choose_device(*run_settings(SLURM_JOB, binding="task"), local_rank, 4)
     assert device == torch.device("cuda", 0) and fake_cuda["current"] == [device]
 
 
 def test_under_task_binding_a_task_that_sees_its_node_s_gpus_takes_its_local_rank_s(fake_cuda):
     fake_cuda["count"] = 4  # SLURM did not bind (--gpu-bind=none): as node binding
-    assert runtime.choose_device(run_settings(SLURM_JOB, binding="task"), 3, 4) == torch.device("cuda", 3)
+    assert runtime.choose_device(*run_settings(SLURM_JOB, binding="task"), 3, 4) == torch.device("cuda", 3)
 
 
 def test_one_gpu_per_task_is_refused_where_it_could_be_shared(fake_cuda):
     fake_cuda["count"] = 1
     # node binding: every task should see the node's GPUs, so one GPU is the node's only one
     with pytest.raises(DeviceError, match=r"ranks would share a GPU.*cluster.gpu_binding: task"):
-        runtime.choose_device(run_settings(SLURM_JOB), 1, 4)
+        runtime.choose_device(*run_settings(SLURM_JOB), 1, 4)
     fake_cuda["count"] = 2  # task binding: neither its own one nor the node's four, so which is its own?
     with pytest.raises(DeviceError, match=r"sees 2 GPU\(s\) under cluster.gpu_binding: task, not its own 1 nor the 4"):
-        runtime.choose_device(run_settings(SLURM_JOB, binding="task"), 1, 4)
+        runtime.choose_device(*run_settings(SLURM_JOB, binding="task"), 1, 4)
     assert fake_cuda["current"] == []
 
 
@@ -113,17 +115,17 @@ def test_the_memory_of_a_task_s_only_gpu_is_asked_of_that_gpu(monkeypatch):
 def test_no_gpu_on_a_gpu_cell_fails_before_anything_starts(fake_cuda):
     fake_cuda["count"] = 0
     with pytest.raises(DeviceError, match=r"torch 2\.\d+.* sees none"):
-        runtime.choose_device(run_settings(SLURM_JOB), 0, 2)
-    assert runtime.choose_device(run_settings(), 0, 2) == torch.device("cpu")  # the local demo
+        runtime.choose_device(*run_settings(SLURM_JOB), 0, 2)
+    assert runtime.choose_device(*run_settings(), 0, 2) == torch.device("cpu")  # the local demo
 
 
 def test_more_ranks_than_gpus_on_a_node_is_refused(fake_cuda):
     with pytest.raises(DeviceError, match=r"3 rank\(s\) on this node need 3 GPUs"):
-        runtime.choose_device(run_settings(SLURM_JOB), 2, 3)
+        runtime.choose_device(*run_settings(SLURM_JOB), 2, 3)
 
 
 def test_device_cpu_stays_on_the_cpu_beside_a_gpu(fake_cuda):
-    assert runtime.choose_device(run_settings(SLURM_JOB, device="cpu"), 1, 2) == torch.device("cpu")
+    assert runtime.choose_device(*run_settings(SLURM_JOB, device="cpu"), 1, 2) == torch.device("cpu")
     assert fake_cuda["current"] == []
 
 
@@ -134,7 +136,7 @@ def test_ddp_uses_nccl_on_gpus_and_gloo_on_the_cpu(monkeypatch, device_type, col
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     backend = native.DDPBackend(rank_env.detect({}))
     backend.device_type = device_type
-    backend.setup(run_settings())
+    backend.setup(run_settings()[0])
     assert chosen == [collective]
 
 
@@ -152,18 +154,18 @@ def test_tf32_is_recorded_as_the_gpu_and_nvidia_tf32_override_make_it(monkeypatc
 def test_ranks_share_a_gpu_only_when_asked_and_then_reduce_through_gloo(fake_cuda, monkeypatch, capsys):
     fake_cuda["count"] = 1
     with pytest.raises(DeviceError, match=r"2 rank\(s\) on this node need 2 GPUs"):
-        runtime.choose_device(run_settings(SLURM_JOB), 1, 2)
+        runtime.choose_device(*run_settings(SLURM_JOB), 1, 2)
     shared = run_settings({**SLURM_JOB, "SCALEBENCH_SHARE_GPU": "1"})
-    assert shared.share_gpu and not run_settings(SLURM_JOB).share_gpu
-    assert runtime.choose_device(shared, 1, 2) == torch.device("cuda", 0)
+    assert shared[1].share_gpu and not run_settings(SLURM_JOB)[1].share_gpu
+    assert runtime.choose_device(*shared, 1, 2) == torch.device("cuda", 0)
     assert "2 ranks share 1 GPU(s) (SCALEBENCH_SHARE_GPU=1)" in capsys.readouterr().out
     with pytest.raises(DeviceError, match=r"need 4 GPUs"):  # one process driving several GPUs never shares
         devices.use_gpus(True, "auto", 2, 2, 2, "lib", share=True)
     chosen = []  # NCCL refuses two ranks on one device: the shared check reduces through Gloo
     monkeypatch.setattr(native.dist, "init_process_group", lambda backend, **_: chosen.append(backend))
     backend = native.DDPBackend(rank_env.detect({}))
-    backend.device_type = "gpu"
-    backend.setup(shared)
+    backend.device_type, backend.share_gpu = "gpu", shared[1].share_gpu  # as the framework sets them
+    backend.setup(shared[0])
     assert chosen == ["gloo"] and backend.device is None
 
 
@@ -179,7 +181,8 @@ def test_tensorflow_prefetches_to_the_gpu_of_a_one_replica_process(monkeypatch):
     backend = native.DDPBackend(rank_env.detect({}))  # only its place and counts are used here
     monkeypatch.setattr(backend, "setup", lambda run: None)
     settings = cell_settings("tensorflow", "native", 1)
-    framework = tf_framework.TensorFlowFramework(RunSettings.from_json(settings, "d", "o", env={}), backend)
+    run = RunSettings.from_json(settings, "d", "o")
+    framework = tf_framework.TensorFlowFramework(run, backend, ProcessFacts.of_rank(run, {}))
     framework.start(framework.run)
     asked = []
     monkeypatch.setattr(tf_framework.data, "train_dataset", lambda *args: asked.append(args[-1]))

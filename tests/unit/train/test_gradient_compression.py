@@ -10,6 +10,7 @@ import torch
 from conftest import REPO, sb_config, training_settings
 from conftest import backend_run_settings as run_settings
 from scalebench import backends
+from scalebench.settings import ProcessFacts
 from scalebench.train import rank_env
 from scalebench.train.entry import create_framework
 from scalebench.train.loop import check_compression
@@ -50,8 +51,9 @@ def test_an_unknown_compression_is_a_problem_everywhere():
 
 @pytest.mark.parametrize(("framework", "backend"), sorted(set(PAIRS) - COMPRESSING))
 def test_a_rank_asked_for_a_compression_its_backend_lacks_stops_before_it_starts(framework, backend):
+    run = run_settings(framework, backend, "fp16")
     with pytest.raises(ValueError, match=rf"^training\.compression: compression fp16 is not available .* {backend}:"):
-        create_framework(run_settings(framework, backend, "fp16"), rank_env.detect({}))
+        create_framework(run, ProcessFacts.of_rank(run, {}), rank_env.detect({}))
 
 
 def test_a_backend_that_does_not_apply_the_asked_compression_fails_the_cell():

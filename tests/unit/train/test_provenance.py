@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from conftest import SCRIPTS, cell_settings, repository_head
-from scalebench.settings import RunSettings, TrainingSettings
+from scalebench.settings import ProcessFacts, RunSettings, TrainingSettings
 from scalebench.train import provenance, rank_env
 from scalebench.train.tf.mirrored import MirroredBackend
 from scalebench.train.tf.native import MultiWorkerBackend
@@ -16,7 +16,7 @@ ELSEWHERE = {"loader", "horovod"}  # recorded where the framework or backend has
 
 
 def settings(framework: str, backend: str, replicas: int, **training) -> RunSettings:
-    return RunSettings.from_json(cell_settings(framework, backend, replicas, **training), "data", "out", env={})
+    return RunSettings.from_json(cell_settings(framework, backend, replicas, **training), "data", "out")
 
 
 def record_of(run: RunSettings, backend) -> dict:
@@ -26,7 +26,7 @@ def record_of(run: RunSettings, backend) -> dict:
         framework=framework,
         device_type="cpu",
         replicas=replicas,
-        threads=run.threads,
+        threads=ProcessFacts.of_rank(run, {}).threads,
         deterministic=True,
         passes=backend.backward_passes_per_step,
         compression=backend.gradient_compression,
@@ -69,12 +69,11 @@ def test_tensorflow_cells_record_their_strategy_their_placement_and_no_horovod_o
 
 def test_a_one_process_backend_gets_the_threads_of_every_device_it_drives():
     # threads_per_rank is 1 in tiny_config: the mirrored process drives 2 replicas
-    assert settings("tensorflow", "mirrored", 2).threads == 2
-    assert settings("tensorflow", "native", 2).threads == 1
-    slurm = RunSettings.from_json(
-        cell_settings("tensorflow", "mirrored", 2, threads_per_rank=None), "d", "o", env={"SLURM_CPUS_PER_TASK": "6"}
-    )
-    assert slurm.threads == 6  # the task's CPUs: resources.py gave it those of both devices
+    assert ProcessFacts.of_rank(settings("tensorflow", "mirrored", 2), {}).threads == 2
+    assert ProcessFacts.of_rank(settings("tensorflow", "native", 2), {}).threads == 1
+    slurm = RunSettings.from_json(cell_settings("tensorflow", "mirrored", 2, threads_per_rank=None), "d", "o")
+    # the task's CPUs: config/resources.py gave it those of both devices
+    assert ProcessFacts.of_rank(slurm, {"SLURM_CPUS_PER_TASK": "6"}).threads == 6
 
 
 def test_every_setting_that_changes_training_is_recorded():

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from conftest import REPO, cell_settings, sb_config
-from scalebench.settings import HorovodSettings, LoaderSettings, RunSettings, TrainingSettings
+from scalebench.settings import HorovodSettings, LoaderSettings, ProcessFacts, RunSettings, TrainingSettings
 from scalebench.train.entry import cell_hash
 
 
@@ -31,18 +31,35 @@ def test_dataclass_fields_are_the_schema_keys(kind, path):
 
 
 def test_a_cell_settings_become_typed_once():
-    run = RunSettings.from_json(cell_settings("tensorflow", "horovod", 2, base_lr=1), "data", "out", env={})
+    run = RunSettings.from_json(cell_settings("tensorflow", "horovod", 2, base_lr=1), "data", "out")
     assert (run.cell.framework, run.cell.backend, run.cell.gpus, run.cell.seed) == ("tensorflow", "horovod", 2, 1)
     assert run.training.base_lr == 1.0 and isinstance(run.training.base_lr, float)
     assert run.training.loader.workers == 0 and run.training.horovod.backward_passes_per_step == 1
-    assert run.image_size == (32, 48) and run.threads == 1
+    assert run.image_size == (32, 48) and ProcessFacts.of_rank(run, {}).threads == 1
     assert run.training.precision == "fp32" and run.training.autocast_dtype is None
 
 
 def test_threads_default_to_slurms_cpus_per_task():
-    settings = cell_settings("torch", "native", 1, threads_per_rank=None)
-    assert RunSettings.from_json(settings, "d", "o", env={"SLURM_CPUS_PER_TASK": "6"}).threads == 6
-    assert RunSettings.from_json(settings, "d", "o", env={}).threads == 1
+    run = RunSettings.from_json(cell_settings("torch", "native", 1, threads_per_rank=None), "d", "o")
+    assert ProcessFacts.of_rank(run, {"SLURM_CPUS_PER_TASK": "6"}).threads == 6
+    assert ProcessFacts.of_rank(run, {}).threads == 1
+
+
+def test_each_process_resolves_its_own_facts_and_the_settings_read_no_environment(monkeypatch):
+    """The study's settings are the same wherever they are read; a process's facts are its own:
+    launch.py's threads come from its allocation (not a variable of its own environment), a rank's
+    from the SLURM_CPUS_PER_TASK its launcher gave it."""
+    settings = cell_settings("torch", "native", 1, threads_per_rank=None, device="auto")
+    settings["gpus_per_node"] = 4
+    monkeypatch.setenv("SLURM_CPUS_PER_TASK", "9")
+    monkeypatch.setenv("SCALEBENCH_SHARE_GPU", "1")
+    run = RunSettings.from_json(settings, "d", "o")
+    assert not {"threads", "gpu_required", "share_gpu"} & {f.name for f in dataclasses.fields(RunSettings)}
+    slurm_rank = {"SLURM_CPUS_PER_TASK": "6", "SCALEBENCH_EXECUTOR": "slurm"}
+    assert ProcessFacts.of_rank(run, slurm_rank) == ProcessFacts(threads=6, gpu_required=True, share_gpu=False)
+    assert ProcessFacts.of_rank(run, {}) == ProcessFacts(threads=1, gpu_required=False, share_gpu=False)
+    assert ProcessFacts.resolve(run, {"SLURM_CPUS_PER_TASK": "6"}, None).threads == 1  # a local launcher
+    assert ProcessFacts.resolve(run, {}, 4).threads == 4  # a SLURM launcher: its allocation's CPUs
 
 
 def test_unknown_or_missing_keys_are_refused_by_name():

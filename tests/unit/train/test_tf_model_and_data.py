@@ -10,8 +10,8 @@ import tensorflow as tf
 import torch
 import yaml
 from conftest import REPO, sb_config
-from scalebench.train import architecture
-from scalebench.train.accumulation import batches_per_epoch
+from scalebench import architecture
+from scalebench.measures import batches_per_epoch
 from scalebench.train.tf import data as tf_data
 from scalebench.train.tf import model as tf_model
 from scalebench.train.torch import data as torch_data

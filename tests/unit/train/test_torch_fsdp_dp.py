@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import cell_settings
-from scalebench.settings import RunSettings
+from scalebench.measures import batches_per_epoch
+from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import rank_env
-from scalebench.train.accumulation import ONE_BATCH_STEP, batches_per_epoch
+from scalebench.train.accumulation import ONE_BATCH_STEP
 from scalebench.train.devices import DeviceError
 from scalebench.train.placement import DataPlacement
 from scalebench.train.torch import data, dp, framework, fsdp, runtime
@@ -20,13 +21,16 @@ from scalebench.train.torch.model import UNet
 BATCH = 4
 
 
-def run_settings(backend: str, gpus: int, env: dict | None = None, binding: str = "node", **training) -> RunSettings:
+SLURM_JOB = {"SCALEBENCH_EXECUTOR": "slurm"}  # launch.py sets it for the ranks of a SLURM cell
+
+
+def run_settings(backend: str, gpus: int, binding: str = "node", **training) -> RunSettings:
     settings = cell_settings("torch", "native", gpus, **training)
     settings["cell"]["backend"] = backend
     settings["gpus_per_node"] = 4
     if binding != "node":
         settings["gpu_binding"] = binding
-    return RunSettings.from_json(settings, "data", "out", env=env or {})
+    return RunSettings.from_json(settings, "data", "out")
 
 
 def test_fsdp_with_one_gpu_is_refused_naming_the_key():
@@ -142,7 +146,7 @@ def test_a_step_of_several_replicas_counts_each_replicas_batch_and_loss(prepared
     run = run_settings("dp", 2, batch_norm=False)
     run = dataclasses.replace(run, data_dir=str(prepared_data))
     backend = dp.create(run, rank_env.detect({}))
-    torch_framework = framework.create(run, backend)
+    torch_framework = framework.create(run, backend, ProcessFacts.of_rank(run, {}))
     torch_framework.device, torch_framework.autocast = torch.device("cpu"), None
     torch_framework.build()
     torch_framework.distribute()
@@ -175,9 +179,10 @@ def fake_cuda(monkeypatch):
 
 
 def test_dp_takes_every_gpu_of_its_cell_from_the_first(fake_cuda, monkeypatch):
-    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, precision="bf16")
+    run = run_settings("dp", 4, precision="bf16")
+    process = ProcessFacts.of_rank(run, SLURM_JOB)
     backend = dp.create(run, rank_env.detect({}))
-    torch_framework = framework.create(run, backend)
+    torch_framework = framework.create(run, backend, process)
     monkeypatch.setattr(runtime, "set_determinism", lambda *args: None)
     torch_framework.start(run)
     # the model is built on the first GPU, current for every allocation
@@ -195,8 +200,9 @@ def test_dp_takes_every_gpu_of_its_cell_from_the_first(fake_cuda, monkeypatch):
 
 def test_dp_needs_all_its_gpus_visible_in_its_one_process(fake_cuda):
     fake_cuda["count"] = 2
-    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"})
-    torch_framework = framework.create(run, dp.create(run, rank_env.detect({})))
+    run = run_settings("dp", 4)
+    process = ProcessFacts.of_rank(run, SLURM_JOB)
+    torch_framework = framework.create(run, dp.create(run, rank_env.detect({})), process)
     with pytest.raises(DeviceError, match=r"1 rank\(s\) on this node need 4 GPUs but torch .* sees 2"):
         torch_framework.start(run)
     assert fake_cuda["current"] == []
@@ -205,9 +211,10 @@ def test_dp_needs_all_its_gpus_visible_in_its_one_process(fake_cuda):
 @pytest.mark.parametrize("binding", ["node", "task"])
 def test_dp_s_one_task_drives_every_gpu_it_sees_under_either_binding(fake_cuda, monkeypatch, binding):
     # task binding asks --gpus-per-task=4 for dp's one task: it sees the cell's four, as under node binding
-    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, binding=binding)
+    run = run_settings("dp", 4, binding=binding)
+    process = ProcessFacts.of_rank(run, SLURM_JOB)
     backend = dp.create(run, rank_env.detect({}))
-    torch_framework = framework.create(run, backend)
+    torch_framework = framework.create(run, backend, process)
     monkeypatch.setattr(runtime, "set_determinism", lambda *args: None)
     torch_framework.start(run)
     assert torch_framework.replica_devices == [torch.device("cuda", i) for i in range(4)]
@@ -216,8 +223,9 @@ def test_dp_s_one_task_drives_every_gpu_it_sees_under_either_binding(fake_cuda, 
 
 def test_dp_under_task_binding_refuses_a_task_with_fewer_gpus_than_its_cell(fake_cuda):
     fake_cuda["count"] = 2
-    run = run_settings("dp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, binding="task")
-    torch_framework = framework.create(run, dp.create(run, rank_env.detect({})))
+    run = run_settings("dp", 4, binding="task")
+    process = ProcessFacts.of_rank(run, SLURM_JOB)
+    torch_framework = framework.create(run, dp.create(run, rank_env.detect({})), process)
     with pytest.raises(
         DeviceError, match=r"this task sees 2 GPU\(s\) under cluster.gpu_binding: task, fewer than its 4"
     ):
@@ -229,7 +237,8 @@ def test_dp_under_task_binding_refuses_a_task_with_fewer_gpus_than_its_cell(fake
 def test_fsdp_ranks_take_distinct_gpus_under_either_binding(fake_cuda, binding):
     # node binding: each task sees the node's 4 GPUs and takes its local rank's; task binding: only its own
     fake_cuda["count"] = 4 if binding == "node" else 1
-    run = run_settings("fsdp", 4, {"SCALEBENCH_EXECUTOR": "slurm"}, binding=binding)
-    chosen = [runtime.choose_device(run, local_rank, 4) for local_rank in range(4)]
+    run = run_settings("fsdp", 4, binding=binding)
+    process = ProcessFacts.of_rank(run, SLURM_JOB)
+    chosen = [runtime.choose_device(run, process, local_rank, 4) for local_rank in range(4)]
     expected = [torch.device("cuda", i if binding == "node" else 0) for i in range(4)]
     assert chosen == expected and fake_cuda["current"] == expected

@@ -51,6 +51,17 @@ def images_per_step(batch_per_gpu: int, replicas: int, passes: int) -> int:
     return batch_per_gpu * replicas * passes
 
 
+def batches_per_epoch(
+    samples: int, replicas: int, batch: int, steps_per_epoch: int | None = None, passes: int = 1
+) -> int:
+    """Full batches each replica trains on in an epoch: with training.steps_per_epoch, its
+    optimizer steps' batches; else both frameworks' samplers pad the shards to
+    ceil(samples / replicas) and drop the incomplete last batch."""
+    if steps_per_epoch is not None:
+        return steps_per_epoch * passes
+    return math.ceil(samples / replicas) // batch
+
+
 def cell_energy(epoch_joules: list[float | None], last_reason: str) -> tuple[float | None, str]:
     """The cell's energy over its epochs: their sum where every epoch was measured (epochs of a
     run resumed from a checkpoint written before energy was recorded were not), else None."""

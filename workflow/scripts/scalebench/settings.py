@@ -1,18 +1,21 @@
-"""What a rank is told: the cell and its training settings, as typed objects.
+"""What a cell's processes are told, and what each finds out for itself, as two typed objects.
 
 rules/common.smk builds the settings from the validated config
 (scalebench.config.train_settings) and passes them to the launcher as JSON;
-each rank turns that JSON into a RunSettings once, in entry.py. The field
-names are the config keys of config/schema.yaml, which documents each one (a
-unit test keeps the two equal).
+launch.py and each rank turn that JSON into a RunSettings once: the study's
+settings, the same in every process. The field names are the config keys of
+config/schema.yaml, which documents each one (a unit test keeps the two equal).
+What depends on where a process runs (its threads, whether it must have a GPU,
+whether ranks may share one) is a ProcessFacts, which each process resolves from
+its own environment: the launcher's is not its ranks'.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,7 +107,7 @@ class TrainingSettings:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """Everything one rank of a cell needs."""
+    """The study's settings of one cell: what it asked, the same for launch.py and every rank."""
 
     cell: Cell
     training: TrainingSettings
@@ -112,42 +115,59 @@ class RunSettings:
     peak_tflops: dict[str, dict[str, float]]  # cluster.peak_tflops: device name -> precision -> TFLOP/s
     data_dir: str  # the prepared arrays (images.npy, masks.npy, manifest.json)
     out_dir: str  # the cell's results folder
-    threads: int  # compute threads of this rank (threads_per_rank resolved)
-    gpu_required: bool  # device cuda, or auto in a SLURM cell of a cluster with GPUs: no GPU is an error
-    share_gpu: bool = False  # SCALEBENCH_SHARE_GPU=1: ranks may share a GPU (functional checks on one GPU only)
+    gpus_per_node: int  # cluster.gpus_per_node: a SLURM cell of a cluster with GPUs must have one (ProcessFacts)
     gpu_binding: str = "node"  # cluster.gpu_binding: what a task sees, its node's GPUs or its own (train/devices.py)
     network_interface: str | None = None  # cluster.network_interface (cluster/network.py)
     cpu_binding: str = "cores"  # cluster.cpu_binding: each rank bound to its share of the cores, or none
-    model_width: int = 1  # model.width: the UNet's channel multiplier (train/architecture.py)
+    model_width: int = 1  # model.width: the UNet's channel multiplier (scalebench/architecture.py)
     # the JSON this rank was started with, recorded in run.json: the report tells a cell
     # trained with other settings than the study's from it, key by key
     source: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, settings: dict, data_dir: str, out_dir: str, env: dict[str, str] | None = None) -> RunSettings:
+    def from_json(cls, settings: dict, data_dir: str, out_dir: str) -> RunSettings:
         """The typed settings of scalebench.config.train_settings' JSON."""
-        env = os.environ if env is None else env
-        training = build(TrainingSettings, settings["training"], "training")
-        cell = Cell.from_json(settings["cell"])
-        cpus = env.get("SLURM_CPUS_PER_TASK")
-        threads = process_threads(training.threads_per_rank, cell, int(cpus) if cpus and cpus.isdigit() else None)
-        # launch.py tells the ranks where the cell runs (a test run inside an allocation is local)
-        on_gpu_cluster = settings["gpus_per_node"] > 0 and env.get("SCALEBENCH_EXECUTOR") == "slurm"
         return cls(
-            cell=cell,
-            training=training,
+            cell=Cell.from_json(settings["cell"]),
+            training=build(TrainingSettings, settings["training"], "training"),
             image_size=tuple(settings["dataset"]["image_size"]),
             peak_tflops=settings["peak_tflops"],
             data_dir=str(data_dir),
             out_dir=str(out_dir),
-            threads=threads,
-            gpu_required=training.device == "cuda" or (training.device == "auto" and on_gpu_cluster),
-            share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
+            gpus_per_node=settings["gpus_per_node"],
             gpu_binding=settings.get("gpu_binding", "node"),  # set only where not node (config.train_settings)
             network_interface=settings.get("network_interface"),  # set only where set
             cpu_binding=settings.get("cpu_binding", "cores"),  # set only where not cores
             model_width=settings.get("model", {}).get("width", 1),  # settings from before model.width: 1
             source=settings,
+        )
+
+
+@dataclass(frozen=True)
+class ProcessFacts:
+    """What one process of a cell resolved from its own environment, beside the study's settings."""
+
+    threads: int  # compute threads of this process (training.threads_per_rank resolved: process_threads)
+    gpu_required: bool  # device cuda, or auto in a SLURM cell of a cluster with GPUs: no GPU is an error
+    share_gpu: bool = False  # SCALEBENCH_SHARE_GPU=1: ranks may share a GPU (functional checks on one GPU only)
+
+    @classmethod
+    def of_rank(cls, run: RunSettings, env: Mapping[str, str]) -> ProcessFacts:
+        """A rank's, from the variables its launcher gave it: its SLURM task's CPUs, where the cell
+        runs (launch.py's SCALEBENCH_EXECUTOR: a test run inside an allocation is local)."""
+        cpus = env.get("SLURM_CPUS_PER_TASK")
+        return cls.resolve(run, env, int(cpus) if cpus and cpus.isdigit() else None)
+
+    @classmethod
+    def resolve(cls, run: RunSettings, env: Mapping[str, str], cpus_per_task: int | None) -> ProcessFacts:
+        """A process's facts where the caller knows its task's CPUs (launch.py: its allocation's
+        under SLURM, None locally)."""
+        on_gpu_cluster = run.gpus_per_node > 0 and env.get("SCALEBENCH_EXECUTOR") == "slurm"
+        device = run.training.device
+        return cls(
+            threads=process_threads(run.training.threads_per_rank, run.cell, cpus_per_task),
+            gpu_required=device == "cuda" or (device == "auto" and on_gpu_cluster),
+            share_gpu=env.get("SCALEBENCH_SHARE_GPU") == "1",
         )
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 from scalebench.analysis.collect import KEYS, no_variant_as_empty
 from scalebench.cell import cell_path
-from scalebench.train.collectives import COLUMNS, TABLE
+from scalebench.collective_table import COLUMNS, TABLE
 
 # where a cell ran, from its run.json: a GPU or the CPU (Gloo over loopback), one node or several
 CELL_COLUMNS = ["nodes", "device", "model_width", "gradient_bytes"]

@@ -67,3 +67,11 @@ def problem(env: Mapping[str, str], listing: list[nvidia_smi.ListedGpu] | None) 
             f"(nvidia-smi -L lists {shown})"
         )
     return None
+
+
+def gpus_taken(device: str, gpus: int, machine_gpus: int) -> int:
+    """GPUs a cell of `gpus` devices holds on this machine: none for CPU ranks (training.device cpu,
+    or auto on a machine without GPUs), else one per device (dp and mirrored drive them from one process)."""
+    if device == "cpu" or (device == "auto" and machine_gpus == 0):
+        return 0
+    return gpus

@@ -6,15 +6,13 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from scalebench import backends
+from scalebench import architecture, backends
 from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config.cell_settings import cell_model, cell_training
 from scalebench.config.matrix import cells, left_out
+from scalebench.config.resources import node_layout, ranks_per_node_limit
 from scalebench.data.split import split_counts
-from scalebench.launch.resources import node_layout, ranks_per_node_limit
-from scalebench.measures import backward_passes
-from scalebench.train import architecture
-from scalebench.train.accumulation import batches_per_epoch
+from scalebench.measures import backward_passes, batches_per_epoch
 
 
 class ConfigError(ValueError):
@@ -114,7 +112,7 @@ def axis_problems(config: dict) -> list[str]:
 
 def model_fit_problems(config: dict) -> list[str]:
     """Every GPU cell's model and batch must fit a device of cluster.device_memory_gb (where given):
-    the architecture's lower bound of what training needs (train/architecture.memory_floor_bytes),
+    the architecture's lower bound of what training needs (architecture.memory_floor_bytes),
     so only what certainly cannot fit is refused here; without the key the ranks check their
     device's free memory before building the model (train/loop.py)."""
     cluster, training = config["cluster"], config["training"]

@@ -11,8 +11,8 @@ from typing import Any
 from scalebench import backends
 from scalebench.cell import AXES, Cell
 from scalebench.config.cell_settings import cell_training
-from scalebench.launch import local_gpus
-from scalebench.launch.resources import ranks_per_node_limit
+from scalebench.config.local_gpus import problem as local_gpu_problem
+from scalebench.config.resources import ranks_per_node_limit
 
 
 def cell_problem(
@@ -25,7 +25,7 @@ def cell_problem(
     dp on more than one device where the config says there are no GPUs (training.device:
     cpu, or a CPU-only cluster); a gradient compression or compiled steps the backend does not have; a
     strong-scaling global batch that does not divide over the cell's GPUs. With
-    `machine_gpus` (a local run: launch/local_gpus.py), more GPUs than this machine has; with
+    `machine_gpus` (a local run: config/local_gpus.py), more GPUs than this machine has; with
     `refused`, a job SLURM refuses (its reason there: config/slurm_check.py).
     """
     framework, backend, gpus = cell.framework, cell.backend, cell.gpus
@@ -57,7 +57,7 @@ def cell_problem(
         return "training.global_batch is required with strong scaling"
     if training["scaling"] == "strong" and training["global_batch"] % gpus:
         return f"training.global_batch {training['global_batch']} does not divide over {gpus} GPUs (strong scaling)"
-    local = local_gpus.problem(device, gpus, machine_gpus) if machine_gpus is not None else None
+    local = local_gpu_problem(device, gpus, machine_gpus) if machine_gpus is not None else None
     return local or (refused or {}).get(cell)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from scalebench.cluster import cpu_binding, gpu_ids, nvidia_smi
-from scalebench.launch import local_gpus, local_pool
+from scalebench.launch import local_pool
 
 
 def near_cores(ids: list[str]) -> set[int]:
@@ -43,7 +43,7 @@ def local_environment(
     """(the variables that place a local cell's processes on the GPU ids and cores it now holds, lines
     for the log). Waits while other cells hold the GPUs it needs (local_pool.py)."""
     ids, pool = gpu_ids.machine_ids(env), local_pool.pool_dir(env)
-    held = local_pool.hold_gpus(local_gpus.gpus_taken(device, gpus, len(ids)), ids, pool)
+    held = local_pool.hold_gpus(gpu_ids.gpus_taken(device, gpus, len(ids)), ids, pool)
     placed = {gpu_ids.HELD: ",".join(held), cpu_binding.BIND: setting}
     said = []
     if held:

@@ -46,7 +46,7 @@ from scalebench.cluster.slurm import (
     slurm_allocation,
 )
 from scalebench.launch import accounting, binding
-from scalebench.settings import RunSettings, process_threads
+from scalebench.settings import ProcessFacts, RunSettings
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
 LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.settings_file:
         args.settings = json.dumps(json.loads(Path(args.settings_file).read_text()))
     env = dict(os.environ)
-    run_settings = RunSettings.from_json(json.loads(args.settings), args.data, args.out, env)
+    run_settings = RunSettings.from_json(json.loads(args.settings), args.data, args.out)
     # run.json's cell and settings where a refusal comes before any rank wrote it
     cell = {**run_settings.cell.to_json(), "settings": run_settings.source}
     where = executor(env)
@@ -233,10 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     except (SlurmError, PortError) as error:
         print(f"launch ({where}): error: {error}", flush=True)
         return 1
-    # the ranks compute the same (settings.py); under SLURM a task's CPUs are the allocation's
+    # this process's own facts: under SLURM a task's CPUs are the allocation's (each rank resolves
+    # the same from its SLURM_CPUS_PER_TASK: settings.ProcessFacts), locally there are none
     cpus_per_task = allocation.cpus_per_rank if where == "slurm" else None
-    threads = process_threads(run_settings.training.threads_per_rank, run_settings.cell, cpus_per_task)
-    # a one-process backend's task holds the GPUs of all its devices under task binding (resources.py)
+    threads = ProcessFacts.resolve(run_settings, env, cpus_per_task).threads
+    # a one-process backend's task holds the GPUs of all its devices under task binding (config/resources.py)
     per_process = backends.devices_per_process(framework, backend, gpus)
     gpus_per_task = per_process if run_settings.gpu_binding == "task" else None
     if where == "slurm":

@@ -1,6 +1,6 @@
 """The GPU ids and cores a local cell holds while it runs, so two running cells never share one.
 
-Snakemake's local scheduler only counts the `local_gpus` resource (launch/local_gpus.py): it
+Snakemake's local scheduler only counts the `local_gpus` resource (config/local_gpus.py): it
 starts no more cells than the machine has GPUs, but names none. launch.py therefore takes
 its cell's GPU ids from this machine's (cluster/gpu_ids.py) here, before the ranks start,
 and gives them to its ranks as CUDA_VISIBLE_DEVICES; with cluster.cpu_binding: cores it

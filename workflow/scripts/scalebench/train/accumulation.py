@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from scalebench.measures import batches_per_epoch
 from scalebench.settings import TrainingSettings
 
 
@@ -36,19 +37,8 @@ class Part:
 ONE_BATCH_STEP = Part(first=True, last=True, count=1)
 
 
-def batches_per_epoch(
-    samples: int, replicas: int, batch: int, steps_per_epoch: int | None = None, passes: int = 1
-) -> int:
-    """Full batches each replica trains on in an epoch: with training.steps_per_epoch, its
-    optimizer steps' batches; else both frameworks' samplers pad the shards to
-    ceil(samples / replicas) and drop the incomplete last batch."""
-    if steps_per_epoch is not None:
-        return steps_per_epoch * passes
-    return math.ceil(samples / replicas) // batch
-
-
 def epoch_batches(training: TrainingSettings, samples: int, replicas: int, passes: int) -> int:
-    """batches_per_epoch with a rank's training settings (`passes`: its backend's batches per step)."""
+    """measures.batches_per_epoch with a rank's training settings (`passes`: its backend's batches per step)."""
     return batches_per_epoch(samples, replicas, training.batch_per_gpu, training.steps_per_epoch, passes)
 
 

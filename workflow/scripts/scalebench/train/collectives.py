@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scalebench.collective_table import COLUMNS
 from scalebench.settings import CollectiveSettings
 from scalebench.train import faults
 
@@ -50,23 +51,6 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "reduce": lambda n: 1.0,
     "broadcast": lambda n: 1.0,
 }
-# the columns of a cell's collectives.csv (the summary adds the cell's keys in front)
-COLUMNS = [
-    "op",
-    "bytes",
-    "size",  # gradient, bucket or sweep: why this size was measured (a bucket the sweep has is 'bucket')
-    "dtype",
-    "ranks",
-    "library",
-    "iterations",  # timed iterations (fewer than training.collectives.iterations where the budget was short)
-    "latency_us",  # median over iterations of the slowest rank's time
-    "latency_min_us",
-    "latency_max_us",
-    "algbw_gbps",  # bytes / latency, GB/s (10^9 bytes per second)
-    "busbw_gbps",  # algbw x the bus factor
-    "reason",  # why the figures are empty
-]
-TABLE = "collectives.csv"
 # the prefix of the tensors' names where a library names them (Horovod: its timeline tells them apart)
 TENSOR_NAME = "scalebench.collectives"
 

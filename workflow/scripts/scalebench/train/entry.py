@@ -25,7 +25,7 @@ from scalebench import backends, outcome
 from scalebench.cluster import network
 from scalebench.data.preprocess import read_manifest
 from scalebench.refusal import Refused, SettingRefused
-from scalebench.settings import RunSettings
+from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import binding, provenance, rank_env
 from scalebench.train.interfaces import Framework
 from scalebench.train.loop import TrainingLoop, check_launch
@@ -43,7 +43,7 @@ def cell_hash(settings: dict, data_dir: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def create_framework(run: RunSettings, place: rank_env.RankInfo) -> Framework:
+def create_framework(run: RunSettings, process: ProcessFacts, place: rank_env.RankInfo) -> Framework:
     """The framework of the cell with its backend (modules train/<framework>/framework.py, <backend>.py)."""
     problem = backends.compression_problem(run.cell.framework, run.cell.backend, run.training.compression)
     if problem:  # config validation refuses such a cell first; a rank started by hand is refused here
@@ -56,7 +56,7 @@ def create_framework(run: RunSettings, place: rank_env.RankInfo) -> Framework:
     package = FRAMEWORK_PACKAGES[run.cell.framework]
     backend_module = importlib.import_module(f"{package}.{run.cell.backend}")
     framework_module = importlib.import_module(f"{package}.framework")
-    return framework_module.create(run, backend_module.create(run, place))
+    return framework_module.create(run, backend_module.create(run, place), process)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _terminate)
     run = RunSettings.from_json(json.loads(args.settings), args.data, args.out)
+    process = ProcessFacts.of_rank(run, os.environ)  # this rank's own, from what its launcher gave it
     Path(args.out).mkdir(parents=True, exist_ok=True)
     try:
         rank_env.adopt_srun_rank()  # a Horovod rank started by horovod_srun.py: Horovod's variables from srun's
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     framework = None
     try:
         network.check_node()  # cluster.network_interface exists on this rank's node
-        framework = create_framework(run, place)
+        framework = create_framework(run, process, place)
         check_launch(place.world_size, place.world_size_source, framework.backend, run.cell.gpus)
         status = TrainingLoop(run, framework, cell_hash(run.source, args.data), started).train()
         return 0 if status in ("ok", "diverged") else 1

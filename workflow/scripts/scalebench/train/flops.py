@@ -7,8 +7,8 @@ except the first convolution, whose input (the image) needs no gradient.
 
 from __future__ import annotations
 
+from scalebench.architecture import CHANNELS
 from scalebench.settings import PRECISION_OF
-from scalebench.train.architecture import CHANNELS
 
 
 def forward_flops(height: int, width: int, channels: tuple[int, ...] = CHANNELS) -> tuple[int, int]:

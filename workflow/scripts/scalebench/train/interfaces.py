@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from scalebench.settings import RunSettings
+from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train.accumulation import Part
 from scalebench.train.collectives import Bench
 from scalebench.train.placement import DataPlacement
@@ -48,6 +48,7 @@ class Backend:
     # (accumulation.py); only a backend with one replica per process may set more than 1
     backward_passes_per_step = 1
     device_type = "cpu"  # "gpu" or "cpu": set by framework.start before setup()
+    share_gpu = False  # ranks share a GPU (ProcessFacts.share_gpu): set by framework.start before setup()
     # the type gradients are reduced in between ranks (training.compression: none or fp16), as
     # this backend applies it: run.json records it, and the loop checks it is the one asked for
     gradient_compression = "none"
@@ -152,6 +153,7 @@ class Framework(Protocol):
     backend: Backend
     out_of_memory: tuple[type[BaseException], ...]  # errors that mean the device ran out of memory
     gpu_indices: list[int]  # the GPUs it drives, among those it sees (devices.process_gpus), after start()
+    process: ProcessFacts  # this rank's own facts (threads, whether it must have a GPU, may share one)
 
     def start(self, run: RunSettings) -> None:
         """Threads, device, the backend's setup and seeding, before anything is built."""

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from scalebench import measures, outcome, records
+from scalebench import architecture, collective_table, measures, outcome, records
 from scalebench.data.preprocess import read_manifest
 from scalebench.files import write_json_atomic
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import ProfileSettings, RunSettings
 from scalebench.train import (
     accumulation,
-    architecture,
     binding,
     collectives,
     devices,
@@ -203,20 +202,20 @@ class TrainingLoop:
         return decided
 
     def write_provenance(self) -> None:
-        run = self.run
+        run, process = self.run, self.framework.process
         record = provenance.start_record(dataclasses.asdict(run.cell), self.config_hash)
         record.update(self.framework.describe())
         record.update(
             world_size=self.backend.replicas,
             processes=self.backend.world_size,
             ranks_per_node=self.backend.local_world_size,
-            threads_per_rank=run.threads,
-            gpu_required=run.gpu_required,
-            shared_gpu=run.share_gpu,
+            threads_per_rank=process.threads,
+            gpu_required=process.gpu_required,
+            shared_gpu=process.share_gpu,
             data_key=Path(run.data_dir).name,  # the prepared arrays' folder is named by their settings
             model_width=run.model_width,  # the UNet's channel multiplier (parameters, gradient_bytes: describe)
             collective_timeout_s=self.training.collective_timeout_s,
-            network_interface=run.source.get("network_interface"),  # cluster.network_interface
+            network_interface=run.network_interface,  # cluster.network_interface
             precision=self.training.precision,
             data_placement=self.placement.kind,
             data_device_bytes=self.placement.device_bytes,
@@ -229,7 +228,7 @@ class TrainingLoop:
             framework=self.framework.name,
             device_type=self.backend.device_type,
             replicas=self.backend.replicas,
-            threads=run.threads,
+            threads=process.threads,
             deterministic=record["deterministic"],
             passes=self.backend.backward_passes_per_step,
             compression=self.backend.gradient_compression,
@@ -264,7 +263,7 @@ class TrainingLoop:
                 bench, settings, backend.replicas, backend.rank, gradient_bytes, backend.allreduce_max
             )
             if self.is_root:
-                collectives.write_table(result.rows, self.out / collectives.TABLE)
+                collectives.write_table(result.rows, self.out / collective_table.TABLE)
         self.provenance.update(collectives.run_fields(result, backend.replicas))
         if self.is_root:
             write_json_atomic(self.out / "run.json", self.provenance)
@@ -350,7 +349,9 @@ class TrainingLoop:
     def start_energy_meter(self) -> None:
         """This rank's energy meter (energy.py): NVML on its own GPUs, RAPL on a node's first CPU rank."""
         backend = self.backend
-        self.energy = energy.meter_for(backend.device_type, self.framework.gpu_indices, self.run.share_gpu)
+        self.energy = energy.meter_for(
+            backend.device_type, self.framework.gpu_indices, self.framework.process.share_gpu
+        )
         self.measures_energy = energy.measures_node(backend.device_type, backend.local_rank)
         self.energy_reason = self.energy.reason
 

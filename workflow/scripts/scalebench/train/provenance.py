@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from scalebench import measures, records
+from scalebench.architecture import CHANNELS
 from scalebench.files import write_json_atomic
 from scalebench.settings import TrainingSettings
 from scalebench.train import flops
-from scalebench.train.architecture import CHANNELS
 from scalebench.train.lr_schedule import scaled_lr
 
 

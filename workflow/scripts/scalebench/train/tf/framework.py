@@ -15,9 +15,10 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from scalebench import architecture
 from scalebench.data.preprocess import load_arrays
-from scalebench.settings import RunSettings
-from scalebench.train import accumulation, architecture, devices, faults, placement, resume
+from scalebench.settings import ProcessFacts, RunSettings
+from scalebench.train import accumulation, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
@@ -185,8 +186,8 @@ class TensorFlowFramework:
     name = "tensorflow"
     out_of_memory = (tf.errors.ResourceExhaustedError,)
 
-    def __init__(self, run: RunSettings, backend: Backend) -> None:
-        self.run, self.backend = run, backend
+    def __init__(self, run: RunSettings, backend: Backend, process: ProcessFacts) -> None:
+        self.run, self.backend, self.process = run, backend, process
         self.training = run.training
         self.channels = architecture.channels(run.model_width)
         self.saver: Checkpoint | None = None
@@ -200,11 +201,12 @@ class TensorFlowFramework:
         backend = self.backend
         # threads and visible devices before TensorFlow's first operation, then the backend
         replicas = run.cell.gpus // backend.processes(run.cell.gpus)
-        self.gpu_indices = runtime.configure(run, backend.local_rank, backend.local_world_size, replicas)
+        self.gpu_indices = runtime.configure(run, self.process, backend.local_rank, backend.local_world_size, replicas)
         self.device_type = "gpu" if self.gpu_indices else "cpu"
         if self.training.step_split:
             self.marks = step_timing.StepMarks(self.device_type == "gpu")
         backend.device_type = self.device_type
+        backend.share_gpu = self.process.share_gpu
         self.input_device = runtime.input_device(self.device_type, replicas)
         backend.setup(run)
         # each local replica's device (a MirroredStrategy process has several), where device placement puts its samples
@@ -330,7 +332,7 @@ class TensorFlowFramework:
         )
         if self.stores:
             return data.device_train_batches(self.stores, *shards)
-        return data.train_dataset(self.run.data_dir, *shards, self.run.threads, self.input_device)
+        return data.train_dataset(self.run.data_dir, *shards, self.process.threads, self.input_device)
 
     def train_step(self, batch, part: Part) -> None:
         if self.marks is not None:
@@ -403,7 +405,7 @@ class TensorFlowFramework:
                 sums += self.steps.eval_gathered(*batch).numpy()
             return sums
         for images, masks in data.eval_dataset(
-            self.run.data_dir, indices, self.training.batch_per_gpu, self.run.threads, self.input_device
+            self.run.data_dir, indices, self.training.batch_per_gpu, self.process.threads, self.input_device
         ):
             sums += self.steps.eval(images, masks).numpy()
         return sums
@@ -436,5 +438,5 @@ class TensorFlowFramework:
         return tf.errors.ResourceExhaustedError(None, None, f"OOM: {message}")
 
 
-def create(run: RunSettings, backend: Backend) -> TensorFlowFramework:
-    return TensorFlowFramework(run, backend)
+def create(run: RunSettings, backend: Backend, process: ProcessFacts) -> TensorFlowFramework:
+    return TensorFlowFramework(run, backend, process)

@@ -1,4 +1,4 @@
-"""The UNet in Keras (tf_keras), the same network as torch/model.py (train/architecture.py).
+"""The UNet in Keras (tf_keras), the same network as torch/model.py (scalebench/architecture.py).
 
 Encoder channels 8-16-32-64-128 (times model.width: architecture.channels), each level two 3x3 convolutions (no bias,
 batch norm, ReLU), 2x2 max-pooling between levels; decoder of 2x2 stride-2
@@ -17,7 +17,7 @@ import math
 
 import tf_keras as keras
 
-from scalebench.train.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
+from scalebench.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
 
 
 def _torch_like(fan_in: int) -> dict:

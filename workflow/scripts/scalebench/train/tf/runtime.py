@@ -15,12 +15,14 @@ import tensorflow as tf
 
 from scalebench import backends
 from scalebench.refusal import SettingRefused
-from scalebench.settings import PRECISION_OF, RunSettings
+from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 
 
-def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: int = 1) -> list[int]:
+def configure(
+    run: RunSettings, process: ProcessFacts, local_rank: int, ranks_on_node: int, replicas: int = 1
+) -> list[int]:
     """Threads and devices for this process, before its first operation; returns the indices of the
     GPUs it drives among those it sees (devices.process_gpus), none on the CPU.
 
@@ -28,14 +30,14 @@ def configure(run: RunSettings, local_rank: int, ranks_on_node: int, replicas: i
     GPU (under task binding the only one its task sees); one holding several (MirroredStrategy) its first `replicas` GPUs. On the CPU,
     several replicas split it into logical devices. devices.use_gpus decides, or refuses.
     """
-    tf.config.threading.set_intra_op_parallelism_threads(run.threads)
+    tf.config.threading.set_intra_op_parallelism_threads(process.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     gpus = tf.config.list_physical_devices("GPU")
     build = tf.sysconfig.get_build_info()
     library = f"TensorFlow {tf.__version__} (CUDA build: {build.get('cuda_version') if build.get('is_cuda_build') else 'none'})"
-    share, binding = run.share_gpu, run.gpu_binding
+    share, binding = process.share_gpu, run.gpu_binding
     if not devices.use_gpus(
-        run.gpu_required, run.training.device, len(gpus), ranks_on_node, replicas, library, share, binding
+        process.gpu_required, run.training.device, len(gpus), ranks_on_node, replicas, library, share, binding
     ):
         if gpus:
             tf.config.set_visible_devices([], "GPU")

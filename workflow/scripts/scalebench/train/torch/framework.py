@@ -14,8 +14,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scalebench.settings import RunSettings
-from scalebench.train import accumulation, architecture, devices, faults, placement, resume
+from scalebench import architecture
+from scalebench.settings import ProcessFacts, RunSettings
+from scalebench.train import accumulation, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
 from scalebench.train.interfaces import Backend
 from scalebench.train.placement import DataPlacement
@@ -30,8 +31,8 @@ class TorchFramework:
     name = "torch"
     out_of_memory = (torch.OutOfMemoryError,)
 
-    def __init__(self, run: RunSettings, backend: Backend) -> None:
-        self.run, self.backend = run, backend
+    def __init__(self, run: RunSettings, backend: Backend, process: ProcessFacts) -> None:
+        self.run, self.backend, self.process = run, backend, process
         self.training = run.training
         self.channels = architecture.channels(run.model_width)
         self.marks: step_timing.StepMarks | None = None  # training.step_split (step_timing.py)
@@ -41,13 +42,14 @@ class TorchFramework:
     # --- before the loop
 
     def start(self, run: RunSettings) -> None:
-        torch.set_num_threads(run.threads)
+        torch.set_num_threads(self.process.threads)
         backend = self.backend
         per_process = run.cell.gpus // backend.processes(run.cell.gpus)  # DataParallel: every GPU of the cell
         self.device = runtime.choose_device(  # before NCCL starts
-            run, backend.local_rank, backend.local_world_size, per_process
+            run, self.process, backend.local_rank, backend.local_world_size, per_process
         )
         backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
+        backend.share_gpu = self.process.share_gpu
         # each replica's device: DataParallel drives GPUs 0..n-1 (the first is self.device)
         self.gpu_indices = (
             devices.process_gpus(backend.local_rank, per_process, torch.cuda.device_count())
@@ -330,5 +332,5 @@ class TorchFramework:
         return torch.OutOfMemoryError(f"CUDA {message}")
 
 
-def create(run: RunSettings, backend: Backend) -> TorchFramework:
-    return TorchFramework(run, backend)
+def create(run: RunSettings, backend: Backend, process: ProcessFacts) -> TorchFramework:
+    return TorchFramework(run, backend, process)

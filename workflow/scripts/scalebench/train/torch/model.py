@@ -1,4 +1,4 @@
-"""The UNet in PyTorch (train/architecture.py); tf/model.py builds the same network in Keras.
+"""The UNet in PyTorch (scalebench/architecture.py); tf/model.py builds the same network in Keras.
 
 Encoder channels 8-16-32-64-128 (times model.width: architecture.channels), each level two 3x3 convolutions (no bias,
 batch norm, ReLU), 2x2 max-pooling between levels; decoder of 2x2 stride-2
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from scalebench.train.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
+from scalebench.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
 
 
 class DoubleConv(nn.Sequential):

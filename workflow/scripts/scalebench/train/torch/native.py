@@ -29,7 +29,7 @@ class DDPBackend(Backend):
         place = self.place
         # device cpu: Gloo, even beside a GPU. Ranks sharing a GPU (SCALEBENCH_SHARE_GPU, a functional
         # check) reduce through Gloo too: NCCL refuses two ranks on one device ("Duplicate GPU detected").
-        self.collective = "nccl" if self.device_type == "gpu" and not run.share_gpu else "gloo"
+        self.collective = "nccl" if self.device_type == "gpu" and not self.share_gpu else "gloo"
         dist.init_process_group(
             self.collective,
             init_method=f"tcp://{place.master_addr}:{place.master_port}",

@@ -10,7 +10,7 @@ import torch
 
 from scalebench import backends
 from scalebench.refusal import SettingRefused
-from scalebench.settings import PRECISION_OF, RunSettings
+from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
 from scalebench.train import devices
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 
@@ -35,20 +35,22 @@ def set_determinism(seed: int, deterministic: bool) -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
 
 
-def choose_device(run: RunSettings, local_rank: int, ranks_on_node: int, per_process: int = 1) -> torch.device:
+def choose_device(
+    run: RunSettings, process: ProcessFacts, local_rank: int, ranks_on_node: int, per_process: int = 1
+) -> torch.device:
     """This rank's device: its local rank's GPU (the one it sees, under task binding), or the CPU
     (devices.use_gpus decides, or refuses).
     per_process: the GPUs this process drives (DataParallel: all of the cell's, from the first)."""
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
     library = f"torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'})"
     use = devices.use_gpus(
-        run.gpu_required,
+        process.gpu_required,
         run.training.device,
         visible,
         ranks_on_node,
         per_process,
         library,
-        run.share_gpu,
+        process.share_gpu,
         run.gpu_binding,
     )
     if not use:

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import REPO
-from scalebench.launch.resources import RESOURCE_NAMES, declared_names
+from scalebench.config.resources import RESOURCE_NAMES, declared_names
 from snakemake.api import SnakemakeApi
 from snakemake.rules import Rule
 from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings

@@ -7,7 +7,8 @@ the command line or in a profile), or, for a local run that gives none, the GPUs
 this machine shows (CUDA_VISIBLE_DEVICES, else `nvidia-smi -L`). A cell that
 needs more GPUs than that is left out before anything runs, with the reason. The
 count only limits how many GPUs the running cells hold together; which ones each
-holds, launch.py takes from the machine's ids when its cell starts (launch/local_pool.py).
+holds, launch.py takes from the machine's ids when its cell starts (launch/local_pool.py);
+how many a cell holds is cluster/gpu_ids.gpus_taken, the same number for both.
 
 The name is not `gpu` nor `gpus`: the SLURM plugin turns `gpu` into --gpus (and
 then --ntasks-per-gpu) and its jobstep reads `gpus`; an unknown name changes no
@@ -17,6 +18,7 @@ sbatch line, and nothing limits it where no count is given (a SLURM run).
 from __future__ import annotations
 
 from scalebench.cluster import gpu_ids, nvidia_smi
+from scalebench.cluster.gpu_ids import gpus_taken
 
 RESOURCE = "local_gpus"
 
@@ -43,14 +45,6 @@ def machine_problem(env: dict[str, str], declared: int | None) -> str | None:
             f"give at most {shown}"
         )
     return None
-
-
-def gpus_taken(device: str, gpus: int, machine_gpus: int) -> int:
-    """GPUs a cell of `gpus` devices holds on this machine: none for CPU ranks (training.device cpu,
-    or auto on a machine without GPUs), else one per device (dp and mirrored drive them from one process)."""
-    if device == "cpu" or (device == "auto" and machine_gpus == 0):
-        return 0
-    return gpus
 
 
 def problem(device: str, gpus: int, machine_gpus: int) -> str | None:

@@ -6,7 +6,7 @@ import pytest
 from conftest import tiny_config
 from scalebench import config as sb_config
 from scalebench.cell import Cell
-from scalebench.launch import resources
+from scalebench.config import resources
 
 
 @pytest.mark.parametrize(

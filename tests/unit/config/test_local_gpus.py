@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scalebench.launch import local_gpus
+from scalebench.cluster import gpu_ids
+from scalebench.config import local_gpus
 
 
 def test_visible_gpus_follow_cuda_visible_devices_as_cuda_reads_it():
@@ -13,10 +14,10 @@ def test_visible_gpus_follow_cuda_visible_devices_as_cuda_reads_it():
 
 
 def test_cpu_ranks_hold_no_gpu_and_gpu_cells_one_per_device():
-    assert local_gpus.gpus_taken("cpu", 4, 8) == 0
-    assert local_gpus.gpus_taken("auto", 4, 0) == 0  # auto on a machine without GPUs: CPU ranks
-    assert local_gpus.gpus_taken("auto", 4, 8) == 4
-    assert local_gpus.gpus_taken("cuda", 2, 0) == 2
+    assert gpu_ids.gpus_taken("cpu", 4, 8) == 0
+    assert gpu_ids.gpus_taken("auto", 4, 0) == 0  # auto on a machine without GPUs: CPU ranks
+    assert gpu_ids.gpus_taken("auto", 4, 8) == 4
+    assert gpu_ids.gpus_taken("cuda", 2, 0) == 2
 
 
 def test_a_cell_with_more_gpus_than_the_machine_is_refused_with_the_reason():
