@@ -11,7 +11,7 @@ from scalebench.analysis import collect as analysis
 from scalebench.analysis import collectives
 from scalebench.analysis.scaling import scaling
 from scalebench.report import collective_figures
-from scalebench.report.save import save_figure
+from scalebench.report.style import save_figure
 from scalebench.train import architecture
 from scalebench.train.collectives import TABLE, bandwidths, empty_row, write_table
 

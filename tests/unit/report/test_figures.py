@@ -22,7 +22,7 @@ from scalebench.analysis.summary_csv import read_epochs, read_runs
 from scalebench.report import scaling_figures as plots
 from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figures_of
 from scalebench.report.predictions import picture_panel
-from scalebench.report.save import save_figure
+from scalebench.report.style import save_figure
 from scalebench.rerun import Invocation
 from scalebench.train.collectives import TABLE, bandwidths, empty_row, write_table
 
@@ -273,9 +273,10 @@ def test_picture_panel_without_any_ok_cell_says_so(tmp_path):
 
 def test_every_registered_backend_has_a_legend_label_and_a_colour():
     from scalebench import backends
+    from scalebench.report import style
 
-    assert set(plots.BACKEND_LABELS) == set(backends.BACKENDS)
-    assert set(plots.BACKEND_COLOURS) == set(plots.BACKEND_LABELS.values())
+    assert set(style.BACKEND_LABELS) == set(backends.BACKENDS)
+    assert set(style.BACKEND_COLOURS) == set(style.BACKEND_LABELS.values())
 
 
 def test_a_backend_with_another_base_gets_its_own_ideal_line_and_says_so(tmp_path):

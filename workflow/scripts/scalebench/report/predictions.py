@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.cell import cell_path
-from scalebench.report.scaling_figures import BACKEND_LABELS
+from scalebench.report.style import BACKEND_LABELS
 
 
 def chosen_cells(runs: pd.DataFrame, runs_root: str | Path) -> list[tuple[str, Path]]:
