@@ -144,9 +144,16 @@ def describe_registry() -> str:
 
 
 def processes(framework: str, backend: str, gpus: int) -> int:
-    """How many processes the launcher starts for a cell of `gpus` devices."""
+    """How many processes the launcher starts for a cell of `gpus` devices (the ranks' Backend.processes)."""
     return 1 if spec(framework, backend).one_process else gpus
 
 
 def devices_per_process(framework: str, backend: str, gpus: int) -> int:
+    """The devices each process of the cell drives: 1, or all of the cell's for a one-process backend."""
     return gpus // processes(framework, backend, gpus)
+
+
+def backward_passes(framework: str, backend: str, passes_per_step: int) -> int:
+    """Batches per optimizer step: `passes_per_step` (training.horovod.backward_passes_per_step)
+    for a backend that accumulates, else 1. The planner, the analysis and the ranks' backend read it."""
+    return passes_per_step if spec(framework, backend).accumulates else 1

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scalebench import backends
 from scalebench.settings import RunSettings
 from scalebench.train import accumulation, architecture, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
@@ -43,7 +44,8 @@ class TorchFramework:
     def start(self, run: RunSettings) -> None:
         torch.set_num_threads(run.threads)
         backend = self.backend
-        per_process = run.cell.gpus // backend.processes(run.cell.gpus)  # DataParallel: every GPU of the cell
+        # DataParallel: every GPU of the cell
+        per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
         self.device = runtime.choose_device(  # before NCCL starts
             run, backend.local_rank, backend.local_world_size, per_process
         )
