@@ -28,7 +28,7 @@ from plotnine import (
 
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.scaling_model import FORMULAS, GROUP, METRIC, Backtest, Fit, backtests, curve, series_columns
-from scalebench.report.style import BACKEND_LABELS, figure_theme, gpu_axis, placeholder, wrap
+from scalebench.report.style import backend_label, figure_theme, gpu_axis, placeholder, wrap
 
 PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "per-step floor": "#7570b3", "communication": "#d95f02"}
 BACKTEST_COLOUR = "#0f766e"
@@ -44,7 +44,7 @@ def panel_name(key: tuple, fit: Fit) -> str:
     """'torch / Horovod' (and the variant: 'torch / Horovod bf16'), with the source where it is not
     the project's own, and POOR FIT where so."""
     source, framework, backend, variant = key
-    name = f"{framework} / {BACKEND_LABELS.get(backend, backend)}" + (f" {variant}" if variant else "")
+    name = f"{framework} / {backend_label(backend)}" + (f" {variant}" if variant else "")
     name += f" ({fit.form} form, communication {fit.communication})"
     if source != OWN_SOURCE:
         name += f" ({source})"

@@ -35,25 +35,24 @@ from plotnine import (
     theme_void,
 )
 
+from scalebench import backends
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.scaling import GROUP
 
-# The legend's name of each backend (scalebench/backends.py lists them; a test keeps both in step).
+# The legend's name and colour of each backend come from its registry entry (scalebench/backends.py);
 # native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's.
-BACKEND_LABELS = {
-    "native": "native",
-    "horovod": "Horovod",
-    "fsdp": "FSDP",
-    "dp": "DataParallel",
-    "mirrored": "Mirrored",
-}
-BACKEND_COLOURS = {
-    "native": "#1b6ca8",
-    "Horovod": "#d95f02",
-    "FSDP": "#1b9e77",
-    "DataParallel": "#7570b3",
-    "Mirrored": "#e7298a",
-}
+
+
+def backend_label(name: str) -> str:
+    """The legend's name of backend `name` (the name itself for one the registry lacks)."""
+    return backends.legend().get(name, (name, ""))[0]
+
+
+def backend_label_colours() -> dict[str, str]:
+    """Each registered backend's legend label and its colour."""
+    return dict(backends.legend().values())
+
+
 # backends with a variant of the optional axes (batch8_bf16, ...): a colour each, after the plain ones
 VARIANT_COLOURS = ["#66a61e", "#e6ab02", "#a6761d", "#666666", "#a6cee3", "#fb9a99", "#cab2d6", "#b2df8a", "#fdbf6f"]
 STATUS_COLOURS = {
@@ -91,7 +90,7 @@ def tidy(frame: pd.DataFrame) -> pd.DataFrame:
     """Readable backend names (with the variant of the optional axes where there is one: 'native
     bf16'), sources own-first, integer GPU counts."""
     frame = frame.copy()
-    frame["backend"] = frame["backend"].map(BACKEND_LABELS).fillna(frame["backend"])
+    frame["backend"] = frame["backend"].map(backend_label)
     if "variant" in frame:
         # a study without optional axes reads its empty variant column as float NaN
         variants = frame["variant"].astype(object).where(frame["variant"].notna(), "").astype(str)
@@ -106,8 +105,9 @@ def backend_colours(labels) -> dict[str, str]:
     """A colour per backend label: the backend's own for a plain one, the next of VARIANT_COLOURS
     for each label with a variant."""
     colours, extra = {}, iter(VARIANT_COLOURS * (1 + len(set(labels)) // len(VARIANT_COLOURS)))
+    own = backend_label_colours()
     for label in sorted(set(labels)):
-        colours[label] = BACKEND_COLOURS.get(label) or next(extra)
+        colours[label] = own.get(label) or next(extra)
     return colours
 
 
@@ -116,7 +116,7 @@ def series_scales(frame: pd.DataFrame) -> list:
     The source legend is left out when there is only the project's own runs."""
     sources = list(frame["source"].cat.categories) if len(frame) else [OWN_SOURCE]
     hide = [guides(shape="none", linetype="none")] if sources == [OWN_SOURCE] else []
-    colours = backend_colours(frame["backend"]) if len(frame) else BACKEND_COLOURS
+    colours = backend_colours(frame["backend"]) if len(frame) else backend_label_colours()
     if len(colours) > 4:  # variants' long labels: two columns, so the legend stays inside the figure
         hide.append(guides(colour=guide_legend(ncol=2), fill=guide_legend(ncol=2)))
     return hide + [
