@@ -41,6 +41,7 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     """Adding a backend is its module plus one entry: here an entry alone (a copy of DDP's under a
     new name), registered in this process, and everything that lists backends finds it."""
     sys.path.insert(0, str(REPO / "tools"))
+    import backends_table
     import config_reference
     from scalebench.report import style
 
@@ -58,6 +59,7 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     assert style.backend_label("ring") == "Ring" and style.backend_label_colours()["Ring"] == "#123456"
     assert "| PyTorch | `ring` | Ring | ring allreduce |" in backends.markdown_table()
     assert "`launchers.slurm.torch_ring`" in config_reference.table()
+    assert '"ring": "PyTorch ring allreduce"' in backends_table.report_about()
 
 
 def test_a_backend_name_has_one_legend_entry_in_every_framework(monkeypatch):
@@ -67,11 +69,17 @@ def test_a_backend_name_has_one_legend_entry_in_every_framework(monkeypatch):
         backends.legend()
 
 
-def test_the_docs_hold_the_registry_s_current_backends_table():
+def test_the_docs_and_the_report_hold_the_registry_s_current_text():
     table = subprocess.run(
         [sys.executable, str(REPO / "tools" / "backends_table.py")], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert table in (REPO / "docs" / "backends.md").read_text(), "run: python tools/backends_table.py --write"
+    sys.path.insert(0, str(REPO / "tools"))
+    import backends_table
+
+    about = backends_table.report_about()
+    assert about in (REPO / "report" / "workflow.rst").read_text(), "run: python tools/backends_table.py --write"
+    assert all(f'"{name}":' in about for name in backends.BACKENDS)
 
 
 def test_both_frameworks_with_every_backend_run_each_backend_where_it_exists(schema):

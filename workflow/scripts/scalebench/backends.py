@@ -133,7 +133,7 @@ DP = BackendSpec(
 )
 MIRRORED = BackendSpec(
     "mirrored",
-    "MirroredStrategy, one process driving every GPU of one node",
+    "MirroredStrategy, one process driving every GPU of one node (logical CPU devices without GPUs)",
     one_process=True,
     compression_reason=TF_COLLECTIVES_REASON,
     label="Mirrored",
@@ -249,6 +249,22 @@ def backward_passes(framework: str, backend: str, passes_per_step: int) -> int:
     """Batches per optimizer step: `passes_per_step` (training.horovod.backward_passes_per_step)
     for a backend that accumulates, else 1. The planner, the analysis and the ranks' backend read it."""
     return passes_per_step if spec(framework, backend).accumulates else 1
+
+
+def about() -> dict[str, str]:
+    """Each backend name and what it is in every framework that has it, for the report's text."""
+    told: dict[str, dict[str, list[str]]] = {}  # name -> what it is -> the frameworks it is that in
+    for framework, entries in REGISTRY.items():
+        for name, entry in entries.items():
+            what = entry.summary + (f", from {entry.min_ranks} GPUs" if entry.min_ranks > 1 else "")
+            told.setdefault(name, {}).setdefault(what, []).append(FRAMEWORK_NAMES[framework])
+    return {
+        name: " / ".join(
+            f"{frameworks[0]} {what}" if len(frameworks) == 1 else f"{what} ({', '.join(frameworks)})"
+            for what, frameworks in kinds.items()
+        )
+        for name, kinds in told.items()
+    }
 
 
 def markdown_table() -> str:
