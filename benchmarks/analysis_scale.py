@@ -29,7 +29,8 @@ from scalebench.cell import Cell  # noqa: E402
 from scalebench.report import scaling_figures as plots
 from scalebench.report import training_figures as plots_training
 from scalebench.report.predictions import picture_panel  # noqa: E402
-from scalebench.report.save import save_figure  # noqa: E402
+from scalebench.report.style import save_figure  # noqa: E402
+from scalebench.report.time_split_figures import time_split_figure  # noqa: E402
 
 FRAMEWORKS = ["torch", "tensorflow"]
 BACKENDS = ["native", "horovod"]
@@ -149,7 +150,7 @@ def run(root: Path, cells: list[dict], legacy: list[dict]) -> dict[str, float]:
         "efficiency_epoch": plots.efficiency_figure(table, runs, "steady_epoch_s"),
         "iou": plots.iou_figure(runs),
         "throughput": plots.throughput_figure(runs),
-        "time_split": plots.time_split_figure(runs),
+        "time_split": time_split_figure(runs),
         "completeness": plots.completeness_figure(runs),
         "loss": plots_training.loss_figure(epochs),
         "iou_time": plots_training.iou_time_figure(epochs, TARGET),

@@ -1,4 +1,5 @@
-"""Render the configuration reference (a Markdown table) from config/schema.yaml.
+"""Render the configuration reference (a Markdown table) from config/schema.yaml, as loaded
+(with the backend registry's enum and launch templates filled in: config/registry_schema.py).
 
     python tools/config_reference.py            # print it
     python tools/config_reference.py --write    # update README.md between the markers
@@ -14,9 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+from scalebench.config import load_schema  # noqa: E402
+
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
@@ -47,7 +49,7 @@ def rows(schema: dict, prefix: str = "") -> list[tuple[str, str, str, str]]:
 
 
 def table() -> str:
-    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    schema = load_schema(ROOT / "config" / "schema.yaml")
     lines = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
     for key, kind, default, meaning in rows(schema):
         meaning = meaning.replace("|", "\\|")

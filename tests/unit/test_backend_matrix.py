@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import subprocess
+import sys
+
 import pytest
-from conftest import tiny_config
+from conftest import REPO, tiny_config
 from scalebench import backends
 from scalebench import config as sb_config
 
@@ -31,6 +35,51 @@ def test_the_registry_names_each_backend_once_and_the_schema_lists_them(schema):
     launchers = sb_config.validate({}, schema)["launchers"]
     pairs = {f"{f}_{b}" for f, names in backends.REGISTRY.items() for b in names}
     assert set(launchers["local"]) == set(launchers["slurm"]) == pairs
+
+
+def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_no_other_change(monkeypatch):
+    """Adding a backend is its module plus one entry: here an entry alone (a copy of DDP's under a
+    new name), registered in this process, and everything that lists backends finds it."""
+    sys.path.insert(0, str(REPO / "tools"))
+    import backends_table
+    import config_reference
+    from scalebench.report import style
+
+    ring = dataclasses.replace(
+        backends.NATIVE_TORCH, name="ring", summary="ring allreduce", label="Ring", colour="#123456"
+    )
+    monkeypatch.setitem(backends.REGISTRY["torch"], "ring", ring)
+    schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
+    assert "ring" in schema["properties"]["matrix"]["properties"]["backends"]["items"]["enum"]
+    config = validated(schema, matrix={"frameworks": ["torch"], "backends": ["ring"], "gpus": [1, 2], "seeds": [1]})
+    assert [(c.backend, c.gpus) for c in sb_config.cells(config)] == [("ring", 1), ("ring", 2)]
+    launchers = config["launchers"]  # DDP's templates: it starts a process per GPU
+    assert launchers["local"]["torch_ring"] == launchers["local"]["torch_native"]
+    assert launchers["slurm"]["torch_ring"] == launchers["slurm"]["torch_native"]
+    assert style.backend_label("ring") == "Ring" and style.backend_label_colours()["Ring"] == "#123456"
+    assert "| PyTorch | `ring` | Ring | ring allreduce |" in backends.markdown_table()
+    assert "`launchers.slurm.torch_ring`" in config_reference.table()
+    assert '"ring": "PyTorch ring allreduce"' in backends_table.report_about()
+
+
+def test_a_backend_name_has_one_legend_entry_in_every_framework(monkeypatch):
+    other = dataclasses.replace(backends.HOROVOD, label="hvd")
+    monkeypatch.setitem(backends.REGISTRY["tensorflow"], "horovod", other)
+    with pytest.raises(ValueError, match="backend horovod has two legend entries"):
+        backends.legend()
+
+
+def test_the_docs_and_the_report_hold_the_registry_s_current_text():
+    table = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "backends_table.py")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert table in (REPO / "docs" / "backends.md").read_text(), "run: python tools/backends_table.py --write"
+    sys.path.insert(0, str(REPO / "tools"))
+    import backends_table
+
+    about = backends_table.report_about()
+    assert about in (REPO / "report" / "workflow.rst").read_text(), "run: python tools/backends_table.py --write"
+    assert all(f'"{name}":' in about for name in backends.BACKENDS)
 
 
 def test_both_frameworks_with_every_backend_run_each_backend_where_it_exists(schema):

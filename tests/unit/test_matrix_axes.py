@@ -11,7 +11,7 @@ from conftest import tiny_config
 from scalebench import config as sb_config
 from scalebench.analysis import study as summary
 from scalebench.analysis.scaling import scaling
-from scalebench.report.scaling_figures import tidy
+from scalebench.report.style import tidy
 from scalebench.rerun import Invocation
 from scalebench.settings import RunSettings
 from scalebench.train.lr_schedule import scaled_lr

@@ -9,7 +9,7 @@ import pandas as pd
 from scalebench.analysis import collectives
 from scalebench.analysis.summary_csv import read_epochs, read_runs
 from scalebench.report.figures import FigureInputs, figures_of
-from scalebench.report.save import save_figure
+from scalebench.report.style import save_figure
 
 given, params = snakemake.input, snakemake.params
 inputs = FigureInputs(

@@ -33,3 +33,12 @@ def test_an_id_the_machine_lacks_is_refused_naming_what_it_has():
     assert "GPU-ffff" in gpu_ids.problem({"CUDA_VISIBLE_DEVICES": "GPU-ffff"}, H100)
     # without nvidia-smi (a faked GPU list) only duplicates can be found
     assert gpu_ids.problem({"CUDA_VISIBLE_DEVICES": "0,1,2"}, None) is None
+
+
+def test_the_framework_s_gpu_is_named_as_nvidia_smi_and_nvml_know_it_by_index_or_uuid():
+    # one home for local index -> GPU id: the energy meter, the free-memory probe and the OOM reason read it
+    assert gpu_ids.device_id(1, {"CUDA_VISIBLE_DEVICES": "2,3"}) == "3"
+    assert gpu_ids.device_id(1, {"CUDA_VISIBLE_DEVICES": "GPU-a, GPU-b"}) == "GPU-b"
+    assert gpu_ids.device_id(2, {"CUDA_VISIBLE_DEVICES": "5"}) == "5"  # a task that sees only its own GPU
+    assert gpu_ids.device_id(2, {"CUDA_VISIBLE_DEVICES": "4,-1,6"}) == "4"  # CUDA stops at -1
+    assert gpu_ids.device_id(2, {}) == "2"  # unset: CUDA's index is nvidia-smi's (PCI_BUS_ID order)

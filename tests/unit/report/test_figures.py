@@ -23,7 +23,7 @@ from scalebench.collective_table import TABLE
 from scalebench.report import scaling_figures as plots
 from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figures_of
 from scalebench.report.predictions import picture_panel
-from scalebench.report.save import save_figure
+from scalebench.report.style import save_figure
 from scalebench.rerun import Invocation
 from scalebench.train.collectives import bandwidths, empty_row, write_table
 
@@ -272,11 +272,14 @@ def test_picture_panel_without_any_ok_cell_says_so(tmp_path):
     assert "No finished cell has saved predictions" in figure.texts[1].get_text()
 
 
-def test_every_registered_backend_has_a_legend_label_and_a_colour():
+def test_every_registered_backend_has_its_own_legend_label_and_colour():
     from scalebench import backends
+    from scalebench.report import style
 
-    assert set(plots.BACKEND_LABELS) == set(backends.BACKENDS)
-    assert set(plots.BACKEND_COLOURS) == set(plots.BACKEND_LABELS.values())
+    labels = {style.backend_label(name) for name in backends.BACKENDS}
+    colours = style.backend_label_colours()
+    assert set(colours) == labels and len(labels) == len(backends.BACKENDS)
+    assert len(set(colours.values())) == len(colours) and all(c.startswith("#") for c in colours.values())
 
 
 def test_a_backend_with_another_base_gets_its_own_ideal_line_and_says_so(tmp_path):

@@ -3,6 +3,7 @@ Backend module per entry of the backend registry (scalebench/backends.py), nothi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 
@@ -76,8 +77,21 @@ def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(frame
     overridden = ("setup", "distribute", "broadcast_from_root", "allreduce_sum", "allreduce_max", "allgather_text")
     for name in (*overridden, "collective_bench"):
         assert getattr(backend_class, name) is not getattr(Backend, name), f"{backend_class.__name__}.{name}"
-    assert backend_class.name == backend
+    assert (backend_class.framework, backend_class.name) == (framework, backend)  # its registry entry
+    # how many processes it needs is the registry's fact (BackendSpec.one_process), stated nowhere else
+    assert backend_class.processes is Backend.processes, f"{backend_class.__name__} overrides processes"
     assert callable(module.create)
-    # a backend that drives several devices from one process says so to the launcher and the loop
-    one_process = backends.spec(framework, backend).one_process
-    assert (backend_class.processes is not Backend.processes) == one_process
+
+
+def test_whether_horovod_accumulates_is_the_registry_s_fact(monkeypatch):
+    pytest.importorskip("horovod.torch", reason="Horovod is built by ./install.sh")
+    from conftest import training_settings
+    from scalebench.train import rank_env
+    from scalebench.train.torch.horovod import HorovodTorchBackend
+
+    settings = training_settings(horovod={"backward_passes_per_step": 3}).horovod
+    assert HorovodTorchBackend(rank_env.detect({}), settings).backward_passes_per_step == 3
+    # the entry, flipped: the backend follows it with no other change
+    plain = dataclasses.replace(backends.HOROVOD, accumulates=False)
+    monkeypatch.setitem(backends.REGISTRY["torch"], "horovod", plain)
+    assert HorovodTorchBackend(rank_env.detect({}), settings).backward_passes_per_step == 1

@@ -109,7 +109,9 @@ def test_the_memory_of_a_task_s_only_gpu_is_asked_of_that_gpu(monkeypatch):
     assert devices.memory_total_mb("gpu", 2) == 81559.0  # local rank 2 uses cuda:0, which is GPU 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
     devices.memory_total_mb("gpu", 3)
-    assert asked == ["--id=2", "--id=3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b")  # nvidia-smi takes a UUID as the id too
+    devices.memory_total_mb("gpu", 1)
+    assert asked == ["--id=2", "--id=3", "--id=GPU-b"]
 
 
 def test_no_gpu_on_a_gpu_cell_fails_before_anything_starts(fake_cuda):

@@ -1,9 +1,12 @@
 """Which distributed backends exist for which framework, and how each starts its processes.
 
-The one registry: config validation (which pairs of the matrix run), the rules'
-wildcard constraints, the launcher (how many processes a cell starts), the SLURM
-resources and the contract test (one module train/<framework>/<name>.py per entry)
-all read it. Plain Python, no framework imported.
+The one registry: adding a backend is its module train/<framework>/<name>.py and one entry
+here. Everything else derives from the entry: the schema's matrix.backends enum and the
+launch templates per executor (filled in when the schema is loaded, config/registry_schema.py),
+config validation (which pairs of the matrix run), the rules' wildcard constraints, the
+launcher (how many processes a cell starts), the SLURM resources, the report's legend labels
+and colours (report/style.py), the docs' backends table (tools/backends_table.py) and the
+contract test (one module per entry). Plain Python, no framework imported.
 """
 
 from __future__ import annotations
@@ -32,6 +35,49 @@ class BackendSpec:
     accumulates: bool = False
     # its ranks share the model's weights, gradients and optimizer state (each holds 1/world of them)
     shards_state: bool = False
+    # the report's legend: its name and colour (one per backend name, in every framework)
+    label: str = ""
+    colour: str = ""
+    # how its ranks start: a key of LAUNCH_TEMPLATES ("" = one_process or per_device, as one_process says)
+    launch: str = ""
+
+    @property
+    def launch_kind(self) -> str:
+        return self.launch or (ONE_PROCESS if self.one_process else PER_DEVICE)
+
+
+# How a cell's processes start, per executor (the defaults of config key launchers.<executor>.
+# <framework>_<name>; placeholders in config/schema.yaml's description of launchers), and a note
+# on each for the configuration reference.
+PER_DEVICE, HOROVOD_RUN, ONE_PROCESS = "per_device", "horovod", "one_process"
+_SRUN = (
+    "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} "
+    "--cpus-per-task={cpus_per_rank} {python} {program}"
+)
+LAUNCH_TEMPLATES = {
+    "local": {
+        PER_DEVICE: "torchrun --nnodes=1 --nproc-per-node={ranks} --master-addr={master_addr} --master-port={port} {program}",
+        HOROVOD_RUN: "horovodrun --gloo -np {ranks} -H {hosts} {python} {program}",
+        ONE_PROCESS: "{python} {program}",
+    },
+    "slurm": {
+        PER_DEVICE: _SRUN,
+        HOROVOD_RUN: "{python} {scripts}/horovod_srun.py --ranks {ranks} -- " + _SRUN,
+        ONE_PROCESS: _SRUN,
+    },
+}
+LAUNCH_NOTES = {
+    "local": {
+        PER_DEVICE: "torchrun starts one process per GPU (for either framework).",
+        HOROVOD_RUN: "horovodrun starts the ranks.",
+        ONE_PROCESS: "one process for all the cell's GPUs.",
+    },
+    "slurm": {
+        PER_DEVICE: "srun starts one task per GPU.",
+        HOROVOD_RUN: "srun starts the ranks, horovod_srun.py runs the rendezvous (no ssh).",
+        ONE_PROCESS: "srun starts one task with all the cell's GPUs and CPUs ({ranks} is 1).",
+    },
+}
 
 
 # TensorFlow's all-reduce takes tf.distribute.experimental.CommunicationOptions, which has
@@ -42,17 +88,31 @@ TF_COLLECTIVES_REASON = (
     "use backend horovod (hvd.Compression.fp16) to compare fp16 gradients"
 )
 
-NATIVE_TORCH = BackendSpec("native", "DistributedDataParallel, one process per GPU")
+# native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's: one label
+NATIVE_TORCH = BackendSpec("native", "DistributedDataParallel, one process per GPU", label="native", colour="#1b6ca8")
 NATIVE_TF = BackendSpec(
-    "native", "MultiWorkerMirroredStrategy, one process per GPU", compression_reason=TF_COLLECTIVES_REASON
+    "native",
+    "MultiWorkerMirroredStrategy, one process per GPU",
+    compression_reason=TF_COLLECTIVES_REASON,
+    label="native",
+    colour="#1b6ca8",
 )
-HOROVOD = BackendSpec("horovod", "Horovod allreduce, one process per GPU", accumulates=True)
+HOROVOD = BackendSpec(
+    "horovod",
+    "Horovod allreduce, one process per GPU",
+    accumulates=True,
+    label="Horovod",
+    colour="#d95f02",
+    launch=HOROVOD_RUN,
+)
 FSDP = BackendSpec(
     "fsdp",
     "FullyShardedDataParallel, one process per GPU, parameters and gradients sharded across ranks",
     min_ranks=2,
     min_ranks_reason="fsdp needs at least 2 ranks (with one there is nothing to shard)",
     shards_state=True,
+    label="FSDP",
+    colour="#1b9e77",
 )
 DP = BackendSpec(
     "dp",
@@ -68,12 +128,16 @@ DP = BackendSpec(
         "nn.DataParallel copies the model to every GPU and runs the copies in threads in each forward, "
         "which torch.compile does not trace; compare compiled steps with backend native (DDP)"
     ),
+    label="DataParallel",
+    colour="#7570b3",
 )
 MIRRORED = BackendSpec(
     "mirrored",
-    "MirroredStrategy, one process driving every GPU of one node",
+    "MirroredStrategy, one process driving every GPU of one node (logical CPU devices without GPUs)",
     one_process=True,
     compression_reason=TF_COLLECTIVES_REASON,
+    label="Mirrored",
+    colour="#e7298a",
 )
 
 REGISTRY: dict[str, dict[str, BackendSpec]] = {
@@ -81,9 +145,37 @@ REGISTRY: dict[str, dict[str, BackendSpec]] = {
     "tensorflow": {spec.name: spec for spec in (NATIVE_TF, HOROVOD, MIRRORED)},
 }
 FRAMEWORKS = tuple(REGISTRY)
-# every backend name, in the order the schema's enum lists them
-BACKENDS = ("native", "horovod", "fsdp", "dp", "mirrored")
+
+
+def names() -> tuple[str, ...]:
+    """Every backend name, in registry order (the schema's enum, the rules' wildcard constraint)."""
+    return tuple(dict.fromkeys(name for backends in REGISTRY.values() for name in backends))
+
+
+BACKENDS = names()
 COMPRESSIONS = ("none", "fp16")  # training.compression
+
+
+def legend() -> dict[str, tuple[str, str]]:
+    """Each backend name's legend label and colour; an entry that names a backend differently in
+    another framework is an error here, not a second legend entry in a figure."""
+    legend: dict[str, tuple[str, str]] = {}
+    for backends in REGISTRY.values():
+        for name, entry in backends.items():
+            shown = (entry.label or name, entry.colour)
+            if legend.setdefault(name, shown) != shown:
+                raise ValueError(f"backend {name} has two legend entries: {legend[name]} and {shown}")
+    return legend
+
+
+def launch_template(executor: str, framework: str, backend: str) -> str:
+    """The default command that starts a cell's ranks (config key launchers.<executor>.<framework>_<backend>)."""
+    return LAUNCH_TEMPLATES[executor][spec(framework, backend).launch_kind]
+
+
+def launch_note(executor: str, framework: str, backend: str) -> str:
+    entry = spec(framework, backend)
+    return f"{FRAMEWORK_NAMES[framework]} {entry.summary}: {LAUNCH_NOTES[executor][entry.launch_kind]}"
 
 
 def exists(framework: str, backend: str) -> bool:
@@ -144,9 +236,49 @@ def describe_registry() -> str:
 
 
 def processes(framework: str, backend: str, gpus: int) -> int:
-    """How many processes the launcher starts for a cell of `gpus` devices."""
+    """How many processes the launcher starts for a cell of `gpus` devices (the ranks' Backend.processes)."""
     return 1 if spec(framework, backend).one_process else gpus
 
 
 def devices_per_process(framework: str, backend: str, gpus: int) -> int:
+    """The devices each process of the cell drives: 1, or all of the cell's for a one-process backend."""
     return gpus // processes(framework, backend, gpus)
+
+
+def backward_passes(framework: str, backend: str, passes_per_step: int) -> int:
+    """Batches per optimizer step: `passes_per_step` (training.horovod.backward_passes_per_step)
+    for a backend that accumulates, else 1. The planner, the analysis and the ranks' backend read it."""
+    return passes_per_step if spec(framework, backend).accumulates else 1
+
+
+def about() -> dict[str, str]:
+    """Each backend name and what it is in every framework that has it, for the report's text."""
+    told: dict[str, dict[str, list[str]]] = {}  # name -> what it is -> the frameworks it is that in
+    for framework, entries in REGISTRY.items():
+        for name, entry in entries.items():
+            what = entry.summary + (f", from {entry.min_ranks} GPUs" if entry.min_ranks > 1 else "")
+            told.setdefault(name, {}).setdefault(what, []).append(FRAMEWORK_NAMES[framework])
+    return {
+        name: " / ".join(
+            f"{frameworks[0]} {what}" if len(frameworks) == 1 else f"{what} ({', '.join(frameworks)})"
+            for what, frameworks in kinds.items()
+        )
+        for name, kinds in told.items()
+    }
+
+
+def markdown_table() -> str:
+    """The docs' table of backends (docs/backends.md, written by tools/backends_table.py)."""
+    lines = [
+        "| framework | backend | legend | what it is | processes | smallest world | fp16 gradients | compiled steps |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for framework, entries in REGISTRY.items():
+        for name, entry in entries.items():
+            processes = "one for all the cell's GPUs" if entry.one_process else "one per GPU"
+            lines.append(
+                f"| {FRAMEWORK_NAMES[framework]} | `{name}` | {legend()[name][0]} | {entry.summary} | {processes} | "
+                f"{entry.min_ranks} | {'no' if entry.compression_reason else 'yes'} | "
+                f"{'no' if entry.compile_reason else 'yes'} |"
+            )
+    return "\n".join(lines)

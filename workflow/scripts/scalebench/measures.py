@@ -41,9 +41,9 @@ def steady_epoch_time(epoch_times: Iterable[float | None], profiled: Iterable[bo
 def backward_passes(framework: str, backend: str, training: Mapping) -> int:
     """Batches per optimizer step: training.horovod.backward_passes_per_step for a backend that
     accumulates gradients before reducing them, else 1."""
-    if backends.spec(framework, backend).accumulates:
-        return int(training["horovod"]["backward_passes_per_step"])
-    return 1
+    if not backends.spec(framework, backend).accumulates:  # its settings need not name the option
+        return 1
+    return backends.backward_passes(framework, backend, int(training["horovod"]["backward_passes_per_step"]))
 
 
 def images_per_step(batch_per_gpu: int, replicas: int, passes: int) -> int:

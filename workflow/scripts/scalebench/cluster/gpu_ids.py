@@ -27,6 +27,15 @@ def listed_ids(env: Mapping[str, str]) -> list[str] | None:
     return ids[:end]
 
 
+def device_id(index: int, env: Mapping[str, str] | None = None) -> str:
+    """The id nvidia-smi and NVML know the framework's GPU `index` by: the index-th entry of
+    CUDA_VISIBLE_DEVICES (an index or a UUID; counted round, as a rank picks its GPU) where it
+    names any, else the index itself (with CUDA_DEVICE_ORDER=PCI_BUS_ID, as a local cell's ranks
+    run, CUDA's index is nvidia-smi's)."""
+    listed = listed_ids(os.environ if env is None else env)
+    return listed[index % len(listed)] if listed else str(index)
+
+
 def machine_ids(env: Mapping[str, str] | None = None, listing: list[nvidia_smi.ListedGpu] | None = None) -> list[str]:
     """The GPU ids a process started here may use: CUDA_VISIBLE_DEVICES's where set, else the indices
     nvidia-smi lists (`listing`: its parsed `-L`, read here where not given)."""

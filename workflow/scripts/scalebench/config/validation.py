@@ -13,6 +13,7 @@ import yaml
 
 from scalebench.config.checks import ConfigError, check_semantics
 from scalebench.config.coercion import coerce
+from scalebench.config.registry_schema import fill as fill_from_registry
 
 # Keys that existed once: validation refuses them by name, saying what replaced them.
 REMOVED_KEYS = {
@@ -76,8 +77,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 
 def load_schema(path: str | Path) -> dict:
+    """config/schema.yaml with the registry's backends filled in (registry_schema.py)."""
     with open(path) as handle:
-        return yaml.safe_load(handle)
+        return fill_from_registry(yaml.safe_load(handle))
 
 
 def validate(config: dict, schema: dict) -> dict:

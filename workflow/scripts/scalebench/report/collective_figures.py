@@ -1,6 +1,6 @@
 """Figures of the latency- and bandwidth-bound regimes (plotnine): each backend's bus bandwidth
 against message size with the model's gradient size and the link's peak, and parallel efficiency
-against the gradient bytes of each model width. Same conventions as scaling_figures.py."""
+against the gradient bytes of each model width. Drawn with the style kit of style.py."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE, no_variant_as_empty
-from scalebench.report.scaling_figures import LINETYPES, backend_colours, placeholder, style, tidy, wrap
+from scalebench.report.style import LINETYPES, backend_colours, figure_theme, placeholder, tidy, wrap
 
 OP_NAMES = {
     "all_reduce": "all-reduce",
@@ -112,7 +112,7 @@ def bandwidth_figure(collectives: pd.DataFrame | None, link_gbps: dict | None = 
     return (
         figure
         + labs(x="message size", y="bus bandwidth (GB/s)", title=title, caption=wrap(caption))
-        + style((10, 3.4 * math.ceil(curves["panel"].nunique() / 3) + 1.6))
+        + figure_theme((10, 3.4 * math.ceil(curves["panel"].nunique() / 3) + 1.6))
     )
 
 
@@ -153,5 +153,5 @@ def efficiency_gradient_figure(scaling: pd.DataFrame, runs: pd.DataFrame):
         + scale_colour_manual(values=backend_colours(data["backend"]), name="backend")
         + scale_linetype_manual(values=dict(zip(frameworks, LINETYPES)), name="framework")
         + labs(x="gradient bytes per step", y="parallel efficiency (epoch time)", title=title, caption=wrap(caption))
-        + style()
+        + figure_theme()
     )

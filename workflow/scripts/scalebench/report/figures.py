@@ -4,14 +4,15 @@ and the function that draws it.
 rules/analysis.smk makes one rule per `rule` group from this list (its outputs, report() entries and
 captions), rules/common.smk asks for every figure, and the figure tests draw every entry: adding a
 figure is one entry here and its caption, report/<name>.rst. Importing this module imports no
-plotting library (Snakemake reads it on every start); an entry's function imports what it draws with.
+plotting library (Snakemake reads it on every start): an entry's drawing function imports the
+function it calls when it draws.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,137 +62,230 @@ class Figure:
         return f"report/{self.name}.rst"
 
 
-def drawn_by(module: str, function: str, *fields: str, **fixed: Any) -> Callable[[FigureInputs], Any]:
-    """Draw with scalebench.report.<module>.<function>, given these fields of FigureInputs in order
-    and the fixed keyword arguments; the module is imported when the figure is drawn."""
-
-    def draw(inputs: FigureInputs):
-        drawing = getattr(importlib.import_module(f"scalebench.report.{module}"), function)
-        return drawing(*(getattr(inputs, name) for name in fields), **fixed)
-
-    return draw
+# One drawing function per kind of figure, each importing its plotting module when it draws
+# (Snakemake imports this module on every start; plotnine takes seconds), so that an editor
+# follows an entry to the function that draws it.
 
 
-def _scaling(function: str, metric: str) -> Callable[[FigureInputs], Any]:
-    return drawn_by("scaling_figures", function, "scaling", "runs", metric=metric)
+def _speedup(inputs: FigureInputs, metric: str):
+    from scalebench.report.scaling_figures import speedup_figure
+
+    return speedup_figure(inputs.scaling, inputs.runs, metric=metric)
 
 
-def _runs_only(function: str) -> Callable[[FigureInputs], Any]:
-    return drawn_by("scaling_figures", function, "runs")
+def _efficiency(inputs: FigureInputs, metric: str):
+    from scalebench.report.scaling_figures import efficiency_figure
+
+    return efficiency_figure(inputs.scaling, inputs.runs, metric=metric)
+
+
+def _throughput(inputs: FigureInputs):
+    from scalebench.report.scaling_figures import throughput_figure
+
+    return throughput_figure(inputs.runs)
+
+
+def _time_split(inputs: FigureInputs):
+    from scalebench.report.time_split_figures import time_split_figure
+
+    return time_split_figure(inputs.runs)
+
+
+def _comm_share(inputs: FigureInputs):
+    from scalebench.report.time_split_figures import comm_share_figure
+
+    return comm_share_figure(inputs.runs)
+
+
+def _stragglers(inputs: FigureInputs):
+    from scalebench.report.time_split_figures import straggler_figure
+
+    return straggler_figure(inputs.runs)
+
+
+def _scaling_model(inputs: FigureInputs):
+    from scalebench.report.model_figures import model_figure
+
+    return model_figure(inputs.runs, inputs.per_node)
+
+
+def _cost(inputs: FigureInputs):
+    from scalebench.report.scaling_figures import cost_figure
+
+    return cost_figure(inputs.runs)
+
+
+def _efficiency_gradient(inputs: FigureInputs):
+    from scalebench.report.collective_figures import efficiency_gradient_figure
+
+    return efficiency_gradient_figure(inputs.scaling, inputs.runs)
+
+
+def _collective_bandwidth(inputs: FigureInputs):
+    from scalebench.report.collective_figures import bandwidth_figure
+
+    return bandwidth_figure(inputs.collectives, inputs.link_gbps)
+
+
+def _iou(inputs: FigureInputs):
+    from scalebench.report.scaling_figures import iou_figure
+
+    return iou_figure(inputs.runs)
+
+
+def _completeness(inputs: FigureInputs):
+    from scalebench.report.scaling_figures import completeness_figure
+
+    return completeness_figure(inputs.runs)
+
+
+def _loss(inputs: FigureInputs):
+    from scalebench.report.training_figures import loss_figure
+
+    return loss_figure(inputs.epochs)
+
+
+def _iou_time(inputs: FigureInputs):
+    from scalebench.report.training_figures import iou_time_figure
+
+    return iou_time_figure(inputs.epochs, inputs.target_iou)
+
+
+def _time_to_target(inputs: FigureInputs):
+    from scalebench.report.training_figures import time_to_target_figure
+
+    return time_to_target_figure(inputs.runs, inputs.epochs, inputs.target_iou)
+
+
+def _predictions(inputs: FigureInputs):
+    from scalebench.report.predictions import picture_panel
+
+    return picture_panel(inputs.runs, inputs.runs_root, inputs.prepared, inputs.images_shown)
 
 
 def _measure(figure: str, measure: str) -> dict[str, str]:
     return {"figure": figure, "measure": measure}
 
 
-SPEEDUP, EFFICIENCY = "speedup_figure", "efficiency_figure"
 TRAIN, EPOCH, TARGET = "total training time", "steady-state epoch time", "time to target IOU"
 FIGURES: tuple[Figure, ...] = (
-    Figure("speedup", "scaling", "Scaling", _measure("speedup", TRAIN), _scaling(SPEEDUP, "train_time_s")),
-    Figure("speedup_epoch", "scaling", "Scaling", _measure("speedup", EPOCH), _scaling(SPEEDUP, "steady_epoch_s")),
+    Figure("speedup", "scaling", "Scaling", _measure("speedup", TRAIN), partial(_speedup, metric="train_time_s")),
     Figure(
-        "efficiency", "scaling", "Scaling", _measure("parallel efficiency", TRAIN), _scaling(EFFICIENCY, "train_time_s")
+        "speedup_epoch", "scaling", "Scaling", _measure("speedup", EPOCH), partial(_speedup, metric="steady_epoch_s")
+    ),
+    Figure(
+        "efficiency",
+        "scaling",
+        "Scaling",
+        _measure("parallel efficiency", TRAIN),
+        partial(_efficiency, metric="train_time_s"),
     ),
     Figure(
         "efficiency_epoch",
         "scaling",
         "Scaling",
         _measure("parallel efficiency", EPOCH),
-        _scaling(EFFICIENCY, "steady_epoch_s"),
+        partial(_efficiency, metric="steady_epoch_s"),
     ),
-    Figure("speedup_target", "scaling", "Scaling", _measure("speedup", TARGET), _scaling(SPEEDUP, "time_to_target_s")),
+    Figure(
+        "speedup_target",
+        "scaling",
+        "Scaling",
+        _measure("speedup", TARGET),
+        partial(_speedup, metric="time_to_target_s"),
+    ),
     Figure(
         "efficiency_target",
         "scaling",
         "Scaling",
         _measure("parallel efficiency", TARGET),
-        _scaling(EFFICIENCY, "time_to_target_s"),
+        partial(_efficiency, metric="time_to_target_s"),
     ),
     Figure(
         "throughput",
         "scaling",
         "Scaling",
         _measure("throughput per GPU", "images / s / GPU"),
-        _runs_only("throughput_figure"),
+        _throughput,
     ),
     Figure(
         "time_split",
         "scaling",
         "Scaling",
         _measure("where the time goes", "seconds per steady epoch"),
-        drawn_by("time_split_figures", "time_split_figure", "runs"),
+        _time_split,
     ),
     Figure(
         "comm_share",
         "scaling",
         "Scaling",
         _measure("parallel efficiency and exposed communication", EPOCH),
-        drawn_by("time_split_figures", "comm_share_figure", "runs"),
+        _comm_share,
     ),
     Figure(
         "stragglers",
         "scaling",
         "Scaling",
         _measure("stragglers", "spread of the ranks' compute"),
-        drawn_by("time_split_figures", "straggler_figure", "runs"),
+        _stragglers,
     ),
     Figure(
         "scaling_model",
         "scaling",
         "Scaling",
         _measure("scaling model and prediction", EPOCH),
-        drawn_by("model_figures", "model_figure", "runs", "per_node"),
+        _scaling_model,
     ),
-    Figure("cost", "scaling", "Scaling", _measure("cost", "images per kJ and per GPU-hour"), _runs_only("cost_figure")),
+    Figure("cost", "scaling", "Scaling", _measure("cost", "images per kJ and per GPU-hour"), _cost),
     Figure(
         "efficiency_gradient",
         "scaling",
         "Scaling",
         _measure("parallel efficiency", "gradient bytes (model width)"),
-        drawn_by("collective_figures", "efficiency_gradient_figure", "scaling", "runs"),
+        _efficiency_gradient,
     ),
     Figure(
         "collective_bandwidth",
         "collectives",
         "Scaling",
         _measure("collective bus bandwidth", "message size"),
-        drawn_by("collective_figures", "bandwidth_figure", "collectives", "link_gbps"),
+        _collective_bandwidth,
     ),
-    Figure("iou", "scaling", "Quality", {"figure": "test IOU vs GPUs"}, _runs_only("iou_figure")),
+    Figure("iou", "scaling", "Quality", {"figure": "test IOU vs GPUs"}, _iou),
     Figure(
         "completeness",
         "scaling",
         "Completeness",
         {"figure": "status of every cell"},
-        _runs_only("completeness_figure"),
+        _completeness,
     ),
     Figure(
         "loss",
         "training",
         "Quality",
         {"figure": "training loss"},
-        drawn_by("training_figures", "loss_figure", "epochs"),
+        _loss,
     ),
     Figure(
         "iou_time",
         "training",
         "Quality",
         {"figure": "validation IOU vs training time"},
-        drawn_by("training_figures", "iou_time_figure", "epochs", "target_iou"),
+        _iou_time,
     ),
     Figure(
         "time_to_target",
         "training",
         "Quality",
         {"figure": "time to target IOU"},
-        drawn_by("training_figures", "time_to_target_figure", "runs", "epochs", "target_iou"),
+        _time_to_target,
     ),
     Figure(
         "predictions",
         "predictions",
         "Quality",
         {"figure": "predictions on test images"},
-        drawn_by("predictions", "picture_panel", "runs", "runs_root", "prepared", "images_shown"),
+        _predictions,
     ),
 )
 

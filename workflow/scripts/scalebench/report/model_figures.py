@@ -7,7 +7,7 @@ prediction, with the back-test's error beside its interval). The forms, as in sc
     weak:   epoch(N) = (compute + latency [N>1] + bandwidth (N-1)/N + node_step [nodes>1]) / N
     strong: epoch(N) = compute / N + floor + latency [N>1] + node_step [nodes>1]
 
-Same conventions as scaling_figures.py."""
+Drawn with the style kit of style.py."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from plotnine import (
 
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.scaling_model import FORMULAS, GROUP, METRIC, Backtest, Fit, backtests, curve, series_columns
-from scalebench.report.scaling_figures import BACKEND_LABELS, gpu_axis, placeholder, style, wrap
+from scalebench.report.style import backend_label, figure_theme, gpu_axis, placeholder, wrap
 
 PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "per-step floor": "#7570b3", "communication": "#d95f02"}
 BACKTEST_COLOUR = "#0f766e"
@@ -44,7 +44,7 @@ def panel_name(key: tuple, fit: Fit) -> str:
     """'torch / Horovod' (and the variant: 'torch / Horovod bf16'), with the source where it is not
     the project's own, and POOR FIT where so."""
     source, framework, backend, variant = key
-    name = f"{framework} / {BACKEND_LABELS.get(backend, backend)}" + (f" {variant}" if variant else "")
+    name = f"{framework} / {backend_label(backend)}" + (f" {variant}" if variant else "")
     name += f" ({fit.form} form, communication {fit.communication})"
     if source != OWN_SOURCE:
         name += f" ({source})"
@@ -142,7 +142,7 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
         + gpu_axis(pd.concat([cells["gpus"], predicted["gpus"]]))
         + facet_wrap("~panel", scales="free_y")
         + labs(x="GPUs (ranks)", y="steady-state epoch time (s)", title=title, caption=wrap(caption(fitted, refused)))
-        + style((10, 3.2 * -(-len(fitted) // 2) + 1.5))
+        + figure_theme((10, 3.2 * -(-len(fitted) // 2) + 1.5))
     )
     return figure
 

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.cell import cell_path
-from scalebench.report.scaling_figures import BACKEND_LABELS
+from scalebench.report.style import backend_label
 
 
 def chosen_cells(runs: pd.DataFrame, runs_root: str | Path) -> list[tuple[str, Path]]:
@@ -33,7 +33,7 @@ def chosen_cells(runs: pd.DataFrame, runs_root: str | Path) -> list[tuple[str, P
         sizes = sorted(set(group["gpus"]))
         for gpus in dict.fromkeys([sizes[0], sizes[-1]]):
             cell = group[group["gpus"] == gpus].sort_values("seed").iloc[0]
-            name = " ".join(filter(None, [framework, BACKEND_LABELS.get(backend, backend), variant]))
+            name = " ".join(filter(None, [framework, backend_label(backend), variant]))
             title = f"{name}\n{int(gpus)} GPU, seed {int(cell['seed'])}"
             chosen.append((title, cell["folder"]))
     return chosen

@@ -11,12 +11,10 @@ other shapes and dashed lines.
 from __future__ import annotations
 
 import math
-import textwrap
 
 import pandas as pd
 from plotnine import (
     aes,
-    annotate,
     element_text,
     facet_grid,
     facet_wrap,
@@ -26,127 +24,25 @@ from plotnine import (
     geom_ribbon,
     geom_tile,
     ggplot,
-    guide_legend,
-    guides,
     labs,
-    scale_colour_manual,
     scale_fill_manual,
-    scale_linetype_manual,
-    scale_shape_manual,
-    scale_x_continuous,
     scale_y_continuous,
     theme,
-    theme_bw,
-    theme_void,
 )
 
 from scalebench.analysis.collect import OWN_SOURCE, STATUSES
 from scalebench.analysis.scaling import GROUP, METRICS, base_world_size, interval_summary, known, usable
-
-# The legend's name of each backend (scalebench/backends.py lists them; a test keeps both in step).
-# native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's.
-BACKEND_LABELS = {
-    "native": "native",
-    "horovod": "Horovod",
-    "fsdp": "FSDP",
-    "dp": "DataParallel",
-    "mirrored": "Mirrored",
-}
-BACKEND_COLOURS = {
-    "native": "#1b6ca8",
-    "Horovod": "#d95f02",
-    "FSDP": "#1b9e77",
-    "DataParallel": "#7570b3",
-    "Mirrored": "#e7298a",
-}
-# backends with a variant of the optional axes (batch8_bf16, ...): a colour each, after the plain ones
-VARIANT_COLOURS = ["#66a61e", "#e6ab02", "#a6761d", "#666666", "#a6cee3", "#fb9a99", "#cab2d6", "#b2df8a", "#fdbf6f"]
-STATUS_COLOURS = {
-    "ok": "#4daf4a",
-    "stale": "#a6761d",
-    "diverged": "#ff7f00",
-    "oom": "#984ea3",
-    "refused": "#f781bf",
-    "failed": "#e41a1c",
-    "unreadable": "#666666",
-    "missing": "#bdbdbd",
-}
-SHAPES = ["o", "^", "s", "D", "v", "P"]
-LINETYPES = ["solid", "dashed", "dotted", "dashdot"]
-WIDE = (10, 4.5)
-
-
-def placeholder(title: str, reason: str):
-    """An empty figure that says what is missing instead of crashing."""
-    return (
-        ggplot()
-        + annotate("text", x=0, y=0, label=reason, size=12, colour="#555555")
-        + labs(title=title)
-        + theme_void()
-        + theme(figure_size=(8, 2.5), plot_title=element_text(size=12, ha="center"))
-    )
-
-
-def wrap(text: str, width: int = 110) -> str:
-    """Captions on several lines so they fit the figure's width."""
-    return textwrap.fill(text, width)
-
-
-def tidy(frame: pd.DataFrame) -> pd.DataFrame:
-    """Readable backend names (with the variant of the optional axes where there is one: 'native
-    bf16'), sources own-first, integer GPU counts."""
-    frame = frame.copy()
-    frame["backend"] = frame["backend"].map(BACKEND_LABELS).fillna(frame["backend"])
-    if "variant" in frame:
-        # a study without optional axes reads its empty variant column as float NaN
-        variants = frame["variant"].astype(object).where(frame["variant"].notna(), "").astype(str)
-        frame["backend"] = [" ".join(filter(None, pair)) for pair in zip(frame["backend"], variants)]
-    sources = [OWN_SOURCE] + sorted(set(frame["source"]) - {OWN_SOURCE})
-    frame["source"] = pd.Categorical(frame["source"], categories=sources)
-    frame["gpus"] = frame["gpus"].astype(int)
-    return frame
-
-
-def backend_colours(labels) -> dict[str, str]:
-    """A colour per backend label: the backend's own for a plain one, the next of VARIANT_COLOURS
-    for each label with a variant."""
-    colours, extra = {}, iter(VARIANT_COLOURS * (1 + len(set(labels)) // len(VARIANT_COLOURS)))
-    for label in sorted(set(labels)):
-        colours[label] = BACKEND_COLOURS.get(label) or next(extra)
-    return colours
-
-
-def series_scales(frame: pd.DataFrame) -> list:
-    """Colour by backend; shape and line type by source (own runs vs imported studies).
-    The source legend is left out when there is only the project's own runs."""
-    sources = list(frame["source"].cat.categories) if len(frame) else [OWN_SOURCE]
-    hide = [guides(shape="none", linetype="none")] if sources == [OWN_SOURCE] else []
-    colours = backend_colours(frame["backend"]) if len(frame) else BACKEND_COLOURS
-    if len(colours) > 4:  # variants' long labels: two columns, so the legend stays inside the figure
-        hide.append(guides(colour=guide_legend(ncol=2), fill=guide_legend(ncol=2)))
-    return hide + [
-        scale_colour_manual(values=colours, name="backend"),
-        scale_fill_manual(values=colours, name="backend"),
-        scale_shape_manual(values=dict(zip(sources, SHAPES)), name="source", drop=False),
-        scale_linetype_manual(values=dict(zip(sources, LINETYPES)), name="source", drop=False),
-    ]
-
-
-def gpu_axis(values) -> scale_x_continuous:
-    breaks = sorted({int(v) for v in values})
-    # One GPU count has no range to draw: widen it so the single value sits in the middle.
-    limits = (breaks[0] / 2, breaks[0] * 2) if len(breaks) == 1 else None
-    return scale_x_continuous(
-        trans="log2", breaks=breaks, labels=[str(b) for b in breaks], minor_breaks=[], limits=limits
-    )
-
-
-def style(size=WIDE):
-    return theme_bw() + theme(figure_size=size, legend_position="bottom", legend_box="horizontal")
-
-
-def _series(frame: pd.DataFrame) -> pd.Series:
-    return frame["source"].astype(str) + "/" + frame["framework"] + "/" + frame["backend"]
+from scalebench.report.style import (
+    STATUS_COLOURS,
+    figure_theme,
+    gpu_axis,
+    per_cell_figure,
+    placeholder,
+    series_key,
+    series_scales,
+    tidy,
+    wrap,
+)
 
 
 def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -183,15 +79,15 @@ def _scaling_figure(scaling: pd.DataFrame, runs: pd.DataFrame, kind: str, metric
         return placeholder(title, "No cell with status ok: nothing to compare yet.")
     means = tidy(means)
     points = tidy(seed_speedups(runs, metric).rename(columns={kind: column}).dropna(subset=[column]))
-    means["series"] = _series(means)
-    points["series"] = _series(points)
+    means["series"] = series_key(means)
+    points["series"] = series_key(points)
     band = means.dropna(subset=[f"{column}_lo", f"{column}_hi"])
     figure = (
         ggplot(means, aes("gpus", column, colour="backend", group="series"))
         + series_scales(means)
         + gpu_axis(means["gpus"])
         + facet_wrap("~framework")
-        + style()
+        + figure_theme()
     )
     if kind == "speedup":
         # one ideal line per base in a panel: fsdp's starts at 2 GPUs where the others start at 1
@@ -253,37 +149,9 @@ def efficiency_figure(scaling: pd.DataFrame, runs: pd.DataFrame, metric: str = "
     return _scaling_figure(scaling, runs, "efficiency", metric)
 
 
-def _per_cell_figure(
-    runs: pd.DataFrame, column: str, title: str, ylab: str, empty: str, caption: str = "", min_span: float = 0.0
-):
-    """Seed points and a mean line per series against GPUs; the y axis spans at least `min_span`
-    so that differences in the noise do not fill the whole panel."""
-    cells = runs[runs["status"].eq("ok")].dropna(subset=[column])
-    if cells.empty:
-        return placeholder(title, empty)
-    cells = tidy(cells)
-    cells["series"] = _series(cells)
-    means = cells.groupby(["series", *GROUP, "gpus"], as_index=False, observed=True)[column].mean()
-    means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
-    low, high = cells[column].min(), cells[column].max()
-    pad = max(0.0, min_span - (high - low)) / 2
-    limits = (low - pad, high + pad) if pad else None
-    return (
-        ggplot(cells, aes("gpus", column, colour="backend", group="series"))
-        + scale_y_continuous(limits=limits)
-        + geom_line(means, aes(linetype="source"))
-        + geom_point(aes(shape="source"), alpha=0.6, size=2)
-        + series_scales(cells)
-        + gpu_axis(cells["gpus"])
-        + facet_wrap("~framework")
-        + labs(x="GPUs (ranks)", y=ylab, title=title, caption=wrap(caption))
-        + style()
-    )
-
-
 def iou_figure(runs: pd.DataFrame):
     """Test IOU vs GPUs: the quality cost of the larger global batch."""
-    return _per_cell_figure(
+    return per_cell_figure(
         runs,
         "iou",
         "Test IOU after training",
@@ -296,7 +164,7 @@ def iou_figure(runs: pd.DataFrame):
 
 def throughput_figure(runs: pd.DataFrame):
     """Steady-state images per second per GPU vs GPUs (flat = perfect weak scaling)."""
-    return _per_cell_figure(
+    return per_cell_figure(
         runs,
         "images_per_s_per_gpu",
         "Throughput per GPU",
@@ -323,7 +191,7 @@ def cost_figure(runs: pd.DataFrame):
     if cells.empty:
         return placeholder(title, unmeasured + "No cell with status ok has a training time yet.")
     cells = tidy(cells)
-    cells["series"] = _series(cells)
+    cells["series"] = series_key(cells)
     means = cells.groupby(["measure", "series", *GROUP, "gpus"], as_index=False, observed=True)["value"].mean()
     means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
     sources = cells.dropna(subset=["energy_source"])["energy_source"].unique()
@@ -340,7 +208,7 @@ def cost_figure(runs: pd.DataFrame):
         + gpu_axis(cells["gpus"])
         + facet_grid("measure ~ framework", scales="free_y")
         + labs(x="GPUs (ranks)", y="", title=title, caption=wrap(caption))
-        + style((10, 6))
+        + figure_theme((10, 6))
     )
 
 
@@ -374,6 +242,6 @@ def completeness_figure(runs: pd.DataFrame):
         + facet_grid(". ~ gpu_label")
         + scale_fill_manual(values=STATUS_COLOURS, drop=False)
         + labs(x="seed", y="", title=title, caption=f"{len(cells)} cells: {summary}.")
-        + style((max(6, 1.1 * cells["gpus"].nunique() + 3), 1.0 + 0.5 * cells["cell"].nunique() + 1.5))
+        + figure_theme((max(6, 1.1 * cells["gpus"].nunique() + 3), 1.0 + 0.5 * cells["cell"].nunique() + 1.5))
         + theme(axis_text_x=element_text(size=7), legend_position="right")
     )

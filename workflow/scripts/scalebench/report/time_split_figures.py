@@ -1,6 +1,6 @@
 """Why a backend scales as it does, from the step split (analysis/step_split.py): where a steady
 epoch's time goes, how unevenly the ranks compute, and the exposed communication's share beside
-the parallel efficiency. Same conventions as scaling_figures.py; a cell that predates the split
+the parallel efficiency. Drawn with the style kit of style.py; a cell that predates the split
 shows its data wait and the rest unsplit, never zeros."""
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from plotnine import (
 
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.scaling import GROUP
-from scalebench.report.scaling_figures import (
-    _per_cell_figure,
-    _series,
+from scalebench.report.scaling_figures import seed_speedups
+from scalebench.report.style import (
+    figure_theme,
     gpu_axis,
+    per_cell_figure,
     placeholder,
-    seed_speedups,
+    series_key,
     series_scales,
-    style,
     tidy,
     wrap,
 )
@@ -106,14 +106,14 @@ def time_split_figure(runs: pd.DataFrame):
         + labs(
             x="GPUs (one bar per seed, in order)", y="seconds per epoch", fill="", title=title, caption=wrap(caption)
         )
-        + style((4.5 * min(panels, 2) + 1, 3.0 * -(-panels // 2) + 1.5))
+        + figure_theme((4.5 * min(panels, 2) + 1, 3.0 * -(-panels // 2) + 1.5))
     )
 
 
 def straggler_figure(runs: pd.DataFrame):
     """How unevenly the ranks compute, against GPUs: (largest - smallest) / median of their compute
     time per steady epoch, each point labelled with the rank that computed longest (r<rank>)."""
-    figure = _per_cell_figure(
+    figure = per_cell_figure(
         runs,
         "compute_spread",
         "Stragglers: spread of the ranks' compute time",
@@ -146,7 +146,7 @@ def comm_share_figure(runs: pd.DataFrame):
     if cells[cells["measure"] == SHARE].empty:
         return placeholder(title, "No cell with status ok has a step split yet.")
     cells = tidy(cells)
-    cells["series"] = _series(cells)
+    cells["series"] = series_key(cells)
     cells["measure"] = pd.Categorical(cells["measure"], categories=[EFFICIENCY, SHARE])
     means = cells.groupby(["measure", "series", *GROUP, "gpus"], as_index=False, observed=True)["value"].mean()
     means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
@@ -164,5 +164,5 @@ def comm_share_figure(runs: pd.DataFrame):
         + gpu_axis(cells["gpus"])
         + facet_grid("measure ~ framework", scales="free_y")
         + labs(x="GPUs (ranks)", y="", title=title, caption=wrap(caption))
-        + style((10, 6))
+        + figure_theme((10, 6))
     )

@@ -1,5 +1,5 @@
 """Figures of the training runs themselves (plotnine): loss curves, validation IOU against
-wall-clock time, and time to reach the target validation IOU. Same conventions as scaling_figures.py."""
+wall-clock time, and time to reach the target validation IOU. Drawn with the style kit of style.py."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE
-from scalebench.report.scaling_figures import LINETYPES, _per_cell_figure, placeholder, style, tidy
+from scalebench.report.style import LINETYPES, figure_theme, per_cell_figure, placeholder, tidy
 
 PANEL = "framework + backend"
 
@@ -71,7 +71,7 @@ def loss_figure(epochs: pd.DataFrame):
             title=title,
             caption="One line per GPU count: the mean over seeds (failed cells up to their last epoch).",
         )
-        + style(_panel_size(means))
+        + figure_theme(_panel_size(means))
     )
     if sources == [OWN_SOURCE]:
         figure += guides(linetype="none")
@@ -106,7 +106,7 @@ def iou_time_figure(epochs: pd.DataFrame, target_iou: float):
             title=title,
             caption=f"Dashed: the target IOU {target_iou:g} (training.target_iou). One line per cell.",
         )
-        + style(_panel_size(data))
+        + figure_theme(_panel_size(data))
     )
 
 
@@ -124,7 +124,7 @@ def time_to_target_figure(runs: pd.DataFrame, epochs: pd.DataFrame, target_iou: 
         f"Points: one per seed; line: mean. {never} evaluated cell(s) never reached the target and are not "
         "drawn (runs.csv time_to_target_reason says why)."
     )
-    return _per_cell_figure(
+    return per_cell_figure(
         runs,
         "time_to_target_s",
         title,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from scalebench.cluster import gpu_ids
 from scalebench.refusal import Refused
 
 
@@ -115,10 +116,12 @@ def memory_total_mb(device_type: str, index: int) -> float | None:
     try:
         if device_type != "gpu":
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
-        visible = [v for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
-        # the framework's index, as gpu_index picks it; nvidia-smi counts every GPU where the variable is unset
-        gpu = visible[index % len(visible)] if visible else str(index)
-        query = ["nvidia-smi", f"--id={gpu}", "--query-gpu=memory.total", "--format=csv,noheader,nounits"]
+        query = [
+            "nvidia-smi",
+            f"--id={gpu_ids.device_id(index)}",
+            "--query-gpu=memory.total",
+            "--format=csv,noheader,nounits",
+        ]
         return float(subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout.split()[0])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None

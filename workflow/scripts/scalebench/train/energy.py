@@ -20,12 +20,13 @@ test spies on).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
+
+from scalebench.cluster import gpu_ids
 
 POWERCAP = Path("/sys/class/powercap")
 
@@ -169,23 +170,13 @@ def import_nvml() -> ModuleType | None:
     return pynvml
 
 
-def visible_gpus(count: int, environ: dict | None = None) -> list[str | int]:
-    """The NVML identifiers of the GPUs the framework numbers 0, 1, ...: CUDA_VISIBLE_DEVICES's
-    entries (indices or UUIDs) where set, else all `count` of NVML's. (CUDA orders devices
-    fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML by PCI bus: on a node of mixed GPUs
-    set that variable for the indices to agree.)"""
-    environ = os.environ if environ is None else environ
-    value = environ.get("CUDA_VISIBLE_DEVICES")
-    if value is None:
-        return list(range(count))
-    entries = [entry.strip() for entry in value.split(",") if entry.strip()]
-    return [int(entry) if entry.isdigit() else entry for entry in entries]
-
-
-def nvml_handle(nvml: ModuleType, identifier: str | int):
-    """NVML's handle of a GPU named by index or UUID (an entry of visible_gpus)."""
-    if isinstance(identifier, int):
-        return nvml.nvmlDeviceGetHandleByIndex(identifier)
+def nvml_handle(nvml: ModuleType, index: int, environ: Mapping[str, str] | None = None):
+    """NVML's handle of the framework's GPU `index`, by the index or UUID gpu_ids.device_id names it
+    with. (CUDA orders devices fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML by PCI bus:
+    on a node of mixed GPUs set that variable for the indices to agree.)"""
+    identifier = gpu_ids.device_id(index, environ)
+    if identifier.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(identifier))
     return nvml.nvmlDeviceGetHandleByUUID(identifier)
 
 
@@ -205,8 +196,7 @@ class NvmlMeter(Meter):
             return
         try:
             self.nvml.nvmlInit()
-            ids = visible_gpus(self.nvml.nvmlDeviceGetCount(), environ)
-            self.handles = [nvml_handle(self.nvml, ids[i % len(ids)]) for i in indices]
+            self.handles = [nvml_handle(self.nvml, i, environ) for i in indices]
             self.counters = [self._has_counter(handle) for handle in self.handles]
         except Exception as error:  # NVMLError and its many subclasses, a bad index
             self.reason = f"NVML cannot read this process's GPUs: {error}"

@@ -10,6 +10,7 @@ import dataclasses
 import os
 from pathlib import Path
 
+from scalebench import backends
 from scalebench.refusal import HorovodBuildError
 from scalebench.settings import HorovodSettings, RunSettings
 from scalebench.train.interfaces import Backend
@@ -57,7 +58,10 @@ class HorovodBackend(Backend):
         self.gradient_compression = compression
         # fp16: each gradient is cast to float16 for the allreduce and back to its type after it
         self.compression = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
-        self.backward_passes_per_step = settings.backward_passes_per_step
+        # the registry says whether it accumulates (BackendSpec.accumulates): one statement of the fact
+        self.backward_passes_per_step = backends.backward_passes(
+            self.framework, self.name, settings.backward_passes_per_step
+        )
 
     def join(self, run: RunSettings) -> None:
         """hvd.init() with the collective timeout; this rank's place as Horovod sees it."""

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from scalebench import backends
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train.accumulation import Part
 from scalebench.train.collectives import Bench
@@ -33,6 +34,7 @@ class Backend:
     replica_ids are the global ids of this process's replicas.
     """
 
+    framework: str  # its key in the registry (scalebench/backends.py), with name: the facts read there
     name: str
     rank: int
     local_rank: int
@@ -45,7 +47,7 @@ class Backend:
     # from gather_state, and evaluating on a process's own shard of the test set needs a copy
     shards_parameters = False
     # batches whose gradients a rank adds up locally before one reduction and optimizer step
-    # (accumulation.py); only a backend with one replica per process may set more than 1
+    # (accumulation.py): 1 unless the registry says the backend accumulates (backends.backward_passes)
     backward_passes_per_step = 1
     device_type = "cpu"  # "gpu" or "cpu": set by framework.start before setup()
     share_gpu = False  # ranks share a GPU (ProcessFacts.share_gpu): set by framework.start before setup()
@@ -67,8 +69,9 @@ class Backend:
         self.replicas, self.replica_ids = place.world_size, [place.rank]
 
     def processes(self, gpus: int) -> int:
-        """How many processes the launcher must start for a cell of `gpus` devices."""
-        return gpus
+        """How many processes the launcher must start for a cell of `gpus` devices: the registry's
+        (scalebench/backends.py, BackendSpec.one_process), which the launcher reads too."""
+        return backends.processes(self.framework, self.name, gpus)
 
     def setup(self, run: RunSettings) -> None:
         """Join the other ranks, with run.training.collective_timeout_s as the limit for a dead peer."""

@@ -122,8 +122,7 @@ def nvml_free_bytes(indices: list[int]) -> int | None:
         return None
     try:
         nvml.nvmlInit()
-        ids = energy.visible_gpus(nvml.nvmlDeviceGetCount())
-        handles = [energy.nvml_handle(nvml, ids[index % len(ids)]) for index in indices]
+        handles = [energy.nvml_handle(nvml, index) for index in indices]
         return min(int(nvml.nvmlDeviceGetMemoryInfo(handle).free) for handle in handles)
     except Exception:  # NVMLError and its subclasses: unknown, auto keeps the samples on the host
         return None

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from scalebench import architecture
+from scalebench import architecture, backends
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import accumulation, devices, faults, placement, resume
@@ -200,7 +200,7 @@ class TensorFlowFramework:
     def start(self, run: RunSettings) -> None:
         backend = self.backend
         # threads and visible devices before TensorFlow's first operation, then the backend
-        replicas = run.cell.gpus // backend.processes(run.cell.gpus)
+        replicas = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
         self.gpu_indices = runtime.configure(run, self.process, backend.local_rank, backend.local_world_size, replicas)
         self.device_type = "gpu" if self.gpu_indices else "cpu"
         if self.training.step_split:

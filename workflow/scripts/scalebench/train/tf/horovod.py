@@ -29,6 +29,8 @@ def _import_horovod():
 
 
 class HorovodTFBackend(HorovodBackend):
+    framework = "tensorflow"
+
     def __init__(self, place: RankInfo, horovod: HorovodSettings, compression: str = "none") -> None:
         super().__init__(place, _import_horovod(), horovod, compression)
 

@@ -27,9 +27,6 @@ class MirroredBackend(StrategyBackend):
     strategy_name = "MirroredStrategy"
     replica_devices: str | None = None  # GPU or logical CPU, once the strategy exists
 
-    def processes(self, gpus: int) -> int:
-        return 1  # one process drives every device of the cell
-
     def create_strategy(self, run: RunSettings):
         gpus = run.cell.gpus
         kind = "GPU" if self.device_type == "gpu" else "CPU"

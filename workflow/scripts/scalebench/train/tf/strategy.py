@@ -21,6 +21,7 @@ from scalebench.train.tf import collectives, runtime
 class StrategyBackend(Backend):
     """A tf.distribute strategy as the loop's backend; implementation names its collective."""
 
+    framework = "tensorflow"
     strategy_name: str  # the tf.distribute class
     implementation: str | None = None  # its collective, known once create_strategy ran
 

@@ -63,7 +63,7 @@ class ReplicaDataParallel(nn.DataParallel):
 
 
 class DataParallelBackend(Backend):
-    name = "dp"
+    framework, name = "torch", "dp"
     untimed_comm = (
         "DataParallel has no separately timed collectives: its copies (the broadcast of the weights, the scatter "
         "and gather of the batch, the sum of the gradients) run inside the passes, and on one device there are none"
@@ -73,9 +73,6 @@ class DataParallelBackend(Backend):
         super().__init__(place)
         self.replicas, self.replica_ids = gpus, list(range(gpus))
         self.device_ids: list[int] | None = None
-
-    def processes(self, gpus: int) -> int:
-        return 1
 
     def setup(self, run: RunSettings) -> None:
         if self.device_type != "gpu" and self.replicas > 1:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scalebench import architecture
+from scalebench import architecture, backends
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import accumulation, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
@@ -44,7 +44,8 @@ class TorchFramework:
     def start(self, run: RunSettings) -> None:
         torch.set_num_threads(self.process.threads)
         backend = self.backend
-        per_process = run.cell.gpus // backend.processes(run.cell.gpus)  # DataParallel: every GPU of the cell
+        # DataParallel: every GPU of the cell
+        per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
         self.device = runtime.choose_device(  # before NCCL starts
             run, self.process, backend.local_rank, backend.local_world_size, per_process
         )

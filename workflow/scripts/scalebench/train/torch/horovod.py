@@ -58,6 +58,8 @@ class DenseLayout:
 
 
 class HorovodTorchBackend(HorovodBackend):
+    framework = "torch"
+
     def __init__(self, place: RankInfo, horovod: HorovodSettings, compression: str = "none") -> None:
         super().__init__(place, _import_horovod(), horovod, compression)
         self.compression = DenseLayout(self.compression)

@@ -18,7 +18,7 @@ from scalebench.train.torch import collectives, step_timing
 
 
 class DDPBackend(Backend):
-    name = "native"
+    framework, name = "torch", "native"
     untimed_comm = ""  # its communication hook times each bucket's allreduce (step_timing.timed_comm_hook)
 
     def __init__(self, place: RankInfo, compression: str = "none") -> None:

@@ -1,0 +1,28 @@
+"""What the schema says about each backend, filled in from the registry (scalebench/backends.py)
+when the schema is loaded: matrix.backends's enum and one launch template per executor and
+framework_backend pair (launchers.<executor>.<framework>_<name>), with its description.
+
+config/schema.yaml leaves these out, so that a new registry entry is in the schema, validation,
+the configuration reference and the launcher without another edit.
+"""
+
+from __future__ import annotations
+
+from scalebench import backends
+
+
+def fill(schema: dict) -> dict:
+    """`schema` with the registry's backends in it (changed in place, and returned)."""
+    properties = schema["properties"]
+    properties["matrix"]["properties"]["backends"]["items"] = {"enum": list(backends.names())}
+    for executor, section in properties["launchers"]["properties"].items():
+        section["properties"] = {
+            f"{framework}_{name}": {
+                "description": backends.launch_note(executor, framework, name),
+                "type": "string",
+                "default": backends.launch_template(executor, framework, name),
+            }
+            for framework, entries in backends.REGISTRY.items()
+            for name in entries
+        }
+    return schema
