@@ -231,8 +231,8 @@ def read_cell(
     memory = [m for m in (finite_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
     total_time = float(np.nansum(times)) if times else math.nan
     total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
-    images_per_s = measures.steady_epoch_time(throughputs, profiled)  # the same rule as the epoch time
-    steady_epoch_s = measures.steady_epoch_time(times, profiled)
+    images_per_s = measures.steady_median(throughputs, profiled)
+    steady_epoch_s = measures.steady_median(times, profiled)
     train_time = finite_number(final.get("train_time_s"))
     if math.isnan(train_time) and epochs:
         train_time = finite_number(epochs[-1].get("train_time_s"))
@@ -262,7 +262,7 @@ def read_cell(
         "time_to_target_reason": to_target_reason or None,
         "stopped_at_target": bool(final.get("stopped_at_target")) if final else None,
         "peak_mem_mb": max(memory) if memory else math.nan,
-        "mfu": measures.steady_epoch_time([e.get("mfu") for e in epochs], profiled),  # per GPU, steady epochs
+        "mfu": measures.steady_median([e.get("mfu") for e in epochs], profiled),  # per GPU, steady epochs
         "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
         **cost(run, final, epochs),
         **slurm_cost(run),
