@@ -153,7 +153,7 @@ def training_record(
         "compile": training.compile,
         "deterministic": deterministic,
         "batch_norm": training.batch_norm,
-        "device": device_type,  # gpu or cpu, what training.device resolved to
+        "device": records.device_name(device_type),  # cuda or cpu, what training.device resolved to
         "threads_per_rank": threads,
         "collective_timeout_s": training.collective_timeout_s,
         "max_loss": training.max_loss,

@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from scalebench import records
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import RunSettings
 from scalebench.train import accumulation, architecture, devices, faults, placement, resume
@@ -233,7 +234,7 @@ class TensorFlowFramework:
         return {
             "parameters": parameter_count(self.model),
             "gradient_bytes": gradient_bytes(self.model),
-            "device": self.device_type,
+            "device": records.device_name(self.device_type),
             "layout": "channels_last",
             "tf32": runtime.tf32_enabled(self.device_type),
             "deterministic": self.deterministic,

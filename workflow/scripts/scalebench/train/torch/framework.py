@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from scalebench import records
 from scalebench.settings import RunSettings
 from scalebench.train import accumulation, architecture, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
@@ -77,7 +78,7 @@ class TorchFramework:
         return {
             "parameters": parameter_count(self.raw_model),
             "gradient_bytes": gradient_bytes(self.raw_model),
-            "device": self.device.type,
+            "device": records.device_name(self.device.type),
             "layout": runtime.LAYOUT_NAME,
             "tf32": runtime.tf32_enabled(self.device),
             "deterministic": self.deterministic,
