@@ -27,7 +27,7 @@ ratios compare like with like:
   split       the step split of a one-GPU cell (CUDA events, train/torch/step_timing.py): no
               exposed communication to speak of (<= 2% of the steady epoch: one rank waits for
               nobody), compute near the steps' time, the parts adding up within the tolerance
-              (records.py); and a profile window whose trace holds CUDA kernels
+              (records/); and a profile window whose trace holds CUDA kernels
 
 It needs a CUDA build of torch, NumPy, PyYAML, Pillow and jsonschema (no TensorFlow, Horovod
 or Snakemake). It exits non-zero if a cell fails or did not run on the GPU.

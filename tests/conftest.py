@@ -260,7 +260,13 @@ def read_records(out: Path) -> tuple[list[dict], dict, dict]:
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     epochs = [r for r in lines if r["type"] == "epoch"]
     final = next(r for r in lines if r["type"] == "final")
-    return epochs, final, json.loads((out / "run.json").read_text())
+    run = json.loads((out / "run.json").read_text())
+    # what the ranks wrote is what records/definitions.py defines (docs/records.md)
+    from scalebench.records.definitions import EPOCH, FINAL, RUN
+
+    for definition, record in [*((EPOCH, epoch) for epoch in epochs), (FINAL, final), (RUN, run)]:
+        assert not definition.undefined(record), f"define in records/definitions.py: {definition.undefined(record)}"
+    return epochs, final, run
 
 
 def read_curves(folder: Path) -> dict[str, list[tuple[int, float]]]:

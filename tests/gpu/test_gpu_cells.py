@@ -89,7 +89,11 @@ def test_tensorflow_trains_on_the_gpu_with_batches_prefetched_to_it(prepared_dat
     result = launch_cell(settings, prepared_data, tmp_path / "tf", timeout=600)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     run = json.loads((tmp_path / "tf" / "run.json").read_text())
-    assert run["device"] == "gpu" and run["status"] == "ok" and run["compute_dtype"] == "float32"
+    assert (
+        run["device"] == run["training"]["device"] == "cuda"
+        and run["status"] == "ok"
+        and run["compute_dtype"] == "float32"
+    )
 
 
 def test_the_step_split_of_one_gpu_has_no_exposed_communication_and_its_trace_holds_kernels(prepared_data, tmp_path):

@@ -9,12 +9,12 @@ from scalebench import backends, measures
 
 
 def test_steady_state_epoch_time_is_the_median_after_the_first():
-    assert measures.steady_epoch_time([10.0, 4.0, 6.0, 5.0]) == 5.0
-    assert measures.steady_epoch_time([10.0, 4.0, 6.0]) == 5.0
-    assert measures.steady_epoch_time([7.0]) == 7.0
-    assert math.isnan(measures.steady_epoch_time([]))
-    assert measures.steady_epoch_time([10.0, None, 3.0]) == 3.0
-    assert measures.steady_epoch_time([10.0, math.nan, "n/a", 3.0, 5.0]) == 4.0
+    assert measures.steady_median([10.0, 4.0, 6.0, 5.0]) == 5.0
+    assert measures.steady_median([10.0, 4.0, 6.0]) == 5.0
+    assert measures.steady_median([7.0]) == 7.0
+    assert math.isnan(measures.steady_median([]))
+    assert measures.steady_median([10.0, None, 3.0]) == 3.0
+    assert measures.steady_median([10.0, math.nan, "n/a", 3.0, 5.0]) == 4.0
 
 
 @pytest.mark.parametrize(
@@ -42,6 +42,6 @@ def test_cell_energy_and_gpu_hours():
 
 
 def test_a_profiled_epoch_is_left_out_of_the_steady_figures():
-    assert measures.steady_epoch_time([10.0, 4.0, 9.0, 6.0], [False, False, True, False]) == 5.0
-    assert measures.steady_epoch_time([10.0, 4.0, 6.0], [True, False, False]) == 5.0  # the warm-up anyway
-    assert measures.steady_epoch_time([10.0, 9.0], [False, True]) == 9.0  # every later epoch traced: as if none
+    assert measures.steady_median([10.0, 4.0, 9.0, 6.0], [False, False, True, False]) == 5.0
+    assert measures.steady_median([10.0, 4.0, 6.0], [True, False, False]) == 5.0  # the warm-up anyway
+    assert measures.steady_median([10.0, 9.0], [False, True]) == 9.0  # every later epoch traced: as if none

@@ -20,13 +20,14 @@ def finite_number(value) -> float:
     return number if math.isfinite(number) else math.nan
 
 
-def steady_epoch_time(epoch_times: Iterable[float | None], profiled: Iterable[bool] | None = None) -> float:
-    """Median epoch time after the first (warm-up, compilation); the only epoch if there is one;
+def steady_median(per_epoch: Iterable[float | None], profiled: Iterable[bool] | None = None) -> float:
+    """The median of a per-epoch figure (epoch time, throughput, MFU, a step split part) over the
+    steady epochs: those after the first (warm-up, compilation); the only epoch if there is one;
     NaN with none. Values that are missing or not finite are left out. `profiled` (per epoch,
     training.profile): an epoch that traced steps is left out too, since a profiler slows what it
     traces (the first epoch counts as the warm-up whether it was traced or not); with every later
-    epoch traced, as if none were. Any per-epoch figure of a cell follows the same rule."""
-    values = [finite_number(t) for t in epoch_times]
+    epoch traced, as if none were."""
+    values = [finite_number(value) for value in per_epoch]
     flags = [bool(flag) for flag in profiled] if profiled is not None else []
     if any(flags[1:]):
         steady = [v for v, flag in zip(values[1:], flags[1:]) if not flag and not math.isnan(v)]

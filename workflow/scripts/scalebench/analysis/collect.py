@@ -20,7 +20,8 @@ from scalebench.analysis import step_split
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
-from scalebench.records import FINISHED_STATUSES, read_metrics, run_problem
+from scalebench.records import FINISHED_STATUSES, read_metrics, read_run, run_problem
+from scalebench.records.definitions import EPOCH, FINAL
 
 # variant: the label of the optional axes' values ('' for a study without them; see cell.py)
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
@@ -212,14 +213,15 @@ def read_cell(
         except (json.JSONDecodeError, UnicodeDecodeError):
             run = None
     metrics_path = run_dir / "metrics.jsonl"
-    records, complete = read_metrics(metrics_path) if metrics_path.exists() else ([], True)
-    epochs = [r for r in records if r.get("type") == "epoch"]
-    final = next((r for r in records if r.get("type") == "final"), {})
+    lines, complete = read_metrics(metrics_path) if metrics_path.exists() else ([], True)
+    # read through their definitions (records/definitions.py): a name they lack raises
+    epochs = [EPOCH.read(r) for r in lines if r.get("type") == "epoch"]
+    final = FINAL.read(next((r for r in lines if r.get("type") == "final"), {}))
     status, reason = cell_status(run, metrics_path.exists(), (run_dir / "train.log").exists(), final, complete)
     if run_json.exists() and (run is None or run_problem(run)):
         status, reason = "unreadable", run_problem(run) if run is not None else "run.json is not valid JSON"
         run = None
-    run = run or {}
+    run = read_run(run or {})
     if status == "ok" and stale_reason(run, data_key, settings, defaults):
         status, reason = "stale", stale_reason(run, data_key, settings, defaults)
 
@@ -231,8 +233,8 @@ def read_cell(
     memory = [m for m in (finite_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
     total_time = float(np.nansum(times)) if times else math.nan
     total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
-    images_per_s = measures.steady_epoch_time(throughputs, profiled)  # the same rule as the epoch time
-    steady_epoch_s = measures.steady_epoch_time(times, profiled)
+    images_per_s = measures.steady_median(throughputs, profiled)
+    steady_epoch_s = measures.steady_median(times, profiled)
     train_time = finite_number(final.get("train_time_s"))
     if math.isnan(train_time) and epochs:
         train_time = finite_number(epochs[-1].get("train_time_s"))
@@ -262,7 +264,7 @@ def read_cell(
         "time_to_target_reason": to_target_reason or None,
         "stopped_at_target": bool(final.get("stopped_at_target")) if final else None,
         "peak_mem_mb": max(memory) if memory else math.nan,
-        "mfu": measures.steady_epoch_time([e.get("mfu") for e in epochs], profiled),  # per GPU, steady epochs
+        "mfu": measures.steady_median([e.get("mfu") for e in epochs], profiled),  # per GPU, steady epochs
         "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
         **cost(run, final, epochs),
         **slurm_cost(run),
@@ -327,7 +329,7 @@ def observed_rates(epoch: dict) -> dict:
     the schedule's rate in `lr`, which moves there (the optimizer's is not known)."""
     if "scheduled_lr" in epoch:
         return epoch
-    return {**epoch, "lr": None, "scheduled_lr": epoch.get("lr")}
+    return EPOCH.read({**epoch, "lr": None, "scheduled_lr": epoch.get("lr")})
 
 
 def cell_settings(settings: dict | None, run: dict, keys: dict) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from scalebench import records
 from scalebench.analysis.collect import KEYS, no_variant_as_empty
 from scalebench.cell import cell_path
 from scalebench.collective_table import COLUMNS, TABLE
@@ -50,9 +51,10 @@ def cell_facts(folder: Path) -> dict:
         run = {}
     if not isinstance(run, dict):
         run = {}
+    run = records.read_run(run)
     return {
         "nodes": run.get("nodes"),
-        "device": (run.get("training") or {}).get("device"),  # gpu or cpu, as the cell resolved it
+        "device": (run.get("training") or {}).get("device"),  # cuda or cpu, as the cell resolved it
         "model_width": run.get("model_width"),
         "gradient_bytes": run.get("gradient_bytes"),
     }

@@ -111,7 +111,7 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
                 "reason": f"imported from {path}",
                 "epochs": len(table),
                 "train_time_s": float(last["training_time"]),
-                "steady_epoch_s": measures.steady_epoch_time(times),
+                "steady_epoch_s": measures.steady_median(times),
                 "first_epoch_s": times[0],
                 "test_time_s": float(last["test_time"]),
                 "iou": float(last["iou"]),

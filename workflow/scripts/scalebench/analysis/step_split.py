@@ -1,5 +1,5 @@
 """The step split of a cell's epoch records (records.STEP_SPLIT_FIELDS) as columns of runs.csv and
-epochs.csv: per epoch as recorded, per cell over its steady epochs (measures.steady_epoch_time's
+epochs.csv: per epoch as recorded, per cell over its steady epochs (measures.steady_median's
 rule: after the first, without a profiled one).
 
 A record written before the split existed, or with training.step_split off, reads as not
@@ -64,9 +64,7 @@ def first_reason(epochs: list[dict], field: str) -> str | None:
 def run_columns(epochs: list[dict], steady_epoch_s: float) -> dict:
     """A cell's split columns of runs.csv from its epoch records."""
     profiled = [bool(record.get("profiled")) for record in epochs]
-    row = {
-        name: measures.steady_epoch_time([record.get(name) for record in epochs], profiled) for name in STEADY_COLUMNS
-    }
+    row = {name: measures.steady_median([record.get(name) for record in epochs], profiled) for name in STEADY_COLUMNS}
     row["comm_share"] = row["comm_exposed_s"] / steady_epoch_s if steady_epoch_s else math.nan
     steady = [record for index, record in enumerate(epochs) if index and not profiled[index]] or epochs[:1]
     ranks = [record.get("straggler_rank") for record in steady if record.get("straggler_rank") is not None]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalebench.analysis.collect import EPOCH_COLUMNS, RUN_COLUMNS, epochs_frame, runs_frame
+from scalebench.records.definitions import STEP_SPLIT
 
 TEXT = {
     "source": str,
@@ -21,11 +22,8 @@ TEXT = {
     "compute_dtype": str,
     "local_gpu_ids": str,  # "0" is an id, not a number
     "rank_cpus": str,
-    "straggler_host": str,
-    "step_split_reason": str,
-    "comm_total_reason": str,
-    "profile_trace": str,
-    "profile_reason": str,
+    # the epoch record's text fields of the step split, as records/definitions.py types them
+    **{field.name: str for field in STEP_SPLIT if field.type == "str"},
 }
 
 

@@ -60,7 +60,7 @@ def check_semantics(config: dict) -> None:
     if not cluster["allow_uneven"]:
         # one-process backends never span nodes (left_out), so only the counts of other cells matter
         for gpus in sorted({cell.gpus for cell in cells(config)}):
-            reason = placement_problem(gpus, cluster)
+            reason = uneven_nodes_problem(gpus, cluster)
             if reason:
                 problems.append(f"config key 'matrix.gpus': {reason} (or set cluster.allow_uneven: true)")
     for executor, templates in config["launchers"].items():
@@ -278,7 +278,7 @@ def template_problem(template: str) -> str | None:
     return None
 
 
-def placement_problem(gpus: int, cluster: dict) -> str | None:
+def uneven_nodes_problem(gpus: int, cluster: dict) -> str | None:
     """Why a cell of `gpus` ranks would leave its last node short (uneven), or None."""
     layout = node_layout(cluster, gpus)
     if len(set(layout)) > 1:

@@ -121,7 +121,7 @@ def bind(place: RankInfo, per_process: int, gpu_binding: str, env: Mapping[str, 
 
 
 def fields(gather: Callable[[str], list[str]], env: Mapping[str, str] | None = None) -> dict:
-    """run.json's placement fields: every rank's cores read back from the OS (gathered), how they were
+    """run.json's CPU binding fields: every rank's cores read back from the OS (gathered), how they were
     bound, and the GPU ids a local cell held."""
     env = os.environ if env is None else env
     binding = _applied or Binding(None, None, "not bound: train/binding.bind did not run in this process")

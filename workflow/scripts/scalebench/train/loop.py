@@ -236,7 +236,7 @@ class TrainingLoop:
         )
         hosts = self.hosts = self.backend.allgather_text(provenance.host_name())
         devices = self.backend.allgather_text(self.framework.device_name())
-        record.update(provenance.placement(hosts, devices, run.image_size, architecture.channels(run.model_width)))
+        record.update(provenance.rank_layout(hosts, devices, run.image_size, architecture.channels(run.model_width)))
         record.update(binding.fields(self.backend.allgather_text))  # each rank's cores, a local cell's GPU ids
         if self.is_root:  # the node's driver, GPUs, topology, network, NCCL and the ranks' variables
             record.update(site.fields())
@@ -473,7 +473,7 @@ class TrainingLoop:
     def report(self, record: dict, epoch: int) -> None:
         if not self.is_root:
             return
-        steady = measures.steady_epoch_time(self.epoch_times)
+        steady = measures.steady_median(self.epoch_times)
         print(
             metrics.progress_line(record, self.training.epochs, steady * (self.training.epochs - epoch - 1)), flush=True
         )

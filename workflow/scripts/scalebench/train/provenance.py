@@ -52,7 +52,7 @@ SLURM_VARIABLES = {
     "partition": "SLURM_JOB_PARTITION",
     "account": "SLURM_JOB_ACCOUNT",
     "restart_count": "SLURM_RESTART_COUNT",
-    # the step's placement: on a test cluster all nodes share one hostname, so these
+    # where the step's ranks ran: on a test cluster all nodes share one hostname, so these
     # (SLURM's node names) show where the ranks ran
     "node": "SLURMD_NODENAME",
     "step_id": "SLURM_STEP_ID",  # launch.py reads the step's energy from sacct (launch/accounting.py)
@@ -97,7 +97,7 @@ def start_record(cell: dict, config_hash: str) -> dict:
     }
 
 
-def placement(
+def rank_layout(
     hosts: list[str], devices: list[str], image_size: tuple[int, int], channels: tuple[int, ...] = CHANNELS
 ) -> dict:
     """run.json fields from every rank's host and device, and the model FLOPs for MFU (of the
@@ -153,7 +153,7 @@ def training_record(
         "compile": training.compile,
         "deterministic": deterministic,
         "batch_norm": training.batch_norm,
-        "device": device_type,  # gpu or cpu, what training.device resolved to
+        "device": records.device_name(device_type),  # cuda or cpu, what training.device resolved to
         "threads_per_rank": threads,
         "collective_timeout_s": training.collective_timeout_s,
         "max_loss": training.max_loss,

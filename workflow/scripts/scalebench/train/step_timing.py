@@ -147,7 +147,7 @@ def unmeasured(reason: str) -> dict:
 
 
 def rest_problem(rank: dict) -> str:
-    """'' if a rank's rest is at least minus the tolerance (records.py); else what is wrong."""
+    """'' if a rank's rest is at least minus the tolerance (records/__init__.py); else what is wrong."""
     epoch, rest = rank["epoch_time_s"], rank["rest_s"]
     if rest is None or epoch is None:
         return ""

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from scalebench import architecture, backends
+from scalebench import architecture, backends, records
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import accumulation, devices, faults, placement, resume
@@ -235,7 +235,7 @@ class TensorFlowFramework:
         return {
             "parameters": parameter_count(self.model),
             "gradient_bytes": gradient_bytes(self.model),
-            "device": self.device_type,
+            "device": records.device_name(self.device_type),
             "layout": "channels_last",
             "tf32": runtime.tf32_enabled(self.device_type),
             "deterministic": self.deterministic,

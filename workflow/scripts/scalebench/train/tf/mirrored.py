@@ -38,7 +38,7 @@ class MirroredBackend(StrategyBackend):
         self.replica_devices = kind if kind == "GPU" or gpus == 1 else "logical CPU"
         return tf.distribute.MirroredStrategy(devices[:gpus])
 
-    def placement(self) -> str:
+    def devices_note(self) -> str:
         if self.replica_devices == "GPU":
             return f" on {self.replicas} GPUs"
         if self.replica_devices == "CPU":

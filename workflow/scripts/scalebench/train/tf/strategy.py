@@ -28,7 +28,7 @@ class StrategyBackend(Backend):
     def create_strategy(self, run: RunSettings):
         raise NotImplementedError
 
-    def placement(self) -> str:
+    def devices_note(self) -> str:
         """Where the replicas live, for train.log (a subclass says more where it matters)."""
         return ""
 
@@ -41,7 +41,7 @@ class StrategyBackend(Backend):
         self._collectives()
         print(
             f"rank {self.rank}/{self.world_size}: {type(self.strategy).__name__} with {self.replicas} replicas "
-            f"({self.implementation}){self.placement()} via {self.place.launcher}",
+            f"({self.implementation}){self.devices_note()} via {self.place.launcher}",
             flush=True,
         )
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scalebench import architecture, backends
+from scalebench import architecture, backends, records
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import accumulation, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
@@ -80,7 +80,7 @@ class TorchFramework:
         return {
             "parameters": parameter_count(self.raw_model),
             "gradient_bytes": gradient_bytes(self.raw_model),
-            "device": self.device.type,
+            "device": records.device_name(self.device.type),
             "layout": runtime.LAYOUT_NAME,
             "tf32": runtime.tf32_enabled(self.device),
             "deterministic": self.deterministic,

@@ -1,6 +1,7 @@
-"""The records of a cell's metrics.jsonl that both its ranks and launch.py write (the launcher
-ends an out-of-memory or refused cell with its final record: outcome.py), and their timestamps.
-The epoch records and the progress line are the ranks' own (train/metrics.py)."""
+"""A cell's records: reading and appending metrics.jsonl, the final record that both its ranks and
+launch.py write (the launcher ends an out-of-memory or refused cell with it: outcome.py), the
+timestamps and the device's name. Each record's fields are defined in records/definitions.py;
+the epoch records and the progress line are the ranks' own (train/metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from scalebench.files import json_safe
+from scalebench.records import definitions
+from scalebench.records.fields import ReadRecord
 
 
 def now_iso() -> str:
     """run.json's start and end: UTC, to the second."""
     return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def device_name(device: str) -> str:
+    """The device as every record names it: cuda for a GPU in both frameworks (training.device's
+    word), else cpu; an old TensorFlow record's gpu reads as cuda."""
+    return "cuda" if device in ("gpu", "cuda") else device
+
+
+def read_run(run: dict) -> ReadRecord:
+    """A parsed run.json for reading through its definition, in today's words (device: cuda)."""
+    run = dict(run)
+    if "device" in run:
+        run["device"] = device_name(run["device"])
+    if isinstance(run.get("training"), dict) and "device" in run["training"]:
+        run["training"] = {**run["training"], "device": device_name(run["training"]["device"])}
+    return definitions.RUN.read(run)
 
 
 # What a finished cell's run.json says at the end; refused: it cannot run as set up there, and says why.
@@ -91,29 +110,6 @@ COST_FIELDS = ("gpu_hours", "energy_j", "energy_source", "energy_reason")
 REST_TOLERANCE_SHARE = 0.01
 REST_TOLERANCE_S = 0.002
 
-# The epoch record's step split (train/step_timing.py writes it, analysis/collect.py reads it): each
-# field and its meaning; docs/step-split.md lists the same (a test keeps both equal).
-STEP_SPLIT_FIELDS = {
-    "compute_s": "seconds of the steps not spent in exposed communication, median over ranks",
-    "compute_max_s": "the same, the slowest rank's",
-    "comm_exposed_s": "seconds of the steps spent in communication nothing computed behind, median over ranks",
-    "comm_exposed_max_s": "the same, the largest rank's",
-    "data_wait_median_s": "seconds waiting for the next batch, median over ranks (data_wait_s: the slowest's)",
-    "rest_s": "seconds of the epoch outside steps and data waits, median over ranks",
-    "rest_max_s": "the same, the largest rank's",
-    "comm_total_s": "seconds with communication in flight, median over ranks (empty: comm_total_reason)",
-    "comm_overlap": "share of comm_total_s overlapped with compute, 1 - exposed / total, median over ranks",
-    "comm_total_reason": "why comm_total_s and comm_overlap are empty",
-    "step_median_s": "a step's median time, median over ranks",
-    "step_p90_s": "a step's 90th percentile time, the largest over ranks",
-    "step_max_s": "the longest step of any rank",
-    "compute_spread": "(largest - smallest) / median of the ranks' compute_s: how unevenly ranks compute",
-    "straggler_rank": "the rank with the largest compute_s",
-    "straggler_host": "that rank's host",
-    "step_split_reason": "why the split fields are empty (training.step_split off, a record from before it)",
-    "ranks": "per rank, in rank order: rank, host, epoch_time_s, compute_s, comm_exposed_s, data_wait_s, rest_s, "
-    "steps, step_median_s, step_p90_s, step_max_s, comm_total_s, comm_overlap",
-    "profiled": "this epoch traced steps with training.profile: left out of the steady-state figures",
-    "profile_trace": "the trace's folder, relative to the cell (empty: profile_reason)",
-    "profile_reason": "why a trace asked for is missing",
-}
+# The epoch record's step split, each field and its meaning (records/definitions.py defines it;
+# docs/step-split.md lists the same: a test keeps both equal).
+STEP_SPLIT_FIELDS = {field.name: field.meaning for field in definitions.STEP_SPLIT}

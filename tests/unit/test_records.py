@@ -1,0 +1,151 @@
+"""One definition per record (records/definitions.py): the writers' builders write exactly its
+fields, with its types, and the analysis reads nothing it does not define."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+from cell_records import write_cell
+from conftest import REPO, cell_settings
+from scalebench import outcome, records
+from scalebench.analysis import collect
+from scalebench.launch import accounting
+from scalebench.records.definitions import COLLECTIVES, COMPILED, EPOCH, FINAL, RANK, RECORDS, RUN, TRAINING
+from scalebench.records.fields import TYPES, Field, Record, UndefinedField
+from scalebench.settings import RunSettings
+from scalebench.train import binding, collectives, flops, metrics, observed, profiling, provenance, site, step_timing
+from scalebench.train.step_timing import StepTimes
+
+PROVENANCE = {"model_flops_per_image": 1e9, "peak_tflops": 100.0, "world_size": 2}
+
+
+def check_written(definition: Record, record: dict, complete: bool = True) -> None:
+    """`record`'s keys are the definition's (all of today's fields where `complete`), each value of its type."""
+    assert not definition.undefined(record), f"{definition.name}: define {definition.undefined(record)}"
+    if complete:
+        missing = sorted(set(definition.written()) - set(record))
+        assert not missing, f"{definition.name} record lacks {missing}"
+    for name, value in record.items():
+        known = definition.by_name.get(name)
+        if known is not None and value is not None and not (isinstance(value, float) and math.isnan(value)):
+            assert isinstance(value, TYPES[known.type]), f"{definition.name}.{name}: {value!r} is not {known.type}"
+
+
+def an_epoch(split: dict) -> dict:
+    record = metrics.epoch_record(2, 0.5, (1e-3, 1e-3), [2.0, 0.1, 300.0], 8, 4, 4.0, PROVENANCE, 4, energy_j=None)
+    window = profiling.Window(None, ".", None, None)  # no training.profile: not traced
+    return {**record, **split, **window.fields(1)}
+
+
+def test_an_epoch_record_holds_exactly_the_defined_fields_split_or_not():
+    fast = step_timing.rank_row(2.0, 0.2, StepTimes([0.3, 0.4, 0.5], [0.1, 0.1, 0.2], 0.8))
+    slow = step_timing.rank_row(2.1, 0.1, StepTimes([0.6, 0.6, 0.7], [0.0, 0.05, 0.05]))
+    table = step_timing.placed(fast, 0, 2) + step_timing.placed(slow, 1, 2)
+    split = an_epoch(step_timing.epoch_fields(table, ["n1", "n2"], "no timed collectives"))
+    check_written(EPOCH, split)
+    for rank in split["ranks"]:
+        check_written(RANK, rank)
+    check_written(EPOCH, an_epoch(step_timing.unmeasured("training.step_split: false")))
+
+
+def test_the_final_record_and_the_cost_are_the_defined_fields(tmp_path):
+    final = records.final_record("ok", 1.5, 4.0, 2) | dict.fromkeys(records.COST_FIELDS)
+    check_written(FINAL, final)
+    # the launcher's final record of a refused cell (outcome.py), and its run.json
+    outcome.record(tmp_path, "refused", "no GPU", {"framework": "torch", "backend": "native", "gpus": 1, "seed": 1})
+    lines, _ = records.read_metrics(tmp_path / "metrics.jsonl")
+    check_written(FINAL, lines[-1], complete=False)
+    check_written(RUN, json.loads((tmp_path / "run.json").read_text()), complete=False)
+
+
+@pytest.mark.parametrize(("framework", "backend"), [("torch", "horovod"), ("tensorflow", "native")])
+def test_the_training_record_is_the_defined_settings_and_the_backends_options(framework, backend):
+    from scalebench.train import rank_env
+    from scalebench.train.tf.native import MultiWorkerBackend
+    from scalebench.train.torch.horovod import HorovodTorchBackend
+
+    run = RunSettings.from_json(cell_settings(framework, backend, 2), "data", "out", env={})
+    place = rank_env.detect({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
+    made = HorovodTorchBackend(place, run.training.horovod) if backend == "horovod" else MultiWorkerBackend(place)
+    options = made.options()
+    record = provenance.training_record(
+        run.training,
+        framework=framework,
+        device_type="gpu",
+        replicas=2,
+        threads=1,
+        deterministic=True,
+        passes=made.backward_passes_per_step,
+        compression=made.gradient_compression,
+        backend_options=options,
+    )
+    assert record["device"] == "cuda"
+    check_written(TRAINING, {key: value for key, value in record.items() if key not in options})
+    assert not set(options) & set(TRAINING.names), "a backend's option shadows a training setting"
+
+
+def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_defined_fields():
+    cell = {"framework": "torch", "backend": "native", "gpus": 2, "seed": 1, "axes": []}
+    run = provenance.start_record(cell, "abc")
+    run |= provenance.rank_layout(["n1", "n1"], ["cpu", "cpu"], (64, 64))
+    run |= binding.fields(lambda text: [text, text], env={})
+    run |= site.fields(call=lambda *args: (None, "no nvidia-smi"), sys_root="/nonexistent", maps="", env={})
+    run |= flops.peak_fields("cpu", False, "fp32", {})
+    result = collectives.Result(reason="one replica: nothing to exchange")
+    run |= collectives.run_fields(result, 1)
+    run |= observed.run_fields({"compute_dtype": "float32", "compiled": observed.compiled_record("none", 0, 0, [])})
+    run |= accounting.read(None, None)
+    check_written(RUN, run, complete=False)
+    check_written(COLLECTIVES, run["collectives"])
+    check_written(COMPILED, run["compiled"])
+
+
+def test_the_device_is_cuda_in_every_record_and_an_old_gpu_reads_as_cuda():
+    assert records.device_name("gpu") == records.device_name("cuda") == "cuda"
+    assert records.device_name("cpu") == "cpu"
+    run = records.read_run({"device": "gpu", "training": {"device": "gpu"}})
+    assert run["device"] == "cuda" and run["training"]["device"] == "cuda"
+
+
+def test_the_analysis_refuses_a_name_no_record_defines():
+    epoch = EPOCH.read({"type": "epoch", "epoch_time": 2.0})
+    with pytest.raises(UndefinedField, match="epoch record has no field 'epoch_time'"):
+        epoch.get("epoch_time")
+    with pytest.raises(UndefinedField):
+        _ = "epoch_time" in epoch
+    run = RUN.read({"collectives": {"op": "all_reduce"}, "training": {"tf_strategy": "x"}})
+    with pytest.raises(UndefinedField, match="collectives record has no field 'operation'"):
+        run["collectives"].get("operation")
+    assert run["training"]["tf_strategy"] == "x"  # training is open: a backend's own options
+
+
+def test_a_renamed_epoch_field_fails_the_collection_instead_of_reading_as_nan(tmp_path, monkeypatch):
+    keys = {"framework": "torch", "backend": "native", "variant": "", "gpus": 1, "seed": 1}
+    folder = write_cell(tmp_path, "torch", "native", 1, 1, [3.0, 2.0])
+    row, _ = collect.read_cell(folder, keys)
+    assert row["steady_epoch_s"] == 2.0
+    renamed = tuple(f if f.name != "epoch_time_s" else Field("epoch_seconds", "float", "s", "x") for f in EPOCH.fields)
+    monkeypatch.setattr(collect, "EPOCH", Record("epoch", "", "", renamed))
+    with pytest.raises(UndefinedField, match="epoch_time_s"):
+        collect.read_cell(folder, keys)
+
+
+def test_every_field_says_what_it_is():
+    for definition in RECORDS:
+        for known in definition.fields:
+            assert known.meaning and known.meaning == known.meaning.strip(), f"{definition.name}.{known.name}"
+
+
+def test_docs_records_md_is_generated_from_the_definitions():
+    """docs/records.md is the current output of tools/records_reference.py, and names every field."""
+    page = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "records_reference.py")], capture_output=True, text=True, check=True
+    ).stdout
+    assert page == (REPO / "docs" / "records.md").read_text(), "run: python tools/records_reference.py --write"
+    for definition in RECORDS:
+        assert all(f"| `{known.name}` |" in page for known in definition.fields)
+    assert "(docs/records.md)" in (REPO / "README.md").read_text()

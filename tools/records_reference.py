@@ -1,0 +1,70 @@
+"""Render docs/records.md, the fields of every record a cell writes, from their one definition
+(workflow/scripts/scalebench/records/definitions.py).
+
+    python tools/records_reference.py            # print it
+    python tools/records_reference.py --write    # update docs/records.md
+
+A unit test checks that docs/records.md is current, so the page can never drift from the records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+
+from scalebench.records.definitions import RECORDS  # noqa: E402
+from scalebench.records.fields import Record  # noqa: E402
+
+PAGE = ROOT / "docs" / "records.md"
+HEAD = """# The records a cell writes
+
+Each cell's folder holds `metrics.jsonl` (one epoch record per line, then the final record) and
+`run.json` (where and with what it ran, and how it ended). Every field below is defined once, in
+`workflow/scripts/scalebench/records/definitions.py`: the writers' records are tested against it
+and the analysis (runs.csv, epochs.csv) reads through it, so a field renamed on one side fails a
+test instead of reading as empty. A field that could not be measured is empty (`null`), never 0;
+the last column says when it is empty and which field says why. Records written by earlier
+versions still read: a field they lack reads as not measured, with the reason in runs.csv, and
+fields marked *old* appear only in them.
+
+This page is generated: `python tools/records_reference.py --write`.
+"""
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def section(record: Record) -> str:
+    lines = [f"## {record.name}: {record.where}", "", record.meaning]
+    if record.open:
+        lines += ["", "It may hold names beyond these (see above)."]
+    lines += ["", "| field | type | unit | meaning | empty when |", "| --- | --- | --- | --- | --- |"]
+    for field in record.fields:
+        meaning = f"*old*: {field.meaning}" if field.old else field.meaning
+        part = f" (below: {field.part.name})" if field.part is not None else ""
+        lines.append(f"| `{field.name}` | {field.type} | {field.unit} | {cell(meaning)}{part} | {cell(field.empty)} |")
+    return "\n".join(lines)
+
+
+def page() -> str:
+    return "\n\n".join([HEAD.rstrip(), *(section(record) for record in RECORDS)]) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    if args.write:
+        PAGE.write_text(page())
+    else:
+        print(page(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""How a record is defined: its fields (type, unit, meaning, when it may be empty and what says
+why), and a reader that refuses a name the definition does not hold.
+
+The writers' records are checked against their definition by the unit tests (the builders run,
+their keys compared); the analysis reads every record through `Record.read`, so a field renamed
+on either side fails there instead of turning into NaN in runs.csv.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# A field's type as the record holds it (JSON), and the Python types a value of it may have
+TYPES = {
+    "float": (int, float),
+    "int": (int,),
+    "str": (str,),
+    "bool": (bool,),
+    "list": (list,),
+    "object": (dict,),
+    "any": (object,),
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a record. `empty`: when it may be None and what says why (a reason field's name
+    or the rule), '' where a written record always holds a value; `old`: only records written by
+    earlier versions hold it (the analysis reads it for them); `part`: the nested record it holds (or a list of)."""
+
+    name: str
+    type: str
+    unit: str
+    meaning: str
+    empty: str = ""
+    old: bool = False
+    part: Record | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"field {self.name}: type {self.type!r} is not one of {sorted(TYPES)}")
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record's definition: its fields in the order the docs list them. `open`: it may hold
+    names it does not list (a backend's own options in training, the config's settings)."""
+
+    name: str
+    where: str
+    meaning: str
+    fields: tuple[Field, ...]
+    open: bool = False
+    by_name: dict[str, Field] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        doubled = sorted({name for name in names if names.count(name) > 1})
+        if doubled:
+            raise ValueError(f"record {self.name} defines {doubled} twice")
+        object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.by_name)
+
+    def written(self) -> tuple[str, ...]:
+        """The names today's writers write (not the old ones)."""
+        return tuple(f.name for f in self.fields if not f.old)
+
+    def undefined(self, record: Mapping) -> list[str]:
+        """The names in a written record (its nested parts too, dotted) its definition does not hold."""
+        found = [] if self.open else sorted(str(key) for key in record if key not in self.by_name)
+        for name, value in record.items():
+            known = self.by_name.get(name)
+            if known is not None and known.part is not None:
+                parts = value if isinstance(value, list) else [value]
+                for part in parts:
+                    if isinstance(part, Mapping):
+                        found += [f"{name}.{inner}" for inner in known.part.undefined(part)]
+        return sorted(set(found))
+
+    def read(self, record: Mapping | None) -> ReadRecord:
+        """The record for reading: a name its definition lacks raises UndefinedField."""
+        return ReadRecord(self, record or {})
+
+
+class UndefinedField(KeyError):
+    """The analysis asked a record for a name its definition does not hold."""
+
+
+class ReadRecord(dict):
+    """A record as the analysis reads it: get, [] and `in` accept only defined names (any name in an
+    open record), and a field holding a nested record reads as that record."""
+
+    def __init__(self, definition: Record, values: Mapping):
+        super().__init__(values)
+        self.definition = definition
+
+    def _field(self, name: object) -> Field | None:
+        known = self.definition.by_name.get(name)  # type: ignore[arg-type]
+        if known is None and not self.definition.open:
+            raise UndefinedField(
+                f"{self.definition.name} record has no field {name!r} (records/definitions.py defines its fields)"
+            )
+        return known
+
+    def _nested(self, known: Field | None, value: object) -> object:
+        if known is None or known.part is None:
+            return value
+        if isinstance(value, Mapping):
+            return known.part.read(value)
+        if isinstance(value, list):  # a list of nested records (an epoch's ranks)
+            return [known.part.read(item) if isinstance(item, Mapping) else item for item in value]
+        return value
+
+    def __getitem__(self, name: object) -> object:
+        known = self._field(name)
+        return self._nested(known, super().__getitem__(name))
+
+    def get(self, name: object, default: object = None) -> object:
+        known = self._field(name)
+        return self._nested(known, super().get(name, default))
+
+    def __contains__(self, name: object) -> bool:
+        self._field(name)
+        return super().__contains__(name)
