@@ -1,4 +1,7 @@
-"""The shell commands printed in README.md, as the tests that run them read them.
+"""The shell commands printed in the README and the docs, as the tests that run them read them.
+
+The documents are the README (the front page), config/README.md and every page under docs/:
+a command moved from one to another stays tested.
 
 The rule: every line of a fenced code block marked bash, sh, shell or console is a
 command line (a console block's `$ ` prompt is dropped, lines without it are output);
@@ -15,6 +18,11 @@ from pathlib import Path
 
 SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
 FENCE = re.compile(r"^```(\w*)\s*$")
+
+
+def documents(repo: Path) -> list[Path]:
+    """The Markdown files a user reads commands from: the front page, the configuration, docs/."""
+    return [repo / "README.md", repo / "config" / "README.md", *sorted((repo / "docs").glob("*.md"))]
 
 
 def code_blocks(markdown: str) -> list[tuple[str, list[str]]]:
@@ -45,7 +53,7 @@ def without_comment(line: str) -> str:
 
 
 def shell_commands(markdown: str) -> list[str]:
-    """Every command of the README's shell code blocks, as printed (comments cut)."""
+    """Every command of the document's shell code blocks, as printed (comments cut)."""
     commands = []
     for language, lines in code_blocks(markdown):
         if language not in SHELL_LANGUAGES:

@@ -2,10 +2,11 @@
 (with the backend registry's enum and launch templates filled in: config/registry_schema.py).
 
     python tools/config_reference.py            # print it
-    python tools/config_reference.py --write    # update README.md between the markers
+    python tools/config_reference.py --write    # update config/README.md between the markers
 
-A unit test checks that README.md holds the current table, so the reference
-can never drift from the schema.
+config/README.md is where the Snakemake workflow catalog looks for a workflow's
+configuration; a unit test checks that it holds the current table, so the
+reference can never drift from the schema.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from scalebench.config import load_schema  # noqa: E402
 
+REFERENCE = ROOT / "config" / "README.md"
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
@@ -64,11 +66,10 @@ def main() -> int:
     if not args.write:
         print(table())
         return 0
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+    text = REFERENCE.read_text()
     head, rest = text.split(START)
     _, tail = rest.split(END)
-    readme.write_text(f"{head}{START}\n{table()}\n{END}{tail}")
+    REFERENCE.write_text(f"{head}{START}\n{table()}\n{END}{tail}")
     return 0
 
 

@@ -1,7 +1,8 @@
-"""Every Snakemake command printed in README.md runs as printed (as a dry run).
+"""Every Snakemake command printed in the README and the docs runs as printed (as a dry run).
 
-The commands are those tests/readme_commands.py finds in the README's shell code
-blocks. Each runs with bash, exactly as printed plus `-n`, in a copy of the
+The commands are those tests/readme_commands.py finds in the shell code blocks of the
+README, config/README.md and every page under docs/ (a command moved from the front
+page to the user guide stays tested). Each runs with bash, exactly as printed plus `-n`, in a copy of the
 repository whose `.venv` points at this environment, so nothing is written into the
 checkout. A dry run builds the whole DAG: the profile, the config (with --config
 overrides) and its validation, every rule's params and resources and the targets
@@ -27,12 +28,12 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, tool_env
-from readme_commands import snakemake_commands
+from readme_commands import documents, snakemake_commands
 from scalebench.analysis.collect import RUN_COLUMNS
 
 pytestmark = pytest.mark.integration
 
-COMMANDS = list(dict.fromkeys(snakemake_commands((REPO / "README.md").read_text())))
+COMMANDS = list(dict.fromkeys(c for document in documents(REPO) for c in snakemake_commands(document.read_text())))
 NOT_COPIED = (".git", ".venv", "results", "resources", ".snakemake", "__pycache__", ".pytest_cache")
 
 
@@ -62,7 +63,7 @@ def without_report(command: str) -> tuple[str, str | None]:
     return shlex.join(words[:at] + words[at + 2 :]), words[at + 1]
 
 
-def test_the_readme_prints_snakemake_commands():
+def test_the_docs_print_snakemake_commands():
     assert len(COMMANDS) >= 8, COMMANDS
     assert any("--executor slurm" in c for c in COMMANDS) and any("--report" in c for c in COMMANDS)
 

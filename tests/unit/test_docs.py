@@ -1,5 +1,7 @@
-"""The README and docs: the configuration reference matches the schema, the commands are
-read by one rule, programs and links point at files that exist inside the repository."""
+"""The README and docs: the README is a front page opening with the two commands, the
+configuration reference (config/README.md) matches the schema, the commands are read by one
+rule, programs and links point at files that exist inside the repository, and every page under
+docs/ can be reached from the front page."""
 
 import re
 import subprocess
@@ -8,13 +10,14 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from readme_commands import documents
 
 
-def test_readme_holds_the_current_configuration_reference():
+def test_config_readme_holds_the_current_configuration_reference():
     table = subprocess.run(
         [sys.executable, str(REPO / "tools" / "config_reference.py")], capture_output=True, text=True, check=True
     ).stdout.strip()
-    assert table in (REPO / "README.md").read_text(), "run: python tools/config_reference.py --write"
+    assert table in (REPO / "config" / "README.md").read_text(), "run: python tools/config_reference.py --write"
 
 
 def test_every_config_key_is_documented():
@@ -27,7 +30,50 @@ def test_every_config_key_is_documented():
     assert not undocumented, f"add a description to config/schema.yaml for {undocumented}"
 
 
-# --- the README's commands and links
+# --- the front page
+
+
+FRONT_PAGE_COMMANDS = [
+    "./install.sh && .venv/bin/snakemake --profile profiles/local && "
+    ".venv/bin/snakemake --profile profiles/local --report results/report.html",
+    "./install.sh && ./run_tests.sh",
+]
+
+
+def test_the_readme_opens_with_the_two_commands_that_ci_runs():
+    """The first code block is the demo and the test suite, verbatim; CI runs the second."""
+    from readme_commands import code_blocks
+
+    assert code_blocks((REPO / "README.md").read_text())[0] == ("bash", FRONT_PAGE_COMMANDS)
+    assert FRONT_PAGE_COMMANDS[1] in (REPO / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_readme_is_a_front_page_and_its_picture_is_committed():
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 200, "the README is a front page: move user-guide text to docs/"
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)
+    assert pictures and all((REPO / p).is_file() and p.endswith(".png") for p in pictures), pictures
+
+
+def linked_pages(document: Path) -> set[Path]:
+    """The Markdown files inside the repository that a document links to."""
+    targets = {(document.parent / link.split("#")[0]).resolve() for link in relative_links(document.read_text())}
+    return {path for path in targets if path.suffix == ".md" and path.is_file()}
+
+
+def test_every_page_of_the_docs_is_reachable_from_the_readme():
+    seen, todo = set(), [(REPO / "README.md").resolve()]
+    while todo:
+        page = todo.pop()
+        if page not in seen:
+            seen.add(page)
+            todo.extend(linked_pages(page) - seen)
+    unreachable = [p.name for p in sorted((REPO / "docs").glob("*.md")) if p.resolve() not in seen]
+    assert not unreachable, f"link these from README.md or a page it links to: {unreachable}"
+    assert (REPO / "config" / "README.md").resolve() in seen
+
+
+# --- the commands and links of the README and the docs
 
 
 def test_shell_commands_are_read_from_shell_blocks_by_one_rule():
@@ -58,12 +104,12 @@ def test_shell_commands_are_read_from_shell_blocks_by_one_rule():
     assert snakemake_commands(markdown) == [".venv/bin/snakemake --profile p", 'snakemake --config \'x={"a": "#1"}\'']
 
 
-def test_programs_the_readme_names_by_path_exist():
+def test_programs_the_docs_name_by_path_exist():
     """./install.sh and the like in the checkout; .venv/bin/... in the environment install.sh makes."""
-    from readme_commands import shell_commands
+    from readme_commands import documents, shell_commands
 
     missing = []
-    for command in shell_commands((REPO / "README.md").read_text()):
+    for command in [c for document in documents(REPO) for c in shell_commands(document.read_text())]:
         program = command.split()[0]
         if program.startswith(".venv/"):
             path = Path(sys.prefix) / program.removeprefix(".venv/")
@@ -76,7 +122,7 @@ def test_programs_the_readme_names_by_path_exist():
     assert not missing
 
 
-MARKDOWN_FILES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+MARKDOWN_FILES = documents(REPO)
 INLINE_LINK = re.compile(r"\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_LINK = re.compile(r"^\s*\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$", re.MULTILINE)
 PARENT_PATH_IN_CODE = re.compile(r"`(\.\./[^`\s]*)`")
@@ -114,8 +160,8 @@ def test_relative_links_resolve_to_files_inside_the_repository(document):
 
 
 def cell_files_table() -> str:
-    """The first column of the README's table of a cell's files."""
-    text = (REPO / "README.md").read_text()
+    """The first column of the user guide's table of a cell's files."""
+    text = (REPO / "docs" / "user-guide.md").read_text()
     table = text.split("Each cell writes to", 1)[1].split("\n\n", 2)[1]
     return "\n".join(row.split("|")[1] for row in table.splitlines()[2:])
 
@@ -126,7 +172,7 @@ def listed_names(folder: Path) -> list[str]:
 
 
 def test_cell_files_table_names_each_frameworks_checkpoint(tmp_path):
-    """A real checkpoint of each framework, written into a cell folder, is what the README lists."""
+    """A real checkpoint of each framework, written into a cell folder, is what the user guide lists."""
     import tensorflow as tf
     from scalebench.train.tf import checkpoint as tf_checkpoint
     from scalebench.train.torch import checkpoint as torch_checkpoint
@@ -164,5 +210,5 @@ def test_the_step_split_guide_lists_every_field_of_the_record_and_every_column()
     assert rows == list(STEP_SPLIT_FIELDS)
     for column in [*step_split.RUN_COLUMNS, "training.step_split", "training.profile", "1% of the epoch plus 2 ms"]:
         assert f"{column}" in guide, column
-    readme = (REPO / "README.md").read_text()
-    assert "(docs/step-split.md)" in readme and "benchmarks/step_split_overhead.py" in readme
+    assert "(docs/step-split.md)" in (REPO / "README.md").read_text()
+    assert "benchmarks/step_split_overhead.py" in (REPO / "docs" / "user-guide.md").read_text()

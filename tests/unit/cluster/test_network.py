@@ -60,7 +60,7 @@ def test_the_key_is_a_setting_only_where_set(schema):
 
 
 def test_schema_documents_the_key():
-    text = (REPO / "README.md").read_text()
+    text = (REPO / "config" / "README.md").read_text()
     assert "`cluster.network_interface`" in text
 
 
