@@ -16,6 +16,7 @@ from conftest import REPO
 PACKAGE = REPO / "workflow" / "scripts" / "scalebench"
 ROOT = "scalebench"
 BASE = "base"  # the top-level modules (settings, records, cell, backends, measures, ...)
+BASE_PACKAGES = ("records",)  # subpackages that are base too: the records both sides write and read
 
 # Each package and what it may reach, directly or through others: the order the data flows, so
 # each lists only packages above it, and a package may reach what those it lists reach.
@@ -99,6 +100,8 @@ def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
 
 def layer(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 1 and parts[1] in BASE_PACKAGES:
+        return BASE
     if len(parts) > 2 or (len(parts) == 2 and parts[1] in ALLOWED):
         return parts[1]
     return BASE
