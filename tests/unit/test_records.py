@@ -68,7 +68,7 @@ def test_the_training_record_is_the_defined_settings_and_the_backends_options(fr
     from scalebench.train.tf.native import MultiWorkerBackend
     from scalebench.train.torch.horovod import HorovodTorchBackend
 
-    run = RunSettings.from_json(cell_settings(framework, backend, 2), "data", "out", env={})
+    run = RunSettings.from_json(cell_settings(framework, backend, 2), "data", "out")
     place = rank_env.detect({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
     made = HorovodTorchBackend(place, run.training.horovod) if backend == "horovod" else MultiWorkerBackend(place)
     options = made.options()
