@@ -17,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+from generated_text import write_between  # noqa: E402
 from scalebench.backends import about, markdown_table  # noqa: E402
 
 DOC = ROOT / "docs" / "backends.md"
@@ -29,13 +30,6 @@ def report_about() -> str:
     """The report's Jinja dict of what each backend is (the template reads only the config)."""
     entries = "".join(f"  {json.dumps(name)}: {json.dumps(text)},\n" for name, text in about().items())
     return "{% set about = {\n" + entries + "} %}"
-
-
-def write_between(path: Path, start: str, end: str, text: str, newlines: bool) -> None:
-    head, rest = path.read_text().split(start)
-    _, tail = rest.split(end)
-    gap = "\n" if newlines else ""
-    path.write_text(f"{head}{start}{gap}{text}{gap}{end}{tail}")
 
 
 def main() -> int:

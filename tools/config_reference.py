@@ -18,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
+from generated_text import write_between  # noqa: E402
 from scalebench.config import load_schema  # noqa: E402
 
 REFERENCE = ROOT / "config" / "README.md"
@@ -66,10 +67,7 @@ def main() -> int:
     if not args.write:
         print(table())
         return 0
-    text = REFERENCE.read_text()
-    head, rest = text.split(START)
-    _, tail = rest.split(END)
-    REFERENCE.write_text(f"{head}{START}\n{table()}\n{END}{tail}")
+    write_between(REFERENCE, START, END, table())
     return 0
 
 
