@@ -27,10 +27,10 @@ BIN = Path(sys.executable).parent
 TIERS = ("unit", "integration", "cluster", "gpu")  # the folders under tests/, each its own marker
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test is marked by the folder it lives in, so `-m` selections mean what they say without
-    anyone remembering to mark it; the cluster tests share one xdist worker (one SLURM test cluster
-    at a time: they share the host's munge socket and /run/slurm)."""
+    anyone remembering to mark it (run_tests.sh runs the cluster tier on its own, after the rest)."""
     tests = Path(__file__).resolve().parent
     for item in items:
         parts = Path(item.path).resolve().relative_to(tests).parts
@@ -38,8 +38,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier is None:
             raise pytest.UsageError(f"{item.nodeid}: tests live in one of tests/{{{','.join(TIERS)}}}/")
         item.add_marker(getattr(pytest.mark, tier))
-        if tier == "cluster":
-            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 @pytest.fixture(autouse=True)
