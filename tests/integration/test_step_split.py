@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import allreduce_counts, cell_settings, launch_cell, rank_pids, read_records, start_cell, wait_for
+from scalebench import backends
 from scalebench.analysis import collect
 from scalebench.records import REST_TOLERANCE_S, REST_TOLERANCE_SHARE
 
@@ -199,8 +200,13 @@ def stalled_cell(settings: dict, data: Path, out: Path) -> None:
     process = start_cell(settings, data, out, SCALEBENCH_FAULT="stall:3")
     lines: list[str] = []
     threading.Thread(target=lambda: [lines.append(line) for line in process.stdout], daemon=True).start()
+    # every rank's stall line: rank 0 stalls only once it has written epoch 2's checkpoint, while the
+    # others go on at once (a stop on the first line could keep epoch 1's)
+    cell = settings["cell"]
+    ranks = backends.processes(cell["framework"], cell["backend"], cell["gpus"])
+    every_rank_stalled = lambda: sum("stalling at epoch 3" in line for line in lines) == ranks  # noqa: E731
     try:
-        assert wait_for(lambda: any("stalling at epoch 3" in line for line in lines), 300), "".join(lines)[-3000:]
+        assert wait_for(every_rank_stalled, 300), "".join(lines)[-3000:]
     finally:
         process.send_signal(signal.SIGTERM)  # as SLURM at a time limit: launch.py stops its ranks
         try:
