@@ -13,12 +13,12 @@ with control dependencies: tf.timestamp() would do, but TensorFlow refuses it un
 determinism (this project's default on CPU ranks). A numpy_function costs less than half
 a py_function (no eager tensors to make): 41-45 against 98-100 us per mark on a CPU core
 (benchmarks/tf_mark_cost.py). Only those readings, control dependencies and identities are
-added: the same ops compute the same values (a test trains with the split on and off to identical losses,
-IOU and checkpoints). A timestamp whose control input is a GPU op would fire when the op is
-queued, not done; on a GPU each mark therefore waits for one value read from its tensors to
-reach the host (a scalar device-to-host copy per mark, four per step, queued behind the work it
-marks, so it waits without stopping the device or the reductions from overlapping). The marks
-are read (numpy) only at the epoch's end.
+added: the same ops compute the same values (a test trains with the split on and off to
+identical losses, IOU and checkpoints). A timestamp whose control input is a GPU op would fire
+when the op is queued, not done; on a GPU each mark therefore waits for one value read from its
+tensors to reach the host (a scalar device-to-host copy per mark, four per step, queued behind
+the work it marks, so it waits without stopping the device or the reductions from overlapping).
+The marks are read (numpy) only at the epoch's end.
 
 TensorFlow's collectives run inside the step's graph and report no duration of their own: the
 total communication time and its overlap stay empty with COMM_REASON (the profiler's trace,
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import tensorflow as tf
 
 from scalebench.train.step_timing import StepTimes
@@ -44,10 +43,6 @@ def now() -> float:
     return time.perf_counter()
 
 
-def _clock() -> np.float64:
-    return np.float64(time.perf_counter())
-
-
 def stamp(tensors, gpu: bool) -> tf.Tensor:
     """The host's clock once `tensors` are computed (on a GPU: once a value of each reached the host)."""
     tensors = [t for t in tf.nest.flatten(tensors) if t is not None]
@@ -56,7 +51,7 @@ def stamp(tensors, gpu: bool) -> tf.Tensor:
         with tf.device("/cpu:0"):
             tensors = [tf.identity(probe)]
     with tf.control_dependencies(tensors):
-        return tf.numpy_function(_clock, [], tf.float64, stateful=True)
+        return tf.numpy_function(now, [], tf.float64, stateful=True)
 
 
 def after(marks: list, tensors: list) -> list:
