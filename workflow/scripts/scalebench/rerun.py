@@ -21,7 +21,7 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Options that say what this one call does rather than how the study is built.
@@ -93,6 +93,19 @@ class Invocation:
         # `--` ends the options: the last one may take several values (--configfile a.yaml b.yaml)
         words = [*self.program, *self.options, *(["--force"] if force else []), *(["--", *targets] if targets else [])]
         return f"cd {shlex.quote(self.directory)} && {shlex.join(words)}"
+
+    def with_config(self, entry: str) -> Invocation:
+        """The same invocation with one more --config entry (KEY=VALUE) after the study's own: argparse
+        keeps only the last --config option, so the entry joins it rather than following as another;
+        Snakemake merges the entries' dictionaries, the later winning key by key."""
+        words: list[str] = []
+        joined = False
+        for action, group in _split(list(self.options), _parser()):
+            words += group
+            if action is not None and action.dest == "config" and not joined:
+                words.append(entry)
+                joined = True
+        return replace(self, options=tuple(words if joined else [*words, "--config", entry]))
 
 
 def _parser() -> argparse.ArgumentParser:
