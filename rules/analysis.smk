@@ -29,6 +29,7 @@ rule collect_runs:
         epochs="results/summary/epochs.csv",
         provenance="results/summary/provenance.csv",
         incomplete="results/summary/incomplete.csv",
+        ranks="results/summary/ranks.csv",
     log:
         "results/logs/collect_runs.log",
     conda:
@@ -183,3 +184,4 @@ rule compare_baseline:
         baseline=baseline_folder,
     script:
         "../workflow/scripts/compare_baseline.py"
+
