@@ -142,6 +142,9 @@ def figure_rule_inputs(drawing):
         "scaling": "results/summary/scaling.csv",
         "epochs": "results/summary/epochs.csv",
         "collectives": "results/summary/collectives.csv",
+        "hosts": "results/summary/hosts.csv",
+        "drift": "results/summary/drift.csv",
+        "order": "results/summary/order.csv",
         "images": f"{PREPARED}/images.npy",
         "masks": f"{PREPARED}/masks.npy",
     }
@@ -157,6 +160,7 @@ def final_outputs():
     return (
         [f"results/summary/{name}.csv" for name in tables]
         + [f"results/tables/{name}.html" for name in tables if name != "epochs"]
+        + [f"results/tables/{name}.html" for name in ("hosts", "drift", "order")]
         + [figure.path for figure in sb_figures.FIGURES]
     )
 

@@ -1,0 +1,258 @@
+"""Slow hosts, from every rank of every cell (results/summary/hosts.csv).
+
+A node that is slow in every job it runs (a throttled GPU, a noisy neighbour, a slow local disk)
+shows in every cell it touches, but each cell names only its own straggler rank. Here the ranks
+of the whole study are pooled by host, in a way that separates the host from the cell:
+
+1. In each cell and steady epoch (after the first; a profiled one left out), each rank's compute,
+   exposed communication and data wait is compared with the median of the same epoch's ranks on
+   *other* hosts: the log of their ratio. The cell's own speed (its backend, GPU count, the hour
+   it ran) is the same on both sides and drops out; a cell whose ranks all ran on one host
+   compares nothing.
+2. A host's rank-epochs in one cell are averaged: one value per cell, since a cell's epochs and
+   ranks share its allocation and are not independent of each other.
+3. Over the cells a host touched: the mean and a t interval (95%, Bonferroni-corrected over the
+   hosts compared, so that a study of 64 nodes does not find 3 slow ones by chance), as a ratio.
+
+The verdict names a host slower (or faster) only where the interval excludes 1 and the difference
+costs at least 1% of an epoch (the host's excess seconds over the other ranks' epoch time): a data
+wait twice as long as the others' is no slow node when it is a millisecond. In synchronous
+training the ranks that are not slow wait for the slow one inside the reduction, so their exposed
+communication grows: a host slower in exposed communication alone is not called a slow node
+(`slow_node`), and only compute and data wait give the command that reruns a host's cells without it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from scalebench.analysis.collect import KEYS, OWN_SOURCE
+from scalebench.analysis.completeness import cell_target
+from scalebench.rerun import Invocation
+
+LEVEL = 0.95
+MIN_CELLS = 3  # fewer cells give no interval worth reading
+MATERIAL = 0.01  # a host's excess below 1% of an epoch is no slower host, whatever its ratio
+# hosts.csv's measures: ranks.csv's column, the words of a verdict (more, less), and whether it names a slow node
+MEASURES = {
+    "compute": ("compute_s", "slower", "faster", True),
+    "exposed communication": ("comm_exposed_s", "longer", "shorter", False),
+    "data wait": ("data_wait_s", "longer", "shorter", True),
+}
+COLUMNS = [
+    "host",
+    "measure",
+    "ratio",  # the host's ranks over the other hosts' ranks of the same cells and epochs (geometric mean over cells)
+    "low",
+    "high",
+    "cells",  # cells in which the host's ranks were compared with another host's
+    "rank_epochs",
+    "excess_share",  # the host's excess seconds in the measure over the others' epoch time, mean over cells
+    "verdict",
+    "slow_node",  # compute or data wait slower beyond the interval, by at least 1% of an epoch
+    "rerun",  # for a slow node: the command that reruns the cells it ran, on other nodes (cluster.exclude)
+]
+ONE_HOST = "one host: nothing to compare"
+SINGLE_HOST_CELL = "its ranks ran on one host: nothing to compare within the cell"
+
+
+def steady_epochs(epochs: pd.DataFrame) -> pd.DataFrame:
+    """One cell's rank rows of its steady epochs (measures.steady_median's rule): after the first, a
+    profiled one left out (with every later one profiled, as if none were); the only one if one."""
+    numbers = sorted(epochs["epoch"].unique())
+    if len(numbers) == 1:
+        return epochs
+    later = epochs[epochs["epoch"] > numbers[0]]
+    unprofiled = later[~later["profiled"].astype(bool)]
+    return unprofiled if len(unprofiled) else later
+
+
+def epoch_comparisons(ranks: pd.DataFrame) -> pd.DataFrame:
+    """One row per rank-epoch and measure of one cell's epoch: log(value / the other hosts' median)
+    and the excess over the other hosts' median epoch time. Nothing where one host ran every rank."""
+    hosts = ranks["host"].to_numpy()
+    if len(set(hosts)) < 2:
+        return pd.DataFrame()
+    epoch_time = ranks["epoch_time_s"].to_numpy(float)
+    rows = []
+    for host in sorted(set(hosts)):
+        mine, others = hosts == host, hosts != host
+        epoch_ref = np.nanmedian(epoch_time[others]) if np.isfinite(epoch_time[others]).any() else math.nan
+        for measure, (column, *_) in MEASURES.items():
+            values = ranks[column].to_numpy(float)
+            known = values[others][np.isfinite(values[others])]
+            if not len(known):
+                continue
+            reference = float(np.median(known))
+            for value in values[mine]:
+                if not (np.isfinite(value) and value > 0 and reference > 0):
+                    continue
+                rows.append(
+                    {
+                        "host": host,
+                        "measure": measure,
+                        "log_ratio": math.log(value / reference),
+                        "excess_share": (value - reference) / epoch_ref if epoch_ref > 0 else math.nan,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def cell_comparisons(ranks: pd.DataFrame, ok_cells: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, host and measure: the mean log ratio and excess share over its rank-epochs, and how many."""
+    ok = ranks.merge(ok_cells[KEYS], on=KEYS)
+    parts = []
+    for keys, cell in ok.groupby(KEYS, sort=True):
+        steady = steady_epochs(cell)
+        for _, epoch in steady.groupby("epoch"):
+            compared = epoch_comparisons(epoch)
+            if len(compared):
+                parts.append(compared.assign(cell="/".join(map(str, keys))))
+    if not parts:
+        return pd.DataFrame(columns=["cell", "host", "measure", "log_ratio", "excess_share", "rank_epochs"])
+    rows = pd.concat(parts, ignore_index=True)
+    return rows.groupby(["cell", "host", "measure"], as_index=False).agg(
+        log_ratio=("log_ratio", "mean"), excess_share=("excess_share", "mean"), rank_epochs=("log_ratio", "size")
+    )
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """One host's comparison in one measure over the cells it touched."""
+
+    ratio: float
+    low: float
+    high: float
+    cells: int
+    rank_epochs: int
+    excess_share: float
+
+
+def pooled(per_cell: pd.DataFrame, compared_hosts: int) -> Pooled:
+    """Mean over cells with a t interval, Bonferroni over `compared_hosts`; no interval under MIN_CELLS."""
+    values = per_cell["log_ratio"].to_numpy(float)
+    mean, n = float(values.mean()), len(values)
+    low = high = math.nan
+    if n >= MIN_CELLS:
+        spread = values.std(ddof=1) / math.sqrt(n)
+        half = stats.t.ppf(1 - (1 - LEVEL) / (2 * max(compared_hosts, 1)), n - 1) * spread
+        low, high = math.exp(mean - half), math.exp(mean + half)
+    return Pooled(
+        math.exp(mean), low, high, n, int(per_cell["rank_epochs"].sum()), float(per_cell["excess_share"].mean())
+    )
+
+
+def percent(value: float) -> str:
+    return f"{abs(value - 1) * 100:.0f}%"
+
+
+def difference(ratio: float, low: float, high: float) -> str:
+    """'9% (6-12%)': a ratio's difference from 1 and its interval's, the nearer end first."""
+    near, far = (low, high) if low > 1 else (high, low)
+    return f"{percent(ratio)} ({percent(near)[:-1]}-{percent(far)})"
+
+
+def verdict(measure: str, found: Pooled) -> tuple[str, bool]:
+    """The verdict's words ("slower by 9% (6-12%) in 14 cells") and whether they name a slow node."""
+    _, more, less, names_node = MEASURES[measure]
+    if found.cells < MIN_CELLS:
+        return f"too few cells to tell ({found.cells} shared with another host; {MIN_CELLS} needed)", False
+    if not (found.low > 1 or found.high < 1):
+        return "no different", False
+    word = more if found.low > 1 else less
+    if abs(found.excess_share) < MATERIAL:
+        return (
+            f"no different: {word} by {difference(found.ratio, found.low, found.high)}, but under 1% of an epoch",
+            False,
+        )
+    return (
+        f"{word} by {difference(found.ratio, found.low, found.high)} in {found.cells} cells",
+        names_node and found.low > 1,
+    )
+
+
+def host_table(
+    ranks: pd.DataFrame, runs: pd.DataFrame, invocation: Invocation, exclude: list[str] = ()
+) -> pd.DataFrame:
+    """hosts.csv: every host that ran ranks of a cell with status ok, per measure (COLUMNS).
+
+    `exclude`: the study's cluster.exclude, kept in the rerun command beside the slow nodes."""
+    ok_cells = own_ok(runs)
+    hosts = sorted(set(ranks.merge(ok_cells[KEYS], on=KEYS)["host"].dropna()))
+    if not hosts:
+        return pd.DataFrame(columns=COLUMNS)
+    if len(hosts) == 1:
+        rows = [{"host": hosts[0], "measure": m, "verdict": ONE_HOST, "slow_node": False} for m in MEASURES]
+        return pd.DataFrame(rows, columns=COLUMNS)
+    per_cell = cell_comparisons(ranks, ok_cells)
+    rows = []
+    for measure in MEASURES:
+        of_measure = per_cell[per_cell["measure"] == measure]
+        counts = of_measure.groupby("host")["cell"].nunique()
+        compared = int((counts >= MIN_CELLS).sum())
+        for host in hosts:
+            mine = of_measure[of_measure["host"] == host]
+            if mine.empty:
+                rows.append({"host": host, "measure": measure, "cells": 0, "rank_epochs": 0, "slow_node": False})
+                rows[-1]["verdict"] = f"too few cells to tell (0 shared with another host; {MIN_CELLS} needed)"
+                continue
+            found = pooled(mine, compared)
+            words, slow = verdict(measure, found)
+            rows.append({"host": host, "measure": measure, **found.__dict__, "verdict": words, "slow_node": slow})
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["rerun"] = rerun_without(table, runs, invocation, exclude)
+    return table
+
+
+def own_ok(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs[(runs["source"] == OWN_SOURCE) & (runs["status"] == "ok")]
+
+
+def cells_on(hosts: set[str], runs: pd.DataFrame) -> pd.DataFrame:
+    """The study's ok cells with a rank on any of `hosts` (runs.csv's hosts: also cells without per-rank rows)."""
+    ok = own_ok(runs)
+    ran_on = ok["hosts"].fillna("").map(lambda text: bool(hosts & set(text.split(","))))
+    return ok[ran_on]
+
+
+def rerun_without(table: pd.DataFrame, runs: pd.DataFrame, invocation: Invocation, exclude: list[str]) -> pd.Series:
+    """One command for all slow nodes: the cells any of them ran, forced, with every one of them in
+    cluster.exclude (beside the study's own), so that no rerun lands on another slow node."""
+    slow = set(table.loc[table["slow_node"], "host"])
+    if not slow:
+        return pd.Series([None] * len(table), index=table.index, dtype=object)
+    cells = cells_on(slow, runs)
+    names = sorted(set(exclude) | slow)
+    entry = 'cluster={"exclude": [' + ", ".join(f'"{name}"' for name in names) + "]}"
+    command = invocation.with_config(entry).command([cell_target(row) for _, row in cells.iterrows()], force=True)
+    return table["slow_node"].map(lambda slow_row: command if slow_row else None)
+
+
+def left_out(runs: pd.DataFrame, ranks: pd.DataFrame) -> pd.Series:
+    """Why each own cell of runs.csv is not in the host comparison ('' where it is), by runs' index."""
+    hosts = ranks.groupby(KEYS, dropna=False)["host"].nunique() if len(ranks) else pd.Series(dtype=int)
+    reasons = []
+    for _, row in runs.iterrows():
+        key = tuple(row[k] for k in KEYS)
+        if row["status"] != "ok":
+            reasons.append(f"status {row['status']}")
+        elif key not in hosts.index:
+            why = row.get("step_split_reason")
+            reasons.append("no per-rank rows" + (f": {why}" if isinstance(why, str) and why else ""))
+        elif hosts[key] < 2:
+            reasons.append(SINGLE_HOST_CELL)
+        else:
+            reasons.append("")
+    return pd.Series(reasons, index=runs.index, dtype=object)
+
+
+def read_hosts(path) -> pd.DataFrame:
+    """hosts.csv as written (a host named 007 stays text)."""
+    frame = pd.read_csv(path, dtype={"host": str, "measure": str, "verdict": str, "rerun": str})
+    frame["slow_node"] = frame["slow_node"].astype(bool)
+    return frame
