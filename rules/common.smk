@@ -318,7 +318,8 @@ def check_slurm_requests():
     ) or sb_slurm_check.unknown_nodes_problem(cluster["exclude"])
     if problem:
         raise WorkflowError(problem)
-    to_submit = [cell for cell in CELLS if not cell_finished(cell)]
+    forced = sb_slurm_check.forced_cells(CELLS, sb_rerun.forced(sys.argv))
+    to_submit = [cell for cell in CELLS if not cell_finished(cell) or cell in forced]
     findings = sb_slurm_check.check(to_submit, train_job_resources) if to_submit else None
     for note in findings.notes if findings else []:
         print(note, file=sys.stderr)

@@ -162,3 +162,10 @@ def test_the_rerun_command_excludes_the_slow_node_and_forces_exactly_the_cells_i
     assert args.force and args.profile == [SLURM_PROFILE]
     ran_on_n3 = sorted(f"results/runs/torch/native/g4/s{seed}/metrics.jsonl" for seed in range(1, 9))
     assert sorted(args.targets) == ran_on_n3
+
+
+def test_a_host_slower_by_less_than_the_margin_is_shown_but_not_named():
+    ranks, runs = study(cells=40, on_slow_host=30, slow={"n3": 1.03})
+    found = row(analysis.host_table(ranks, runs, STUDY), "n3")
+    assert 1.0 < found["low"] < 1.03 < found["high"] < 1 + analysis.MARGIN
+    assert found["verdict"].startswith("no different beyond 5%: slower by 3% (") and not found["slow_node"]

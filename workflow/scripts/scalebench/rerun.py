@@ -210,11 +210,9 @@ def current(workflow) -> Invocation:
     return from_argv(sys.argv, os.getcwd(), configfiles, str(Path(workflow.main_snakefile).absolute()))
 
 
-def executor(argv: list[str]) -> str | None:
-    """The executor this invocation runs its jobs with, as Snakemake resolves it from the command
-    line, a --profile (or SNAKEMAKE_PROFILE) and the workflow profile: 'local' where none names one;
-    None where `argv` is not a Snakemake command line this version parses (the API, a test runner).
-    A dry run (`-n`) names the executor the real run would use."""
+def _parsed(argv: list[str]) -> argparse.Namespace | None:
+    """Snakemake's own reading of `argv` (profiles included); None where it is not a Snakemake command
+    line this version parses (the API, a test runner)."""
     from snakemake.cli import parse_args
 
     program = Path(argv[0]) if argv else Path()
@@ -222,7 +220,27 @@ def executor(argv: list[str]) -> str | None:
         return None
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # its "Using profile ..." line, printed once already
-            _, args = parse_args(list(argv[1:]))
+            return parse_args(list(argv[1:]))[1]
     except (SystemExit, Exception):
+        return None
+
+
+def forced(argv: list[str]) -> tuple[bool, frozenset[str]]:
+    """What this invocation forces: (everything, the rules and files named): --forceall; --forcerun's
+    names; --force's targets."""
+    args = _parsed(argv)
+    if args is None:
+        return False, frozenset()
+    names = set(args.forcerun or ()) | (set(args.targets or ()) if args.force else set())
+    return bool(args.forceall), frozenset(names)
+
+
+def executor(argv: list[str]) -> str | None:
+    """The executor this invocation runs its jobs with, as Snakemake resolves it from the command
+    line, a --profile (or SNAKEMAKE_PROFILE) and the workflow profile: 'local' where none names one;
+    None where `argv` is not a Snakemake command line this version parses (the API, a test runner).
+    A dry run (`-n`) names the executor the real run would use."""
+    args = _parsed(argv)
+    if args is None:
         return None
     return args.executor or "local"

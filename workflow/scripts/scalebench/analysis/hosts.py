@@ -14,9 +14,11 @@ of the whole study are pooled by host, in a way that separates the host from the
 3. Over the cells a host touched: the mean and a t interval (95%, Bonferroni-corrected over the
    hosts compared, so that a study of 64 nodes does not find 3 slow ones by chance), as a ratio.
 
-The verdict names a host slower (or faster) only where the interval excludes 1 and the difference
-costs at least 1% of an epoch (the host's excess seconds over the other ranks' epoch time): a data
-wait twice as long as the others' is no slow node when it is a millisecond. In synchronous
+The verdict names a host slower (or faster) only where the interval clears a margin of 5% (not
+just 1: a node 2% slower is not worth excluding, and a study without a slow node then names none
+but by a chance far below the interval's 5%) and the difference costs at least 1% of an epoch (the
+host's excess seconds over the other ranks' epoch time): a data wait twice as long as the others'
+is no slow node when it is a millisecond. In synchronous
 training the ranks that are not slow wait for the slow one inside the reduction, so their exposed
 communication grows: a host slower in exposed communication alone is not called a slow node
 (`slow_node`), and only compute and data wait give the command that reruns a host's cells without it.
@@ -38,6 +40,7 @@ from scalebench.rerun import Invocation
 LEVEL = 0.95
 MIN_CELLS = 3  # fewer cells give no interval worth reading
 MATERIAL = 0.01  # a host's excess below 1% of an epoch is no slower host, whatever its ratio
+MARGIN = 0.05  # nor is one whose interval does not clear 5%: not worth a node, and chance alone never does
 # hosts.csv's measures: ranks.csv's column, the words of a verdict (more, less), and whether it names a slow node
 MEASURES = {
     "compute": ("compute_s", "slower", "faster", True),
@@ -164,16 +167,13 @@ def verdict(measure: str, found: Pooled) -> tuple[str, bool]:
         return f"too few cells to tell ({found.cells} shared with another host; {MIN_CELLS} needed)", False
     if not (found.low > 1 or found.high < 1):
         return "no different", False
-    word = more if found.low > 1 else less
+    word, beyond = (more, found.low > 1 + MARGIN) if found.low > 1 else (less, found.high < 1 / (1 + MARGIN))
+    shown = difference(found.ratio, found.low, found.high)
+    if not beyond:
+        return f"no different beyond {MARGIN:.0%}: {word} by {shown}", False
     if abs(found.excess_share) < MATERIAL:
-        return (
-            f"no different: {word} by {difference(found.ratio, found.low, found.high)}, but under 1% of an epoch",
-            False,
-        )
-    return (
-        f"{word} by {difference(found.ratio, found.low, found.high)} in {found.cells} cells",
-        names_node and found.low > 1,
-    )
+        return f"no different: {word} by {shown}, but under 1% of an epoch", False
+    return f"{word} by {shown} in {found.cells} cells", names_node and word == more
 
 
 def host_table(

@@ -20,6 +20,7 @@ job id, and `never_resubmit_refusals` ends such a job at its first attempt.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -213,3 +214,14 @@ def _answer(command: list[str], run: Callable[..., subprocess.CompletedProcess])
     except (OSError, subprocess.SubprocessError):
         return ""
     return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def forced_cells(cells: Iterable[Cell], forced: tuple[bool, frozenset[str]]) -> list[Cell]:
+    """The cells this invocation forces (rerun.forced: --forceall, or --force with a cell's output as
+    a target, or --forcerun naming one or the train rule): finished or not, their jobs are submitted
+    again, so the check asks for them too (a rerun without a node: cluster.exclude)."""
+    everything, names = forced
+    if everything or {"train", "train_variant"} & names:
+        return list(cells)
+    named = {os.path.normpath(name) for name in names}
+    return [cell for cell in cells if {f"{cell.folder}/metrics.jsonl", f"{cell.folder}/run.json"} & named]
