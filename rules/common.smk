@@ -454,9 +454,7 @@ def order_cells():
         sb_run_order.submit_in_priority_order()
     RUN_ORDER.clear()
     RUN_ORDER.update(
-        sb_run_order.priorities(
-            sb_run_order.run_order(CELLS, config["order"], config["matrix"]["seeds"])
-        )
+        sb_run_order.study_priorities(CELLS, config["order"], config["matrix"]["seeds"])
     )
 
 

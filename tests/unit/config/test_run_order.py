@@ -36,6 +36,7 @@ def test_cells_added_to_a_study_keep_the_order_of_the_others(schema):
 def test_without_a_seed_the_cells_keep_their_order_and_no_priority_decides(schema):
     study, _ = cells(schema)
     assert run_order.run_order(study, {"seed": None, "blocks": False}, [1, 2, 3]) == study
+    assert run_order.study_priorities(study, {"seed": None, "blocks": True}, [1, 2, 3]) == {}
 
 
 def test_blocks_run_one_seed_after_another_each_in_its_own_random_order(schema):

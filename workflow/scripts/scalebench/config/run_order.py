@@ -46,6 +46,13 @@ def priorities(ordered: list[Cell]) -> dict[Cell, int]:
     return {cell: len(ordered) - place for place, cell in enumerate(ordered)}
 
 
+def study_priorities(cells: Iterable[Cell], order: dict, seeds: list[int]) -> dict[Cell, int]:
+    """The train jobs' priorities of a study: none without order.seed (Snakemake's own order)."""
+    if order["seed"] is None:
+        return {}
+    return priorities(run_order(cells, order, seeds))
+
+
 def previous_block(cell: Cell, cells: Iterable[Cell], seeds: list[int]) -> list[Cell]:
     """The cells that must finish before `cell` starts, in blocks: those of the block before its own."""
     block = block_of(cell.seed, seeds)
