@@ -94,5 +94,5 @@ def test_noise_without_drift_shows_none_and_too_few_cells_say_so():
 
     one_seed = runs[runs["seed"] == 1]
     table = analysis.drift_table(analysis.order_table(one_seed, NO_RANKS, entries, ORDER, SEEDS), one_seed)
-    assert set(table["verdict"]) == {"too few cells to tell (0 of 0 configurations with several seeds; 3 needed)"}
+    assert set(table["verdict"]) == {"too few cells to tell (0 in 0 configurations of several seeds; 3 needed)"}
     assert drift_sentences(table) == []

@@ -172,8 +172,8 @@ def drift_row(measure: str, used: pd.DataFrame, tested: int, share: float) -> di
     if dof(used) < MIN_DOF:
         configurations = used.groupby(CONFIGURATION, dropna=False).ngroups
         return row | {
-            "verdict": f"too few cells to tell ({cells} of {configurations} configurations with several seeds; "
-            f"{configurations + MIN_DOF + 1} needed)"
+            "verdict": f"too few cells to tell ({cells} in {configurations} configuration"
+            f"{'' if configurations == 1 else 's'} of several seeds; {configurations + MIN_DOF + 1} needed)"
         }
     if used["hours"].nunique() < 2:
         return row | {"verdict": "every cell started at the same time: no drift to tell"}
