@@ -57,8 +57,8 @@ def hosts_figure(hosts: pd.DataFrame):
     shown["measure"] = pd.Categorical(shown["measure"], categories=list(MEASURES))
     count = shown["host"].nunique()
     caption = (
-        "Each point: a host's compute, exposed communication or data wait over the median of the other hosts' "
-        "ranks in the same cell and epoch (steady epochs), geometric mean over the cells it ran; bars: 95% "
+        "Each point: a host's compute, exposed communication or data wait over the other hosts' ranks in the "
+        "same cell and epoch (the median of their medians) (steady epochs), geometric mean over the cells it ran; bars: 95% "
         f"intervals over cells, Bonferroni over the hosts (none under {MIN_CELLS} cells). A host is slower only "
         "where its bar stays right of 1 and the difference is at least 1% of an epoch; exposed communication grows "
         "on the hosts that wait for a slow one (hosts.csv, docs/report.md)."
