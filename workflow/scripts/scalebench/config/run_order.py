@@ -74,13 +74,16 @@ def submit_in_priority_order() -> bool:
         from snakemake_executor_plugin_slurm import Executor
     except ImportError:
         return False
-    original = Executor.run_jobs
-    if getattr(original, "by_priority", False):
-        return True
-
-    def run_jobs(self, jobs):
-        return original(self, sorted(jobs, key=lambda job: -job.priority))
-
-    run_jobs.by_priority = True
-    Executor.run_jobs = run_jobs
+    if not getattr(Executor.run_jobs, "by_priority", False):
+        Executor.run_jobs = _by_priority(Executor.run_jobs)
     return True
+
+
+def _by_priority(run_jobs):
+    """The plugin's run_jobs, handed its jobs highest priority first (sorted() keeps ties as they came)."""
+
+    def sorted_run_jobs(self, jobs):
+        return run_jobs(self, sorted(jobs, key=lambda job: -job.priority))
+
+    sorted_run_jobs.by_priority = True
+    return sorted_run_jobs

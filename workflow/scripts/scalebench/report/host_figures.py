@@ -10,7 +10,7 @@ from plotnine import (
     facet_wrap,
     geom_errorbarh,
     geom_hline,
-    geom_line,
+    geom_path,
     geom_point,
     geom_vline,
     ggplot,
@@ -109,7 +109,7 @@ def drift_figure(order: pd.DataFrame, drift: pd.DataFrame):
     if lines:
         fitted = pd.concat(lines, ignore_index=True)
         fitted["measure"] = pd.Categorical(fitted["measure"], categories=list(drift_analysis.MEASURES))
-        figure += geom_line(fitted, aes("hours", "fitted"), colour="#333333")
+        figure += geom_path(fitted, aes("hours", "fitted"), colour="#333333")  # two points, in order
     caption = (
         "Each point: a cell's steady epoch (or its compute, exposed communication, data wait: medians over ranks) "
         "over the geometric mean of its configuration's seeds, against the hours since the study's first start; "
