@@ -139,6 +139,7 @@ def assert_straggler_found(epochs: list[dict], run: dict, fault_epoch: int, base
 def assert_slow_loader_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
     for rank in (0, 1):
         assert_about(per_step_growth(epochs, rank, "data_wait_s", fault_epoch, base_epoch), LOADER_S)
+    assert_about(path_growth(epochs, "data_wait_critical_s", fault_epoch, base_epoch), LOADER_S)
 
 
 def row_of(out: Path, framework: str, backend: str) -> dict:
@@ -209,9 +210,7 @@ def test_fsdp_and_horovod_find_a_late_reduction(backend, prepared_data, tmp_path
 def test_multiworker_mirrored_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network(
     prepared_data, tmp_path
 ):
-    fault = (
-        f"slow_reduce:1:{DELAY_S}:3,slow_loader:{LOADER_S}:3,slow_compute:1:{DELAY_S}:4,slow_comm:{DELAY_S}:5"
-    )
+    fault = f"slow_reduce:1:{DELAY_S}:3,slow_loader:{LOADER_S}:3,slow_compute:1:{DELAY_S}:4,slow_comm:{DELAY_S}:5"
     epochs, _, run = run_cell(
         "tensorflow", "native", tmp_path, prepared_data, fault, epochs=5, profile={"epoch": 1, "steps": 2}
     )

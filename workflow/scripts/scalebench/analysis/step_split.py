@@ -81,7 +81,11 @@ RUN_COLUMNS = [
 ]
 # epochs.csv: each epoch record's summaries over ranks and its critical path (its per-rank list
 # stays in metrics.jsonl)
-EPOCH_MAXIMA = {"compute_max_s": "compute_max_s", "comm_exposed_max_s": "comm_exposed_max_s", "rest_max_s": "rest_max_s"}
+EPOCH_MAXIMA = {
+    "compute_max_s": "compute_max_s",
+    "comm_exposed_max_s": "comm_exposed_max_s",
+    "rest_max_s": "rest_max_s",
+}
 EPOCH_VALUES = [*CRITICAL_PATH, "critical_rank", *STEADY_FIELDS, *EPOCH_MAXIMA, "straggler_rank"]
 EPOCH_TEXT = ["straggler_host", "step_split_reason", "profiled"]
 
