@@ -97,7 +97,10 @@ def test_the_best_backend_its_efficiency_its_verdict_its_largest_loss_and_its_bo
     assert f"Against native: {torch['versus']['verdict']}." in text
     assert f"Its largest term: exposed communication costs {100 / epoch_4:.0f}% of the 4-GPU epoch (1 s)." in text
     ideal = (8.3 + 0.02) / 4
-    assert f"It loses {epoch_4 - ideal:.3g} s of each 4-GPU epoch to scaling ({epoch_4:.3g} s, ideal {ideal:.3g} s)." in text
+    assert (
+        f"It loses {epoch_4 - ideal:.3g} s of each 4-GPU epoch to scaling ({epoch_4:.3g} s, ideal {ideal:.3g} s)."
+        in text
+    )
     assert "10% of the 3 GB/s it reaches at 67.1 MB: latency-bound" in text
     assert torch["width"] is None and facts["notes"] == []
 
