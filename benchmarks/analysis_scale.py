@@ -215,16 +215,18 @@ def main() -> None:
     root = Path(args.out or tempfile.mkdtemp(prefix="analysis_scale_"))
     root.mkdir(parents=True, exist_ok=True)
     print(_common.machine_line(), flush=True)
-    cells = study_cells(args.gpus, args.seeds)
-    legacy = generate(root, cells, args.epochs)
-    timings = run(root, cells, legacy)
+    try:
+        cells = study_cells(args.gpus, args.seeds)
+        legacy = generate(root, cells, args.epochs)
+        timings = run(root, cells, legacy)
+    finally:  # a temporary folder goes, also when the analysis fails
+        if not (args.out or args.keep):
+            shutil.rmtree(root)
     print(
         f"{len(cells)} cells x {args.epochs} epochs + legacy: "
         + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
     )
     print(f"outputs in {root / 'out'}" if args.out or args.keep else "")
-    if not (args.out or args.keep):
-        shutil.rmtree(root)
 
 
 if __name__ == "__main__":
