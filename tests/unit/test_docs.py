@@ -160,6 +160,38 @@ def test_relative_links_resolve_to_files_inside_the_repository(document):
     assert not broken, f"{document.name}: links that leave the repository or lead nowhere: {broken}"
 
 
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as
+    hyphens, a repeated heading numbered (-1, -2)."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", prose(markdown), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+def test_heading_anchors_follow_githubs_rule():
+    markdown = "# The step split's cost\n## Model FLOPs: `x/y.py`\n```\n# a comment\n```\n## Model FLOPs: `x/y.py`"
+    assert heading_anchors(markdown) == {"the-step-splits-cost", "model-flops-xypy", "model-flops-xypy-1"}
+
+
+@pytest.mark.parametrize("document", MARKDOWN_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_to_a_part_of_a_page_find_its_heading(document):
+    text = document.read_text()
+    targets = INLINE_LINK.findall(text) + REFERENCE_LINK.findall(text)
+    broken = []
+    for target in targets:
+        page, _, fragment = target.partition("#")
+        if not fragment or re.match(r"[a-z][a-z0-9+.-]*:", page):
+            continue
+        linked = (document.parent / page) if page else document
+        if linked.suffix == ".md" and fragment not in heading_anchors(linked.read_text()):
+            broken.append(target)
+    assert not broken, f"{document.name}: links to headings that are not there: {broken}"
+
+
 # --- paths of the repository named in inline code (`launch/launcher.py`, `tests/unit/test_docs.py`)
 
 PACKAGE = REPO / "workflow" / "scripts" / "scalebench"
