@@ -8,13 +8,14 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
-report: "report/workflow.rst"
-
-
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/analysis.smk"
+
+
+# the study's text, with its answer in front once the analysis has run (common.smk)
+report: report_page()
 
 
 rule all:

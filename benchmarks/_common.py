@@ -8,6 +8,7 @@ the next, and harness and bare runs alternate.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime
 import json
@@ -28,6 +29,31 @@ if str(SCRIPTS) not in sys.path:
 
 # Launcher variables that would make rank_env.detect() see a multi-rank job.
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG")
+
+
+def parse_options(parser: argparse.ArgumentParser, smoke: dict[str, object]) -> argparse.Namespace:
+    """The command line, with `--smoke`: the smallest sizes and one repeat (`smoke`, the script's
+    own), which tests/integration/test_benchmarks_smoke.py runs so that a change that breaks a
+    benchmark fails a test. A flag given on the command line wins over its smoke value. A smoke
+    run checks that the benchmark runs; its figures are not figures, and it judges no goal.
+
+    `--parse-only` prints the options as JSON and exits: the same test checks that every command
+    the docs print beside a figure is still accepted as printed."""
+    parser.add_argument(
+        "--smoke", action="store_true", help="smallest sizes, one repeat: checks that it runs (no figures)"
+    )
+    parser.add_argument("--parse-only", action="store_true", help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    unknown = set(smoke) - set(vars(options))
+    if unknown:
+        raise ValueError(f"smoke values for options the parser lacks: {sorted(unknown)}")
+    if options.smoke:
+        parser.set_defaults(**smoke)
+        options = parser.parse_args()
+    if options.parse_only:
+        print(json.dumps(vars(options), default=str))
+        raise SystemExit(0)
+    return options
 
 
 def cpu_model() -> str:

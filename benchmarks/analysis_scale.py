@@ -5,7 +5,7 @@ epochs (160 cells, 32,000 epoch records; a few cells failed, diverged, truncated
 missing), saved predictions, prepared arrays and a legacy folder, then times the
 analysis exactly as the workflow's scripts run it (collect -> scaling -> every figure).
 
-    .venv/bin/python benchmarks/analysis_scale.py [--out DIR] [--keep]
+    .venv/bin/python benchmarks/analysis_scale.py [--out DIR] [--keep] [--gpus 1 2 ...] [--seeds 5] [--epochs 200]
 """
 
 from __future__ import annotations
@@ -20,46 +20,84 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scalebench.analysis import scaling
+import _common  # noqa: E402  (puts workflow/scripts on sys.path)
+from scalebench.analysis import scaling  # noqa: E402
 from scalebench.analysis import study as summary  # noqa: E402
 from scalebench.analysis.summary_csv import read_epochs, read_runs  # noqa: E402
 from scalebench.cell import Cell  # noqa: E402
-from scalebench.report import scaling_figures as plots
-from scalebench.report import training_figures as plots_training
+from scalebench.report import scaling_figures as plots  # noqa: E402
+from scalebench.report import training_figures as plots_training  # noqa: E402
 from scalebench.report.predictions import picture_panel  # noqa: E402
 from scalebench.report.style import save_figure  # noqa: E402
 from scalebench.report.time_split_figures import time_split_figure  # noqa: E402
+from scalebench.rerun import Invocation  # noqa: E402
 
 FRAMEWORKS = ["torch", "tensorflow"]
 BACKENDS = ["native", "horovod"]
 GPUS = [1, 2, 4, 8, 16, 32, 64, 128]
-SEEDS = [1, 2, 3, 4, 5]
+SEEDS = 5
 EPOCHS = 200
 TARGET = 0.8
+# The fates of the 160-cell study's cells by their number; the rest finished ok.
+FATES_160 = {5: "failed", 17: "diverged", 40: "truncated", 41: "missing", 150: "missing"}
+SMOKE = {"gpus": [1, 2], "seeds": 2, "epochs": 20}
 
 
-def write_cell(folder: Path, cell: dict, rng: np.random.Generator, fate: str) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+def study_cells(gpus: list[int], seeds: int) -> list[dict]:
+    """The keys of every cell of 2 frameworks x 2 backends x `gpus` x `seeds` seeds."""
+    return [
+        {"framework": f, "backend": b, "gpus": g, "seed": s}
+        for f in FRAMEWORKS
+        for b in BACKENDS
+        for g in gpus
+        for s in range(1, seeds + 1)
+    ]
+
+
+def fates(count: int) -> dict[int, str]:
+    """FATES_160 placed at the same fractions of a study of `count` cells, one cell each."""
+    placed: dict[int, str] = {}
+    for number, fate in FATES_160.items():
+        spot = number * count // 160
+        while spot in placed:
+            spot += 1
+        if spot < count:
+            placed[spot] = fate
+    return placed
+
+
+def write_cell(
+    folder: Path, cell: dict, rng: np.random.Generator, fate: str, epochs: int = EPOCHS, settings: dict | None = None
+) -> None:
+    """A cell's records as its job leaves them: `fate` ok, failed (only the log), diverged (at a
+    quarter of the epochs), truncated (metrics.jsonl cut in half) or missing (nothing of its own:
+    the folder may hold the planner's settings.json). The validation IOU rises on a time scale
+    proportional to `epochs`, so a short study has the shape of the full one. `settings`: what
+    run.json records the job was started with (the planner compares them with the study's)."""
     if fate == "missing":
-        folder.rmdir()
         return
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "train.log").write_text("epoch ...\n")
     if fate == "failed":  # Snakemake deleted the outputs; only the log stays
         return
     gpus = cell["gpus"]
     efficiency = 0.92 ** np.log2(gpus) * (0.95 if cell["backend"] == "horovod" else 1.0)
     epoch_time = 60.0 / (gpus * efficiency) * rng.normal(1, 0.03)
+    eval_every, diverge_at = max(1, epochs // 20), max(1, epochs // 4)
+    scale = epochs / EPOCHS  # the curves' time constants, in epochs, shrink with the study
+    rise = (20 + 3 * np.log2(gpus)) * scale
     lines, total = [], 0.0
-    for epoch in range(1, EPOCHS + 1):
+    for epoch in range(1, epochs + 1):
         seconds = epoch_time * (1.8 if epoch == 1 else rng.normal(1, 0.02))
         total += seconds
-        iou = 0.95 * (1 - np.exp(-epoch / (20 + 3 * np.log2(gpus))))
+        iou = 0.95 * (1 - np.exp(-epoch / rise))
+        evaluated = epoch % eval_every == 0
         record = {
             "type": "epoch",
             "epoch": epoch,
-            "loss": float(0.7 * np.exp(-epoch / 40) + 0.05 + rng.normal(0, 0.005)),
+            "loss": float(0.7 * np.exp(-epoch / (40 * scale)) + 0.05 + rng.normal(0, 0.005)),
             "lr": 0.001 * gpus,
             "epoch_time_s": seconds,
             "images_per_s": 1000 / seconds,
@@ -67,11 +105,11 @@ def write_cell(folder: Path, cell: dict, rng: np.random.Generator, fate: str) ->
             "peak_mem_mb": 4000.0,
             "steps": 250 // gpus,
             "train_time_s": total,
-            "val_iou": float(iou) if epoch % 10 == 0 else None,
-            "val_loss": 0.2 if epoch % 10 == 0 else None,
+            "val_iou": float(iou) if evaluated else None,
+            "val_loss": 0.2 if evaluated else None,
         }
         lines.append(json.dumps(record))
-        if fate == "diverged" and epoch == 50:
+        if fate == "diverged" and epoch == diverge_at:
             record["loss"] = None
             lines[-1] = json.dumps(record)
             break
@@ -85,6 +123,8 @@ def write_cell(folder: Path, cell: dict, rng: np.random.Generator, fate: str) ->
     (folder / "metrics.jsonl").write_text(text)
     run = {**cell, "status": status, "world_size": gpus, "hosts": [f"node{i}" for i in range(max(1, gpus // 4))]}
     run.update(versions={"torch": "2.13.0", "cuda": "12.8"}, python="3.11.7", slurm={"job_id": "1234"})
+    if settings is not None:
+        run["settings"] = settings
     (folder / "run.json").write_text(json.dumps(run))
     predictions = folder / "predictions"
     predictions.mkdir()
@@ -96,19 +136,18 @@ def write_cell(folder: Path, cell: dict, rng: np.random.Generator, fate: str) ->
         )
 
 
-def generate(root: Path) -> tuple[list[dict], list[dict]]:
+def write_study(runs: Path, cells: list[dict], epochs: int) -> None:
+    """Every cell's records under the runs folder `runs`, a few of them with FATES_160's fates."""
     rng = np.random.default_rng(0)
-    cells = [
-        {"framework": f, "backend": b, "gpus": g, "seed": s}
-        for f in FRAMEWORKS
-        for b in BACKENDS
-        for g in GPUS
-        for s in SEEDS
-    ]
-    fates = {5: "failed", 17: "diverged", 40: "truncated", 41: "missing", 150: "missing"}
+    fated = fates(len(cells))
     for number, cell in enumerate(cells):
-        folder = root / "runs" / Cell(**cell).path
-        write_cell(folder, cell, rng, fates.get(number, "ok"))
+        write_cell(runs / Cell(**cell).path, cell, rng, fated.get(number, "ok"), epochs)
+
+
+def generate(root: Path, cells: list[dict], epochs: int) -> list[dict]:
+    """The study's records, prepared arrays and a legacy folder under `root`; the legacy entries."""
+    rng = np.random.default_rng(1)
+    write_study(root / "runs", cells, epochs)
     data = root / "data"
     data.mkdir()
     np.save(data / "images.npy", (rng.random((8, 96, 128)) * 255).astype(np.uint8))
@@ -122,7 +161,7 @@ def generate(root: Path) -> tuple[list[dict], list[dict]]:
             ",time_per_epoch,loss,lr,training_time,test_time,iou\n" + "\n".join(rows) + "\n"
         )
     (legacy / "log_hvd_16.csv").write_text("broken,file\n1\n")
-    return cells, [{"path": str(legacy), "framework": "torch", "label": "reference study"}]
+    return [{"path": str(legacy), "framework": "torch", "label": "reference study"}]
 
 
 def run(root: Path, cells: list[dict], legacy: list[dict]) -> dict[str, float]:
@@ -130,7 +169,8 @@ def run(root: Path, cells: list[dict], legacy: list[dict]) -> dict[str, float]:
     out.mkdir()
     timings = {}
     start = time.perf_counter()
-    collected = summary.collect_study(str(root / "runs"), cells, TARGET, legacy, "profiles/slurm")
+    invocation = Invocation(("snakemake",), str(root), ("--profile", "profiles/slurm"))  # the rerun commands' start
+    collected = summary.collect_study(str(root / "runs"), cells, TARGET, legacy, invocation)
     for name in ("runs", "epochs", "provenance", "incomplete"):
         getattr(collected, name).to_csv(out / f"{name}.csv", index=False)
     timings["collect"] = time.perf_counter() - start
@@ -168,15 +208,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="folder for the generated study and the outputs (default: a temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
-    args = parser.parse_args()
+    parser.add_argument("--gpus", type=int, nargs="+", default=GPUS, help="GPU counts (default 1 to 128)")
+    parser.add_argument("--seeds", type=int, default=SEEDS, help="seeds per GPU count (default 5)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="epochs per cell (default 200)")
+    args = _common.parse_options(parser, SMOKE)
     root = Path(args.out or tempfile.mkdtemp(prefix="analysis_scale_"))
     root.mkdir(parents=True, exist_ok=True)
-    cells, legacy = generate(root)
-    timings = run(root, cells, legacy)
-    print(f"{len(cells)} cells x {EPOCHS} epochs + legacy: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
+    print(_common.machine_line(), flush=True)
+    try:
+        cells = study_cells(args.gpus, args.seeds)
+        legacy = generate(root, cells, args.epochs)
+        timings = run(root, cells, legacy)
+    finally:  # a temporary folder goes, also when the analysis fails
+        if not (args.out or args.keep):
+            shutil.rmtree(root)
+    print(
+        f"{len(cells)} cells x {args.epochs} epochs + legacy: "
+        + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
+    )
     print(f"outputs in {root / 'out'}" if args.out or args.keep else "")
-    if not (args.out or args.keep):
-        shutil.rmtree(root)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,10 @@ TensorFlow's MultiWorkerMirroredStrategy exposes no such hook; its row has the e
 A backend that cannot run 1 rank (fsdp) is compared with its framework's native backend on 1
 rank, and its line says so; mirrored's 2 replicas are logical CPU devices in one process.
 
-    .venv/bin/python benchmarks/communication.py [--backends torch_native torch_horovod ...] [--epochs 4]
+The cells run without the collective benchmark (training.collectives.budget_s: 0): its
+all-reduces, before the first epoch, would count in Horovod's timeline.
+
+    .venv/bin/python benchmarks/communication.py [--backends torch_native torch_horovod ...] [--epochs 4] [--smoke]
 """
 
 from __future__ import annotations
@@ -49,6 +52,15 @@ def cpu_backends() -> list[str]:
 
 
 BACKENDS = cpu_backends()
+# The DDP probe and Horovod's timeline: the benchmark's own code paths (the others differ by settings).
+SMOKE = {
+    "backends": ["torch_native", "torch_horovod"],
+    "epochs": 2,
+    "size": [32, 48],
+    "count": 10,
+    "batch": 2,
+    "probe_steps": 1,
+}
 
 
 def merged_length(intervals: list[tuple[float, float]]) -> float:
@@ -89,7 +101,9 @@ def timeline_phase_s(path: Path, phase: str) -> tuple[float, int]:
 
 
 def ddp_probe(args: dict) -> dict:
-    """One rank of the DDP probe (started by torchrun): allreduce futures timed by a comm hook."""
+    """One rank of the DDP probe (started by torchrun): allreduce futures timed by a comm hook.
+    Each rank writes its result to its own file in args["out"] (both ranks printing to one pipe
+    can interleave their lines)."""
     from datetime import timedelta
 
     import numpy as np
@@ -157,6 +171,7 @@ def ddp_probe(args: dict) -> dict:
         "buckets_per_step": len(durations) / len(synced),
     }
     dist.destroy_process_group()
+    (Path(args["out"]) / f"probe_rank{rank}.json").write_text(json.dumps(result))
     return result
 
 
@@ -185,6 +200,7 @@ def run_cell(backend: str, ranks: int, options: argparse.Namespace, data: Path, 
         checkpoint_every=0,
         collective_timeout_s=120,
         loader={"workers": 0},
+        collectives={"budget_s": 0},
     )
     out = root / f"{backend}_g{ranks}"
     out.mkdir(parents=True, exist_ok=True)
@@ -210,8 +226,10 @@ def run_cell(backend: str, ranks: int, options: argparse.Namespace, data: Path, 
     return measured
 
 
-def run_ddp_probe(options: argparse.Namespace, data: Path) -> list[dict]:
-    args = {"data": str(data), "batch": options.batch, "steps": options.probe_steps, "blocks": 3}
+def run_ddp_probe(options: argparse.Namespace, data: Path, root: Path) -> list[dict]:
+    out = root / "ddp_probe"
+    out.mkdir(parents=True, exist_ok=True)
+    args = {"data": str(data), "batch": options.batch, "steps": options.probe_steps, "blocks": 3, "out": str(out)}
     command = [
         str(Path(sys.executable).parent / "torchrun"),
         "--nnodes=1",
@@ -228,7 +246,7 @@ def run_ddp_probe(options: argparse.Namespace, data: Path) -> list[dict]:
     result = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout, env=env)
     if result.returncode:
         raise RuntimeError(f"DDP probe failed:\n{result.stderr[-3000:]}")
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return [json.loads((out / f"probe_rank{rank}.json").read_text()) for rank in range(2)]
 
 
 def _free_port() -> int:
@@ -258,9 +276,9 @@ def main() -> None:
     parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--args", help=argparse.SUPPRESS)
-    options = parser.parse_args()
+    options = _common.parse_options(parser, SMOKE)
     if options.child:
-        print(json.dumps(ddp_probe(json.loads(options.args))), flush=True)
+        ddp_probe(json.loads(options.args))
         return
     height, width = options.size
     with _common.workspace(options.workdir, "communication_") as root:
@@ -289,7 +307,7 @@ def main() -> None:
                 )
             print(line + f"  load {_common.load_average():.2f}", flush=True)
         if "torch_native" in options.backends and not options.no_probe:
-            probe = run_ddp_probe(options, data)
+            probe = run_ddp_probe(options, data, root)
             for rank in probe:
                 share = 1 - rank["step_no_sync_s"] / rank["step_sync_s"]
                 print(

@@ -10,9 +10,10 @@ repeat, so that a drift of the machine's load does not favour one.
 
 On CPU ranks the reduction goes through Gloo on one host, where it is cheap and the casts to and
 from float16 are not free; the interesting figures come from GPUs on several nodes (NCCL),
-where the bytes on the wire dominate. Run it there with --device cuda.
+where the bytes on the wire dominate. Run it there with --device cuda. The cells run without the
+collective benchmark (training.collectives.budget_s: 0; it runs before the timed epochs).
 
-    .venv/bin/python benchmarks/compression.py [--backends torch_native torch_horovod ...] [--repeats 2]
+    .venv/bin/python benchmarks/compression.py [--backends torch_native torch_horovod ...] [--repeats 2] [--smoke]
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+# One backend: the benchmark's code is the same for each (the backend is a setting of the cell).
+SMOKE = {"backends": ["torch_native"], "repeats": 1, "epochs": 2, "size": [32, 48], "count": 10, "batch": 2}
 
 
 def compressing_backends() -> list[str]:
@@ -55,6 +59,7 @@ def run_cell(backend: str, compression: str, options: argparse.Namespace, data: 
         checkpoint_every=0,
         predictions=0,
         loader={"workers": 0},
+        collectives={"budget_s": 0},
     )
     result = _common.launch_cell(settings, data, out, timeout=options.timeout)
     if result.returncode:
@@ -75,7 +80,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--workdir", help="keep the cells here (default: a temporary folder)")
-    options = parser.parse_args()
+    options = _common.parse_options(parser, SMOKE)
     height, width = options.size
     header = f"  2 ranks, {height}x{width}, batch {options.batch}, {options.epochs} epochs, {options.device}"
     with _common.workspace(options.workdir, "compression_", header) as root:

@@ -14,7 +14,7 @@ the cells and repeats): ranks that wander between cores and sockets show as a wi
 across sockets, a longer epoch. On a GPU machine (`--device cuda`) each cell also holds its own
 GPU ids, and its ranks are bound to the cores nearest them.
 
-    .venv/bin/python benchmarks/cpu_binding.py [--cells 2] [--ranks 2] [--epochs 8] [--repeats 3]
+    .venv/bin/python benchmarks/cpu_binding.py [--cells 2] [--ranks 2] [--epochs 8] [--repeats 3] [--smoke]
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+SMOKE = {"cells": 1, "ranks": 1, "epochs": 2, "repeats": 1, "count": 10, "size": [32, 48], "batch": 2}
 
 
 def start_cell(settings: dict, data: Path, out: Path, pool: Path) -> subprocess.Popen:
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--workdir", help="keep the data and cells here (default: a temporary folder)")
-    options = parser.parse_args()
+    options = _common.parse_options(parser, SMOKE)
     header = f"  {options.cells} cells x {options.ranks} ranks at once, {options.size[0]}x{options.size[1]}, {options.device}"
     with _common.workspace(options.workdir, "cpu_binding_", header) as root:
         data = _common.prepare_dataset(root / "data", options.count, *options.size)

@@ -32,8 +32,13 @@ ratios compare like with like:
 It needs a CUDA build of torch, NumPy, PyYAML, Pillow and jsonschema (no TensorFlow, Horovod
 or Snakemake). It exits non-zero if a cell fails or did not run on the GPU.
 
+`--smoke` runs every check at 32x48 for 2 epochs and judges no speed goal (the harness ratios,
+the split's exposed share): it checks that the checks run. Without a GPU it trains on the CPU
+what needs none (CPU_CHECKS: cells through launch.py whose records are read as every check
+reads them, and the collectives child on Gloo) and names the checks it skipped.
+
     python benchmarks/gpu_check.py [--checks precision tf32 ... harness] [--epochs 4] [--images 96]
-                                   [--size 768x1024] [--json results.json] [--workdir DIR]
+                                   [--size 768x1024] [--json results.json] [--workdir DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -53,15 +58,31 @@ SPLIT_EXPOSED_GOAL = 0.02  # a one-GPU cell's exposed communication, share of th
 # harness goals: the cell's images/s over the bare loop's, per placement; the data wait with device
 HARNESS_GOALS = {"device": 0.95, "host": 0.90}
 DEVICE_WAIT_GOAL = 0.02
+SMOKE = {"epochs": 2, "images": 10, "size": "32x48", "timeout": 300}
+# what a smoke run without a GPU runs on the CPU: the others need CUDA (precisions, TF32, a shared
+# GPU, a GPU's peak, the bare loop on the GPU, CUDA kernels in the trace, width 16's memory)
+CPU_CHECKS = ("determinism", "collectives")
+# the collectives child: the sweep up to 256 MiB; a smoke run's up to 64 KiB, widths 1 and 4
+COLLECTIVES = {"widths": list(WIDTHS), "max_bytes": 2**28, "budget_s": 20.0, "iterations": 20, "warmup": 5}
+COLLECTIVES_SMOKE = {"widths": list(WIDTHS[:2]), "max_bytes": 2**16, "budget_s": 2.0, "iterations": 2, "warmup": 1}
 
 
 class CheckFailed(RuntimeError):
     """A cell failed or did not run where it had to."""
 
 
-def gpu_line() -> str:
+def cuda_available() -> bool:
     import torch
 
+    return torch.cuda.is_available()
+
+
+def gpu_line(device: str) -> str:
+    """The GPU and its libraries; 'cpu' where a smoke run has none (any other run requires one)."""
+    import torch
+
+    if device == "cpu":
+        return f"no GPU (smoke run on the CPU); torch {torch.__version__}"
     if not torch.cuda.is_available():
         raise SystemExit("gpu_check: torch sees no CUDA device (torch.cuda.is_available() is False)")
     props = torch.cuda.get_device_properties(0)
@@ -77,7 +98,14 @@ def run_cell(
     root: Path, name: str, data: Path, options, gpus: int = 1, env: dict | None = None, width: int = 1, **training
 ) -> dict:
     """One cell through launch.py; its run.json, epochs and final record, or CheckFailed."""
-    training = {"epochs": options.epochs, "eval_every": 0, "checkpoint_every": 0, "predictions": 0, **training}
+    training = {
+        "epochs": options.epochs,
+        "eval_every": 0,
+        "checkpoint_every": 0,
+        "predictions": 0,
+        "device": options.device,
+        **training,
+    }
     settings = _common.cell_settings("torch", "native", gpus, options.size, options.images, **training)
     settings["model"] = {"width": width}
     out = root / name
@@ -87,7 +115,7 @@ def run_cell(
         raise CheckFailed(f"{name}: launch.py exited {result.returncode}:\n{log}")
     run = json.loads((out / "run.json").read_text())
     epochs, final = _common.read_metrics(out)
-    if run.get("device") != "cuda" or final["status"] != "ok":
+    if run.get("device") != options.device or final["status"] != "ok":
         raise CheckFailed(f"{name}: device {run.get('device')}, status {final['status']}:\n{log}")
     steady = epochs[1:] or epochs
     summary = {
@@ -259,9 +287,9 @@ def check_harness(root, data, options, results) -> None:
                 share = cell["images_per_s"] / bare["images_per_s"]
                 verdict = "meets" if share >= goal else "MISSES"
                 print(f"    {placement}: {share:.3f} of the bare loop ({verdict} >= {goal})", flush=True)
-                if share < goal:
+                if share < goal and not options.smoke:
                     failures.append(f"{name}: {share:.3f} < {goal}")
-                if placement == "device" and cell["data_wait_share"] > DEVICE_WAIT_GOAL:
+                if placement == "device" and cell["data_wait_share"] > DEVICE_WAIT_GOAL and not options.smoke:
                     failures.append(f"{name}: data wait {100 * cell['data_wait_share']:.1f}% > 2%")
                 rows.append({"cell": cell, "bare": bare, "ratio": share, "placement": placement})
     results["harness"] = rows
@@ -305,7 +333,7 @@ def collectives_child(args: dict) -> dict:
 
 
 def check_collectives(root, data, options, results) -> None:
-    args = {"widths": list(WIDTHS), "max_bytes": 2**28, "budget_s": 20.0, "iterations": 20, "warmup": 5}
+    args = {**(COLLECTIVES_SMOKE if options.smoke else COLLECTIVES), "device": options.device}
     measured = _common.run_child(str(Path(__file__).resolve()), "collectives", args, timeout=options.timeout)
     rows = [row for row in measured["rows"] if row["latency_us"] is not None]
     if not rows:
@@ -363,7 +391,7 @@ def check_split(root, data, options, results) -> None:
     )
     results["split"] = {"shares": share, "compute_of_steps": compute_of_steps, "trace_kernels": kernels}
     failures = []
-    if share["exposed"] > SPLIT_EXPOSED_GOAL:
+    if share["exposed"] > SPLIT_EXPOSED_GOAL and not options.smoke:
         failures.append(f"exposed communication {100 * share['exposed']:.2f}% of a one-GPU epoch")
     for epoch in epochs:
         for rank in epoch["ranks"]:
@@ -389,12 +417,21 @@ def main() -> None:
     parser.add_argument("--workdir", help="keep data and cells here (default: a temporary folder)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--args", help=argparse.SUPPRESS)
-    options = parser.parse_args()
+    options = _common.parse_options(parser, SMOKE)
     if options.child:  # the bare loop or the one-rank collectives, in a process of their own
         print(json.dumps(CHILDREN[options.child](json.loads(options.args)), default=str))
         return
     options.size = tuple(int(part) for part in options.size.split("x"))
-    results: dict = {"gpu": gpu_line(), "options": {k: v for k, v in vars(options).items() if k != "json"}}
+    options.device = "cuda"
+    if options.smoke and not cuda_available():
+        skipped = [name for name in options.checks if name not in CPU_CHECKS]
+        options.checks = [name for name in options.checks if name in CPU_CHECKS]
+        options.device = "cpu"
+        print(f"gpu_check: no CUDA device: a smoke run on the CPU; skipped (they need a GPU): {', '.join(skipped)}")
+    results: dict = {
+        "gpu": gpu_line(options.device),
+        "options": {k: v for k, v in vars(options).items() if k != "json"},
+    }
     print(results["gpu"], flush=True)
     failed = []
     with _common.workspace(options.workdir, "gpu_check_") as root:

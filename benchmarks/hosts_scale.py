@@ -6,7 +6,7 @@ nodes, one of them 10% slower) x 5 seeds x EPOCHS epochs, every epoch record wit
 collect_runs' ranks.csv (read every metrics.jsonl, write the CSV), analyse_hosts (read it back,
 hosts.csv, order.csv, drift.csv) and the two figures.
 
-    .venv/bin/python benchmarks/hosts_scale.py [--epochs 200] [--out DIR]
+    .venv/bin/python benchmarks/hosts_scale.py [--epochs 200] [--gpus 1 2 ...] [--seeds 5] [--out DIR]
 """
 
 from __future__ import annotations
@@ -14,17 +14,14 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import _common  # noqa: E402  (puts workflow/scripts on sys.path)
 import numpy as np
 import pandas as pd
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "workflow" / "scripts"))
-
 from scalebench.analysis.collect import OWN_SOURCE  # noqa: E402
 from scalebench.analysis.drift import drift_table, order_table  # noqa: E402
 from scalebench.analysis.hosts import host_table  # noqa: E402
@@ -38,18 +35,14 @@ GPUS = [1, 2, 4, 8, 16, 32, 64, 128]
 NODES = [f"gpu{i:03d}" for i in range(64)]
 SLOW = "gpu017"
 ORDER = {"seed": 1, "blocks": False}
+SMOKE = {"gpus": [1, 8], "seeds": 3, "epochs": 3}  # 2 GPU counts x 3 seeds x 4 frameworks and backends
 
 
-def write_study(root: Path, epochs: int) -> tuple[list[dict], pd.DataFrame]:
+def write_study(root: Path, epochs: int, gpus: list[int] = GPUS, seeds: int = 5) -> tuple[list[dict], pd.DataFrame]:
     """The cells' folders (metrics.jsonl with per-rank rows, run.json) and their runs.csv rows."""
     rng = np.random.default_rng(0)
-    cells = [
-        Cell(f, b, g, s)
-        for f in ("torch", "tensorflow")
-        for b in ("native", "horovod")
-        for g in GPUS
-        for s in range(1, 6)
-    ]
+    frameworks, backends = ("torch", "tensorflow"), ("native", "horovod")
+    cells = [Cell(f, b, g, s) for f in frameworks for b in backends for g in gpus for s in range(1, seeds + 1)]
     first, runs = datetime(2030, 1, 1, tzinfo=UTC), []
     for place, cell in enumerate(cells):
         nodes = max(1, cell.gpus // 4)
@@ -82,34 +75,39 @@ def write_study(root: Path, epochs: int) -> tuple[list[dict], pd.DataFrame]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--epochs", type=int, default=200)
+    parser.add_argument("--epochs", type=int, default=200, help="epochs per cell (default 200)")
+    parser.add_argument("--gpus", type=int, nargs="+", default=GPUS, help="GPU counts (default 1 to 128)")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds per GPU count (default 5)")
     parser.add_argument("--out", help="folder for the study and the outputs (default: a temporary one, removed)")
-    args = parser.parse_args()
+    args = _common.parse_options(parser, SMOKE)
     root = Path(args.out or tempfile.mkdtemp(prefix="hosts_scale_"))
     root.mkdir(parents=True, exist_ok=True)
-    entries, runs = write_study(root, args.epochs)
-    timings = {}
-    mark = time.perf_counter()
-    collect_ranks(root / "runs", entries).to_csv(root / "ranks.csv", index=False)
-    timings["ranks.csv"] = time.perf_counter() - mark
-    mark = time.perf_counter()
-    ranks = read_ranks(root / "ranks.csv")
-    hosts = host_table(ranks, runs, Invocation(("snakemake",), str(root), ("--profile", "profiles/slurm")))
-    order = order_table(runs, ranks, entries, ORDER, [1, 2, 3, 4, 5])
-    drift = drift_table(order, runs)
-    timings["analyse_hosts"] = time.perf_counter() - mark
-    mark = time.perf_counter()
-    save_figure(hosts_figure(hosts), root / "hosts.png")
-    save_figure(drift_figure(order, drift), root / "drift.png")
-    timings["2 figures"] = time.perf_counter() - mark
+    print(_common.machine_line(), flush=True)
+    try:
+        entries, runs = write_study(root, args.epochs, args.gpus, args.seeds)
+        timings = {}
+        mark = time.perf_counter()
+        collect_ranks(root / "runs", entries).to_csv(root / "ranks.csv", index=False)
+        timings["ranks.csv"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        ranks = read_ranks(root / "ranks.csv")
+        hosts = host_table(ranks, runs, Invocation(("snakemake",), str(root), ("--profile", "profiles/slurm")))
+        order = order_table(runs, ranks, entries, ORDER, list(range(1, args.seeds + 1)))
+        drift = drift_table(order, runs)
+        timings["analyse_hosts"] = time.perf_counter() - mark
+        mark = time.perf_counter()
+        save_figure(hosts_figure(hosts), root / "hosts.png")
+        save_figure(drift_figure(order, drift), root / "drift.png")
+        timings["2 figures"] = time.perf_counter() - mark
+    finally:  # a temporary folder goes, also when the analysis fails
+        if not args.out:
+            shutil.rmtree(root)
     slow = sorted(set(hosts.loc[hosts["slow_node"], "host"]))
     print(
         f"{len(entries)} cells x {args.epochs} epochs, {len(ranks):,} rank-epochs: "
         + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items())
     )
     print(f"slow nodes found: {slow} (made slow: {SLOW}); {hosts.loc[hosts['slow_node'], 'verdict'].tolist()}")
-    if not args.out:
-        shutil.rmtree(root)
 
 
 if __name__ == "__main__":

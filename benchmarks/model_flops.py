@@ -5,7 +5,7 @@ training loops turn into model_tflops and mfu); this prints it at the benchmark 
 with --check, compares it with torch.utils.flop_counter.FlopCounterMode on one real
 forward + backward pass of scalebench.train.torch.model.UNet.
 
-    .venv/bin/python benchmarks/model_flops.py [--sizes 256x256 768x1024] [--check]
+    .venv/bin/python benchmarks/model_flops.py [--sizes 256x256 768x1024] [--check] [--smoke]
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402, F401  (puts workflow/scripts on sys.path)
+import _common  # noqa: E402  (puts workflow/scripts on sys.path)
+
+SMOKE = {"sizes": ["32x48"], "check": True}
 
 
 def counted_by_torch(height: int, width: int) -> int:
@@ -41,7 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["256x256", "768x1024"], help="HxW (default 256x256 768x1024)")
     parser.add_argument("--check", action="store_true", help="also count with FlopCounterMode (one real step)")
-    options = parser.parse_args()
+    options = _common.parse_options(parser, SMOKE)
     print(_common.machine_line())
     for size in options.sizes:
         height, width = (int(part) for part in size.split("x"))

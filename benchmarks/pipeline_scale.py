@@ -1,20 +1,26 @@
-"""Benchmark: Snakemake's own cost at study scale (issue 7, item 5).
+"""Benchmark: Snakemake's own cost at study scale (issue 7, item 5; the finished study: issue 41).
 
 1. `snakemake -n` (DAG build and dry run of every cell, data and analysis job) for a 160-cell
    study (2 frameworks x 2 backends x 8 GPU counts x 5 seeds) and a 1,000-cell one
    (2 x 2 x 10 GPU counts x 25 seeds), in empty work folders: the median of --repeats runs.
-2. `snakemake --report` for the 160-cell study with 200 epochs per cell: the data rules run for
+2. `snakemake -n` for the 1,000-cell study once it has finished: its data rules run for real,
+   every cell holds the records its job would have written (200 epochs, run.json with the
+   settings the planner gave it), so the planner's freshness check reads every cell's record.
+   The dry run must plan no train job (every cell current).
+3. `snakemake --report` for the 160-cell study with 200 epochs per cell: the data rules run for
    real on a small synthetic set, the cells' records come from the generator of
    benchmarks/analysis_scale.py (a few cells failed, diverged, truncated or missing), the
    analysis runs with `--config partial=true` as the README says for studies with missing cells,
    then the report build is timed.
 
-    .venv/bin/python benchmarks/pipeline_scale.py [--repeats 3] [--skip-report]
+    .venv/bin/python benchmarks/pipeline_scale.py [--repeats 3] [--sizes 160 1000] [--finished 1000]
+                                                  [--report-cells 160] [--epochs 200] [--skip-report]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
@@ -28,33 +34,55 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 import analysis_scale  # noqa: E402
-from scalebench.cell import Cell  # noqa: E402
+from scalebench.cell import RUNS_ROOT, Cell  # noqa: E402
+from scalebench.config import load_schema, validate  # noqa: E402
+from scalebench.data.split import split_counts  # noqa: E402
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 
+# cells -> the study's GPU counts and seeds (2 frameworks x 2 backends each); 16 is the smoke size
 STUDIES = {
+    16: {"gpus": [1, 2], "seeds": [1, 2]},
     160: {"gpus": [1, 2, 4, 8, 16, 32, 64, 128], "seeds": list(range(1, 6))},
     1000: {"gpus": [1, 2, 4, 8, 12, 16, 24, 32, 48, 64], "seeds": list(range(1, 26))},
 }
+SMOKE = {"repeats": 1, "sizes": [16], "finished": 16, "report_cells": 16, "epochs": 20}
 
 
-def study_config(cells: int, epochs: int = 200) -> dict:
+def pairs_for(ranks: int) -> int:
+    """The fewest synthetic pairs whose training split gives each of `ranks` ranks one image (the
+    config check refuses a batch larger than a rank's shard), at the schema's split fractions."""
+    dataset = validate({}, load_schema(_common.REPO / "config" / "schema.yaml"))["dataset"]
+    count = ranks
+    while split_counts(count, dataset["test_fraction"], dataset["val_fraction"])[0] < ranks:
+        count += 1
+    return count
+
+
+def study_config(cells: int, epochs: int) -> dict:
     matrix = STUDIES[cells]
+    # Batch 1: one image per rank at the largest cell, so the shard check passes with few pairs.
+    pairs = pairs_for(max(matrix["gpus"]))
     return {
-        # One image per rank at the largest cell: the validation of the shard size passes with few pairs.
         "dataset": {
             "source": "synthetic",
             "image_size": [96, 128],
-            "synthetic": {"count": 170, "size": [96, 128]},
+            "synthetic": {"count": pairs, "size": [96, 128]},
         },
         "matrix": {
-            "frameworks": ["torch", "tensorflow"],
-            "backends": ["native", "horovod"],
+            "frameworks": analysis_scale.FRAMEWORKS,
+            "backends": analysis_scale.BACKENDS,
             "gpus": matrix["gpus"],
             "seeds": matrix["seeds"],
         },
         "training": {"epochs": epochs, "batch_per_gpu": 1, "eval_every": 10},
     }
+
+
+def study_cells(config: dict) -> list[dict]:
+    """The keys of the study's cells, in analysis_scale's order (its fates are by position)."""
+    matrix = config["matrix"]
+    return analysis_scale.study_cells(matrix["gpus"], len(matrix["seeds"]))
 
 
 def snakemake(workdir: Path, *args: str, timeout: float = 900) -> float:
@@ -72,6 +100,12 @@ def snakemake(workdir: Path, *args: str, timeout: float = 900) -> float:
     return elapsed
 
 
+def planned_jobs(workdir: Path, rule: str) -> int:
+    """How many jobs of `rule` the last dry run's job table lists (0 where it lists none)."""
+    found = re.search(rf"^{rule}\s+(\d+)\b", (workdir / "snakemake_last.log").read_text(), re.MULTILINE)
+    return int(found.group(1)) if found else 0
+
+
 def new_workdir(root: Path, name: str, config: dict) -> Path:
     workdir = root / name
     workdir.mkdir(parents=True)
@@ -79,65 +113,83 @@ def new_workdir(root: Path, name: str, config: dict) -> Path:
     return workdir
 
 
-def dry_runs(root: Path, cells: int, repeats: int) -> list[float]:
-    workdir = new_workdir(root, f"dry_{cells}", study_config(cells))
-    times = [snakemake(workdir, "-n") for _ in range(repeats)]
-    log = (workdir / "snakemake_last.log").read_text()
-    if not re.search(rf"^train\s+{cells}\b", log, re.MULTILINE):
-        raise RuntimeError(f"the dry run of {cells} cells did not list {cells} train jobs:\n{log[-2000:]}")
+def dry_runs(workdir: Path, repeats: int, train_jobs: int) -> list[float]:
+    """`repeats` timed `snakemake -n` in `workdir`; each must plan `train_jobs` train jobs."""
+    times = []
+    for _ in range(repeats):
+        times.append(snakemake(workdir, "-n"))
+        planned = planned_jobs(workdir, "train")
+        if planned != train_jobs:
+            log = (workdir / "snakemake_last.log").read_text()
+            raise RuntimeError(f"the dry run planned {planned} train jobs, not {train_jobs}:\n{log[-3000:]}")
     return times
 
 
-def write_records(workdir: Path) -> int:
-    """The 160 cells' records (analysis_scale's generator and fates) under workdir/results/runs."""
+def finish_study(workdir: Path, epochs: int) -> int:
+    """Make the study in `workdir` finished: its data rules run, then every cell gets the records
+    its job would have written, run.json with the settings the planner wrote for it."""
+    snakemake(workdir, "-c2", "prepared_data")  # the planner writes every cell's settings.json on the way
     rng = np.random.default_rng(0)
-    config = study_config(160)
-    cells = [
-        {"framework": f, "backend": b, "gpus": g, "seed": s}
-        for f in config["matrix"]["frameworks"]
-        for b in config["matrix"]["backends"]
-        for g in config["matrix"]["gpus"]
-        for s in config["matrix"]["seeds"]
-    ]
-    fates = {5: "failed", 17: "diverged", 40: "truncated", 41: "missing", 150: "missing"}
-    for number, cell in enumerate(cells):
+    cells = study_cells(yaml.safe_load((workdir / "study.yaml").read_text()))
+    for cell in cells:
         folder = workdir / Cell(**cell).folder
-        analysis_scale.write_cell(folder, cell, rng, fates.get(number, "ok"))
+        settings = json.loads((folder / "settings.json").read_text())
+        analysis_scale.write_cell(folder, cell, rng, "ok", epochs, settings)
     return len(cells)
 
 
-def report_build(root: Path) -> dict[str, float]:
-    workdir = new_workdir(root, "report_160", study_config(160))
+def write_records(workdir: Path, epochs: int) -> None:
+    """The study's records (analysis_scale's generator and fates) under workdir/results/runs."""
+    cells = study_cells(yaml.safe_load((workdir / "study.yaml").read_text()))
+    analysis_scale.write_study(workdir / RUNS_ROOT, cells, epochs)
+
+
+def report_build(root: Path, cells: int, epochs: int) -> dict[str, float]:
+    workdir = new_workdir(root, f"report_{cells}", study_config(cells, epochs))
     timings = {"data": snakemake(workdir, "-c2", "prepared_data")}
-    write_records(workdir)
+    write_records(workdir, epochs)
     timings["analysis"] = snakemake(workdir, "-c2", "--config", "partial=true")
     timings["report"] = snakemake(workdir, "--report", str(workdir / "report.html"), "--config", "partial=true")
     timings["report_mb"] = (workdir / "report.html").stat().st_size / 2**20
     return timings
 
 
+def summary(times: list[float]) -> str:
+    return f"median {_common.median(times):.1f} s ({', '.join(f'{t:.1f}' for t in times)})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="dry runs per study size (default 3)")
-    parser.add_argument("--sizes", type=int, nargs="+", choices=sorted(STUDIES), default=sorted(STUDIES))
+    parser.add_argument("--repeats", type=int, default=3, help="dry runs per study (default 3)")
+    parser.add_argument("--sizes", type=int, nargs="+", choices=sorted(STUDIES), default=[160, 1000])
+    parser.add_argument(
+        "--finished", type=int, choices=sorted(STUDIES), default=1000, help="the finished study's cells"
+    )
+    parser.add_argument("--report-cells", type=int, choices=sorted(STUDIES), default=160)
+    parser.add_argument("--epochs", type=int, default=200, help="epochs per cell of the finished studies")
     parser.add_argument("--skip-report", action="store_true")
     parser.add_argument("--workdir", help="keep the work folders here (default: a temporary folder)")
-    options = parser.parse_args()
+    options = _common.parse_options(parser, SMOKE)
     version = subprocess.run([SNAKEMAKE, "--version"], capture_output=True, text=True).stdout.strip()
     with _common.workspace(options.workdir, "pipeline_scale_", f"  snakemake {version}") as root:
         for cells in options.sizes:
-            times = dry_runs(root, cells, options.repeats)
-            print(
-                f"snakemake -n, {cells} cells: median {_common.median(times):.1f} s "
-                f"({', '.join(f'{t:.1f}' for t in times)})  load {_common.load_average():.2f}",
-                flush=True,
-            )
+            workdir = new_workdir(root, f"dry_{cells}", study_config(cells, options.epochs))
+            times = dry_runs(workdir, options.repeats, cells)
+            print(f"snakemake -n, {cells} cells: {summary(times)}  load {_common.load_average():.2f}", flush=True)
+        workdir = new_workdir(root, f"finished_{options.finished}", study_config(options.finished, options.epochs))
+        finish_study(workdir, options.epochs)
+        times = dry_runs(workdir, options.repeats, 0)
+        print(
+            f"snakemake -n, {options.finished} finished cells x {options.epochs} epochs (no train job planned): "
+            f"{summary(times)}  load {_common.load_average():.2f}",
+            flush=True,
+        )
         if not options.skip_report:
-            timings = report_build(root)
+            timings = report_build(root, options.report_cells, options.epochs)
             print(
-                f"160 cells x 200 epochs: data rules {timings['data']:.1f} s, analysis (partial) {timings['analysis']:.1f} s, "
-                f"snakemake --report {timings['report']:.1f} s ({timings['report_mb']:.1f} MiB)  "
-                f"load {_common.load_average():.2f}",
+                f"{options.report_cells} cells x {options.epochs} epochs: data rules {timings['data']:.1f} s, "
+                f"analysis (partial) {timings['analysis']:.1f} s, snakemake --report {timings['report']:.1f} s "
+                f"({timings['report_mb']:.1f} MiB)  load {_common.load_average():.2f}",
                 flush=True,
             )
 

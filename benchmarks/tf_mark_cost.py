@@ -7,7 +7,7 @@ alternative the project does not use), in alternating rounds. The figure per rea
 median call time less the unmarked call's: the host cost the marks add to every step, which
 benchmarks/step_split_overhead.py then compares with a whole epoch.
 
-    python benchmarks/tf_mark_cost.py [--rounds 20] [--calls 500] [--size 64]
+    python benchmarks/tf_mark_cost.py [--rounds 20] [--calls 500] [--size 64] [--smoke]
 
 TensorFlow runs as a CPU rank does here (one intra-op and one inter-op thread, op determinism);
 the script is its own process, so nothing else has configured TensorFlow before it.
@@ -28,6 +28,7 @@ import tensorflow as tf  # noqa: E402
 from scalebench.train.tf import step_timing  # noqa: E402
 
 MARKS = 4  # a, b, c, d of every step
+SMOKE = {"rounds": 1, "calls": 5, "size": 8}
 
 
 def py_function_stamp(tensors: list, gpu: bool) -> tf.Tensor:
@@ -58,7 +59,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20, help="alternating rounds per reader (default 20)")
     parser.add_argument("--calls", type=int, default=500, help="calls per round (default 500)")
     parser.add_argument("--size", type=int, default=64, help="the square matrix's side (default 64)")
-    options = parser.parse_args()
+    options = _common.parse_options(parser, SMOKE)
     print(_common.machine_line(), flush=True)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)

@@ -11,6 +11,7 @@ localrules:
     collect_runs,
     collect_collectives,
     derive_scaling,
+    derive_answer,
     render_tables,
     plot_scaling,
     plot_training,
@@ -82,6 +83,30 @@ rule derive_scaling:
         "../workflow/scripts/derive_scaling.py"
 
 
+# The answer: the loss waterfall (what each GPU count cost, and to which cause), the verdicts
+# between backends and frameworks with their confidence, answer.json, and the report's first page
+# (report/workflow.rst with the answer in front: report_page() in common.smk shows it).
+rule derive_answer:
+    input:
+        runs="results/summary/runs.csv",
+        scaling="results/summary/scaling.csv",
+        collectives="results/summary/collectives.csv",
+        stamp=ANALYSIS_STAMP,
+    output:
+        waterfall="results/summary/waterfall.csv",
+        verdicts="results/summary/verdicts.csv",
+        answer="results/summary/answer.json",
+        page=LANDING_PAGE,
+    log:
+        "results/logs/derive_answer.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        text=REPORT_TEXT,
+    script:
+        "../workflow/scripts/derive_answer.py"
+
+
 rule render_tables:
     input:
         runs="results/summary/runs.csv",
@@ -89,8 +114,22 @@ rule render_tables:
         provenance="results/summary/provenance.csv",
         incomplete="results/summary/incomplete.csv",
         collectives="results/summary/collectives.csv",
+        waterfall="results/summary/waterfall.csv",
+        verdicts="results/summary/verdicts.csv",
         stamp=ANALYSIS_STAMP,
     output:
+        waterfall=report(
+            "results/tables/waterfall.html",
+            caption="../report/waterfall_table.rst",
+            category="Tables",
+            labels={"table": "the loss waterfall (what each GPU count cost, and why)"},
+        ),
+        verdicts=report(
+            "results/tables/verdicts.html",
+            caption="../report/verdicts.rst",
+            category="Tables",
+            labels={"table": "verdicts: which backend is faster, and how sure"},
+        ),
         runs=report(
             "results/tables/runs.html",
             caption="../report/runs.rst",

@@ -154,7 +154,16 @@ def figure_rule_inputs(drawing):
 
 
 def final_outputs():
-    tables = ["runs", "epochs", "scaling", "provenance", "incomplete", "collectives"]
+    tables = [
+        "runs",
+        "epochs",
+        "scaling",
+        "waterfall",
+        "verdicts",
+        "provenance",
+        "incomplete",
+        "collectives",
+    ]
     if config["compare"]["baseline"] is not None:
         tables.append("baseline")
     return (
@@ -162,7 +171,20 @@ def final_outputs():
         + [f"results/tables/{name}.html" for name in tables if name != "epochs"]
         + [f"results/tables/{name}.html" for name in ("hosts", "drift", "order")]
         + [figure.path for figure in sb_figures.FIGURES]
+        + ["results/summary/answer.json", LANDING_PAGE]
     )
+
+
+# The report's text (its first page), and the same with the study's answer in front, which the
+# rule derive_answer writes once the tables exist (scalebench/report/landing.py).
+REPORT_TEXT = str(Path(workflow.basedir) / "report" / "workflow.rst")
+LANDING_PAGE = "results/report/landing.rst"
+
+
+def report_page():
+    """The report's first page: the answer's page where derive_answer wrote one, else the study's text."""
+    page = Path(LANDING_PAGE)
+    return str(page.resolve()) if page.is_file() else REPORT_TEXT
 
 
 # --- analysis helpers (rules/analysis.smk) ---

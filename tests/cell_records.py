@@ -28,8 +28,30 @@ def epoch(number: int, seconds: float, **extra) -> dict:
     return record
 
 
+def rank_row(rank: int, host: str, seconds: float, compute: float, comm: float) -> dict:
+    """One rank's row of an epoch's split, its parts adding up to `seconds` (data wait 0.1, rest 0.05)."""
+    return {
+        "rank": rank,
+        "host": host,
+        "epoch_time_s": seconds,
+        "compute_s": compute * seconds,
+        "comm_exposed_s": comm * seconds,
+        "data_wait_s": 0.1 * seconds,
+        "rest_s": 0.05 * seconds,
+        "steps": 10,
+        "step_median_s": 0.085 * seconds,
+        "step_p90_s": 0.09 * seconds,
+        "step_max_s": 0.1 * seconds,
+        "comm_total_s": 0.3 * seconds,
+        "comm_overlap": 0.5,
+    }
+
+
 def step_split(seconds: float) -> dict:
-    """An epoch's step split (records.STEP_SPLIT_FIELDS) whose parts add up to `seconds`."""
+    """An epoch's step split (records.STEP_SPLIT_FIELDS) whose parts add up to `seconds`: rank 1 computes
+    longest (0.75 of the epoch) and waits least in the reduction (0.1), rank 0 waits for it (0.2).
+    Its critical path: typical compute 0.65 (rank 0's), imbalance 0.1, exposed communication 0.1 (rank 1's),
+    data wait 0.1, rest 0.05."""
     return {
         "compute_s": 0.7 * seconds,
         "compute_max_s": 0.75 * seconds,
@@ -37,7 +59,7 @@ def step_split(seconds: float) -> dict:
         "comm_exposed_max_s": 0.2 * seconds,
         "data_wait_median_s": 0.1 * seconds,
         "rest_s": 0.05 * seconds,
-        "rest_max_s": 0.06 * seconds,
+        "rest_max_s": 0.05 * seconds,
         "comm_total_s": 0.3 * seconds,
         "comm_overlap": 0.5,
         "comm_total_reason": None,
@@ -48,7 +70,7 @@ def step_split(seconds: float) -> dict:
         "straggler_rank": 1,
         "straggler_host": "n2",
         "step_split_reason": None,
-        "ranks": None,
+        "ranks": [rank_row(0, "n1", seconds, 0.65, 0.2), rank_row(1, "n2", seconds, 0.75, 0.1)],
         "profiled": False,
         "profile_trace": None,
         "profile_reason": None,

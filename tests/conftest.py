@@ -240,6 +240,15 @@ def repository_head() -> str:
     return git("rev-parse", "HEAD") + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def read_report(path: Path) -> str:
+    """A report's HTML; its text must render without a docutils system message (an error a reader
+    would see on the page, e.g. an indented line after a Jinja tag)."""
+    html = path.read_text()
+    at = html.find("System Message")
+    assert at < 0, f"{path.name} shows a docutils system message: {html[at - 200 : at + 600]}"
+    return html
+
+
 def wait_for(predicate, timeout: float) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     import time

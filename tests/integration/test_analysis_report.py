@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from conftest import REPO, run_snakemake, tiny_config
+from conftest import REPO, read_report, run_snakemake, tiny_config
 from scalebench import backends
 
 pytestmark = pytest.mark.integration
@@ -94,7 +94,7 @@ def test_partial_report_from_the_finished_cells(tmp_path):
     report = tmp_path / "report.html"
     result = run_snakemake(tmp_path, config, "--report", str(report), "--config", "partial=true")
     assert result.returncode == 0, result.stderr[-3000:]
-    html = report.read_text()
+    html = read_report(report)
     for name in ("speedup.png", "completeness.png", "predictions.png", "incomplete.html", "runs.html"):
         assert name in html
     assert "This is a partial report" in html
@@ -126,6 +126,6 @@ def test_the_report_lists_the_left_out_cells_and_scales_fsdp_from_its_smallest_c
     report = tmp_path / "report.html"
     result = run_snakemake(tmp_path, config, "--report", str(report))
     assert result.returncode == 0, result.stderr[-3000:]
-    html = report.read_text()
+    html = read_report(report)
     assert backends.about()["fsdp"] in html  # the intro: the registry's sentence about each backend
     assert "failed, missing and left-out cells" in html

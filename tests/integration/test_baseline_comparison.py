@@ -10,7 +10,7 @@ import csv
 import re
 
 import pytest
-from conftest import run_snakemake, tiny_config
+from conftest import read_report, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.integration
 
@@ -82,7 +82,7 @@ def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_repor
     report = after / "report.html"
     result = run_snakemake(after, config, "--report", str(report))
     assert result.returncode == 0, result.stderr[-3000:]
-    html = report.read_text()
+    html = read_report(report)
     assert "<em>Baseline</em>: this study against the baseline study" in html  # the landing page
     assert "this study / baseline" in html and "provenance_differences" in html  # the section's caption
     # the table itself, as the report embeds it

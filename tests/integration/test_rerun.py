@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import BIN, REPO, tiny_config, tool_env
+from conftest import BIN, REPO, read_report, tiny_config, tool_env
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.data import keys as sb_keys
@@ -84,6 +84,7 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     report = snakemake(study, *options, "--report", "report.html")
     assert report.returncode == 0, report.stderr[-3000:]
     assert (study / "report.html").stat().st_size > 100_000
+    read_report(study / "report.html")
 
 
 # Options that take one or more values: a target printed right after one of them would be read

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from conftest import allreduce_counts, cell_settings, launch_cell, rank_pids, read_records, start_cell, wait_for
 from scalebench import backends
-from scalebench.analysis import collect
+from scalebench.analysis import collect, step_split
 from scalebench.records import REST_TOLERANCE_S, REST_TOLERANCE_SHARE
 
 pytestmark = pytest.mark.integration
@@ -40,33 +40,38 @@ def horovod_has(framework: str) -> bool:
     return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
 
 
-def run_cell(framework: str, backend: str, out: Path, data: Path, fault: str, **training) -> tuple[list, dict, dict]:
+def run_cell(
+    framework: str, backend: str, out: Path, data: Path, fault: str, gpus: int = 2, **training
+) -> tuple[list, dict, dict]:
     result = launch_cell(
-        cell_settings(framework, backend, 2, **{**FAULT_CELL, **training}), data, out, SCALEBENCH_FAULT=fault
+        cell_settings(framework, backend, gpus, **{**FAULT_CELL, **training}), data, out, SCALEBENCH_FAULT=fault
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     epochs, final, run = read_records(out)
     assert run["status"] == "ok"
-    assert_parts_add_up(epochs)
+    assert_parts_add_up(epochs, gpus)
     return epochs, final, run
 
 
-def assert_parts_add_up(epochs: list[dict]) -> None:
+def assert_parts_add_up(epochs: list[dict], ranks: int = 2) -> None:
     """Every rank of every epoch: compute + exposed communication + data wait + rest = its epoch
     time, rest at most the stated tolerance below zero, no part negative; the record's epoch time
-    is the slowest rank's."""
+    is the slowest rank's; the critical path adds up to it too."""
+    steps = {2: 7, 3: 4}[ranks]  # 56 training pairs a pass, sharded over the ranks, batches of 4
     for epoch in epochs:
-        ranks = epoch["ranks"]
-        assert [r["rank"] for r in ranks] == [0, 1] and epoch["step_split_reason"] is None
-        for r in ranks:
+        rows = epoch["ranks"]
+        assert [r["rank"] for r in rows] == list(range(ranks)) and epoch["step_split_reason"] is None
+        for r in rows:
             parts = r["compute_s"] + r["comm_exposed_s"] + r["data_wait_s"] + r["rest_s"]
             assert parts == pytest.approx(r["epoch_time_s"], abs=1e-9)
             assert r["rest_s"] >= -(REST_TOLERANCE_SHARE * r["epoch_time_s"] + REST_TOLERANCE_S), r
-            assert r["compute_s"] > 0 and r["comm_exposed_s"] >= 0 and r["steps"] == 7
+            assert r["compute_s"] > 0 and r["comm_exposed_s"] >= 0 and r["steps"] == steps
             assert r["step_median_s"] <= r["step_p90_s"] <= r["step_max_s"]
-        assert epoch["epoch_time_s"] == pytest.approx(max(r["epoch_time_s"] for r in ranks))
-        assert epoch["compute_s"] == pytest.approx(statistics.median(r["compute_s"] for r in ranks))
-        assert epoch["comm_exposed_max_s"] == pytest.approx(max(r["comm_exposed_s"] for r in ranks))
+        assert epoch["epoch_time_s"] == pytest.approx(max(r["epoch_time_s"] for r in rows))
+        assert epoch["compute_s"] == pytest.approx(statistics.median(r["compute_s"] for r in rows))
+        assert epoch["comm_exposed_max_s"] == pytest.approx(max(r["comm_exposed_s"] for r in rows))
+        path = step_split.critical_path(epoch)
+        assert sum(path[name] for name in step_split.CRITICAL_PATH) == pytest.approx(epoch["epoch_time_s"])
 
 
 def per_step_growth(epochs: list[dict], rank: int, field: str, fault_epoch: int, base_epoch: int) -> float:
@@ -75,29 +80,66 @@ def per_step_growth(epochs: list[dict], rank: int, field: str, fault_epoch: int,
     return (fault[field] - base[field]) / fault["steps"]
 
 
+def path_growth(epochs: list[dict], name: str, fault_epoch: int, base_epoch: int) -> float:
+    """How much the critical path's part `name` grew per step from the epoch without a delay."""
+    fault, base = epochs[fault_epoch - 1], epochs[base_epoch - 1]
+    steps = fault["ranks"][0]["steps"]
+    return (step_split.critical_path(fault)[name] - step_split.critical_path(base)[name]) / steps
+
+
 def assert_about(growth: float, delay: float) -> None:
     """The split grew by about the injected delay: not nothing, not double."""
     assert 0.6 * delay <= growth <= 1.4 * delay + 0.05, f"grew {growth:.3f} s per step for a delay of {delay} s"
 
 
+def assert_not_grown(growth: float, delay: float) -> None:
+    assert growth < 0.4 * delay, f"grew {growth:.3f} s per step; the delay of {delay} s belongs to another part"
+
+
 def assert_late_reduction_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
-    """Rank 1 started its reduction DELAY_S late in every step of fault_epoch: rank 0, which did not
-    sleep, waited for it inside its reduction, so its exposed communication grew by about that."""
+    """Rank 1 handed its gradients to the reduction DELAY_S late in every step of fault_epoch. On every
+    rank alike in both frameworks: rank 1 had not finished its gradients (compute), rank 0 waited for it
+    inside its reduction (exposed communication); the critical path is rank 1's, so the delay is
+    imbalance there, and the communication the critical rank waited for did not grow."""
     assert_about(per_step_growth(epochs, 0, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
-    assert per_step_growth(epochs, 0, "compute_s", fault_epoch, base_epoch) < 0.5 * DELAY_S
+    assert_not_grown(per_step_growth(epochs, 0, "compute_s", fault_epoch, base_epoch), DELAY_S)
+    assert_about(per_step_growth(epochs, 1, "compute_s", fault_epoch, base_epoch), DELAY_S)
+    assert_not_grown(per_step_growth(epochs, 1, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
+    assert step_split.critical_path(epochs[fault_epoch - 1])["critical_rank"] == 1
+    assert_about(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), DELAY_S)
+    assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), DELAY_S)
 
 
-def assert_straggler_found(epochs: list[dict], run: dict, fault_epoch: int, base_epoch: int) -> None:
-    """Rank 1 computed DELAY_S longer in every step of fault_epoch: the record names it and its host."""
+def assert_slow_network_found(epochs: list[dict], fault_epoch: int, base_epoch: int, ranks: int = 2) -> None:
+    """Every rank's reduction took DELAY_S longer in every step of fault_epoch (slow_comm): exposed
+    communication on every rank and on the critical path, compute and imbalance unchanged."""
+    for rank in range(ranks):
+        assert_about(per_step_growth(epochs, rank, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
+        assert_not_grown(per_step_growth(epochs, rank, "compute_s", fault_epoch, base_epoch), DELAY_S)
+    assert_about(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), DELAY_S)
+    assert_not_grown(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), DELAY_S)
+
+
+def assert_straggler_found(epochs: list[dict], run: dict, fault_epoch: int, base_epoch: int, ranks: int = 2) -> None:
+    """Rank 1 computed DELAY_S longer in every step of fault_epoch: the record names it and its host;
+    the others waited for it inside their reduction; the critical path calls it imbalance."""
     epoch = epochs[fault_epoch - 1]
     assert (epoch["straggler_rank"], epoch["straggler_host"]) == (1, run["rank_hosts"][1])
     assert_about(per_step_growth(epochs, 1, "compute_s", fault_epoch, base_epoch), DELAY_S)
     assert epoch["compute_spread"] > epochs[base_epoch - 1]["compute_spread"]
+    for rank in set(range(ranks)) - {1}:
+        assert_about(per_step_growth(epochs, rank, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
+        assert_not_grown(per_step_growth(epochs, rank, "compute_s", fault_epoch, base_epoch), DELAY_S)
+    assert step_split.critical_path(epoch)["critical_rank"] == 1
+    assert_about(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), DELAY_S)
+    assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), DELAY_S)
+    assert_not_grown(path_growth(epochs, "compute_typical_s", fault_epoch, base_epoch), DELAY_S)
 
 
 def assert_slow_loader_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
     for rank in (0, 1):
         assert_about(per_step_growth(epochs, rank, "data_wait_s", fault_epoch, base_epoch), LOADER_S)
+    assert_about(path_growth(epochs, "data_wait_critical_s", fault_epoch, base_epoch), LOADER_S)
 
 
 def row_of(out: Path, framework: str, backend: str) -> dict:
@@ -105,15 +147,19 @@ def row_of(out: Path, framework: str, backend: str) -> dict:
     return row
 
 
-def test_ddp_finds_a_late_reduction_a_slow_loader_and_a_straggler_and_traces_a_window(prepared_data, tmp_path):
-    # epoch 1 warm-up, 2 profiled, 3 without a delay, 4 a late reduction and a slow loader, 5 a straggler
-    fault = f"slow_reduce:1:{DELAY_S}:4,slow_loader:{LOADER_S}:4,slow_compute:1:{DELAY_S}:5"
+def test_ddp_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network_and_traces_a_window(
+    prepared_data, tmp_path
+):
+    # epoch 1 warm-up, 2 profiled, 3 without a delay, 4 a late reduction and a slow loader, 5 a straggler,
+    # 6 a slow reduction on every rank
+    fault = f"slow_reduce:1:{DELAY_S}:4,slow_loader:{LOADER_S}:4,slow_compute:1:{DELAY_S}:5,slow_comm:{DELAY_S}:6"
     epochs, _, run = run_cell(
-        "torch", "native", tmp_path, prepared_data, fault, epochs=5, profile={"epoch": 2, "steps": 3}
+        "torch", "native", tmp_path, prepared_data, fault, epochs=6, profile={"epoch": 2, "steps": 3}
     )
     assert_late_reduction_found(epochs, 4, 3)
     assert_slow_loader_found(epochs, 4, 3)
     assert_straggler_found(epochs, run, 5, 3)
+    assert_slow_network_found(epochs, 6, 3)
     # DDP's timed hook: the allreduces' own time, and how much of it the backward hid
     for epoch in epochs:
         for rank in epoch["ranks"]:
@@ -121,7 +167,7 @@ def test_ddp_finds_a_late_reduction_a_slow_loader_and_a_straggler_and_traces_a_w
     # the straggler's rank 0 waited for it in DDP's buffer broadcast and its reduction: exposed, not compute
     assert per_step_growth(epochs, 0, "comm_exposed_s", 5, 3) > 0.6 * DELAY_S
     # the profile window: epoch 2's first steps on every rank, Perfetto/TensorBoard's trace format
-    assert [e["profiled"] for e in epochs] == [False, True, False, False, False]
+    assert [e["profiled"] for e in epochs] == [False, True, False, False, False, False]
     assert (epochs[1]["profile_trace"], epochs[1]["profile_reason"]) == ("profile", None)
     for rank in (0, 1):
         trace = json.loads((tmp_path / "profile" / f"rank{rank}.pt.trace.json").read_text())
@@ -131,8 +177,10 @@ def test_ddp_finds_a_late_reduction_a_slow_loader_and_a_straggler_and_traces_a_w
     row = row_of(tmp_path, "torch", "native")
     assert row["steady_epoch_s"] == pytest.approx(statistics.median(e["epoch_time_s"] for e in epochs[2:]))
     assert row["profiled_epoch"] == 2 and row["profile_trace"] == "profile"
-    assert row["comm_exposed_s"] == pytest.approx(statistics.median(e["comm_exposed_s"] for e in epochs[2:]))
-    assert row["comm_share"] == pytest.approx(row["comm_exposed_s"] / row["steady_epoch_s"])
+    medians = [e["comm_exposed_s"] for e in epochs[2:]]
+    assert row["comm_exposed_median_s"] == pytest.approx(statistics.median(medians))
+    assert sum(row[name] for name in step_split.CRITICAL_PATH) == pytest.approx(row["steady_epoch_s"])
+    assert row["comm_share"] == pytest.approx(row["comm_exposed_critical_s"] / row["steady_epoch_s"])
     assert row["step_split_reason"] is None and row["straggler_host"] == run["rank_hosts"][row["straggler_rank"]]
 
 
@@ -143,10 +191,10 @@ def test_fsdp_and_horovod_find_a_late_reduction(backend, prepared_data, tmp_path
     profile = {"epoch": 1, "steps": 2} if backend == "horovod" else None
     if profile:  # rank 1's trace cannot be written (a folder that is not empty stands where its file goes)
         (tmp_path / "profile" / "rank1.pt.trace.json" / "blocker").mkdir(parents=True)
-    epochs, _, _ = run_cell(
-        "torch", backend, tmp_path, prepared_data, f"slow_reduce:1:{DELAY_S}:3", epochs=3, profile=profile
-    )
+    fault = f"slow_reduce:1:{DELAY_S}:3,slow_comm:{DELAY_S}:4"
+    epochs, _, _ = run_cell("torch", backend, tmp_path, prepared_data, fault, epochs=4, profile=profile)
     assert_late_reduction_found(epochs, 3, 2)
+    assert_slow_network_found(epochs, 4, 2)
     if backend == "fsdp":  # its collectives block a CPU rank: all of their time is exposed
         assert all(r["comm_total_s"] > 0 and r["comm_overlap"] < 0.5 for e in epochs for r in e["ranks"])
     else:
@@ -159,14 +207,17 @@ def test_fsdp_and_horovod_find_a_late_reduction(backend, prepared_data, tmp_path
         assert sum(allreduce_counts(tmp_path / "profile" / "horovod_timeline.json").values()) > 0
 
 
-def test_multiworker_mirrored_finds_a_late_reduction_a_slow_loader_and_a_straggler(prepared_data, tmp_path):
-    fault = f"slow_reduce:1:{DELAY_S}:3,slow_loader:{LOADER_S}:3,slow_compute:1:{DELAY_S}:4"
+def test_multiworker_mirrored_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network(
+    prepared_data, tmp_path
+):
+    fault = f"slow_reduce:1:{DELAY_S}:3,slow_loader:{LOADER_S}:3,slow_compute:1:{DELAY_S}:4,slow_comm:{DELAY_S}:5"
     epochs, _, run = run_cell(
-        "tensorflow", "native", tmp_path, prepared_data, fault, epochs=4, profile={"epoch": 1, "steps": 2}
+        "tensorflow", "native", tmp_path, prepared_data, fault, epochs=5, profile={"epoch": 1, "steps": 2}
     )
     assert_late_reduction_found(epochs, 3, 2)
     assert_slow_loader_found(epochs, 3, 2)
     assert_straggler_found(epochs, run, 4, 2)
+    assert_slow_network_found(epochs, 5, 2)
     assert all(e["comm_total_s"] is None and "TensorFlow's collectives" in e["comm_total_reason"] for e in epochs)
     # TensorFlow's profiler, for TensorBoard's profile plugin; rank 0 alone in a MultiWorkerMirrored job
     # (two workers tracing at once crash one: tf/native.py), which the record says
@@ -184,15 +235,25 @@ def test_tensorflow_horovod_finds_a_late_reduction_and_keeps_a_cell_whose_trace_
         "horovod",
         tmp_path,
         prepared_data,
-        f"slow_reduce:1:{DELAY_S}:3",
-        epochs=3,
+        f"slow_reduce:1:{DELAY_S}:3,slow_comm:{DELAY_S}:4",
+        epochs=4,
         profile={"epoch": 1, "steps": 2},
     )
     assert_late_reduction_found(epochs, 3, 2)
+    assert_slow_network_found(epochs, 4, 2)
     assert final["status"] == "ok" and epochs[0]["profiled"] and epochs[0]["profile_trace"] is None
     assert all(f"rank {r}: the profiler could not start" in epochs[0]["profile_reason"] for r in (0, 1))
     row = row_of(tmp_path, "tensorflow", "horovod")
     assert row["status"] == "ok" and "could not start" in row["profile_reason"]
+
+
+@pytest.mark.parametrize("framework", ["torch", "tensorflow"])
+def test_one_slow_rank_among_three_is_imbalance_on_every_rank_not_communication(framework, prepared_data, tmp_path):
+    """The loss waterfall's premise, on real ranks of both frameworks: rank 1 of three computes DELAY_S
+    longer in every step of epoch 3; ranks 0 and 2 wait for it inside their reductions; the critical
+    path (typical compute, imbalance, exposed communication) gives the delay to imbalance."""
+    epochs, _, run = run_cell(framework, "native", tmp_path, prepared_data, f"slow_compute:1:{DELAY_S}:3", 3, epochs=3)
+    assert_straggler_found(epochs, run, 3, 2, ranks=3)
 
 
 def stalled_cell(settings: dict, data: Path, out: Path) -> None:

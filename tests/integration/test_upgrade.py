@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import BIN, REPO, tool_env
+from conftest import BIN, REPO, read_report, tool_env
 from scalebench.analysis import collect
 
 pytestmark = pytest.mark.integration
@@ -127,8 +127,15 @@ def test_an_upgrade_retrains_nothing_and_the_report_reads_the_old_records(upgrad
     assert (old["compute_dtype"], old["compiled_graphs"], old["observed_reason"]) == ("", "", collect.NOT_OBSERVED)
     rates = [row for row in csv_rows(study / "results" / "summary" / "epochs.csv") if row["backend"] == "native"]
     assert rates and all(row["lr"] == "" and float(row["scheduled_lr"]) > 0 for row in rates)
+    # cells from before the step split still enter the verdicts, where their throughput is
+    (verdict,) = [
+        row for row in csv_rows(study / "results" / "summary" / "verdicts.csv") if row["kind"] == "throughput"
+    ]
+    assert {verdict["a"], verdict["b"]} == {"native", "horovod"} and verdict["verdict"] == "one seed: no verdict"
+    assert csv_rows(study / "results" / "summary" / "waterfall.csv") == []  # one GPU count: nothing to explain
     snakemake(upgraded, study, "--report", "report.html")
     assert (study / "report.html").stat().st_size > 100_000
+    read_report(study / "report.html")
     assert planned_jobs(snakemake(upgraded, study, "-n", "--cores", "2")) == {}
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 
+import pandas as pd
 import pytest
-from conftest import run_snakemake, tiny_config
+from conftest import read_report, run_snakemake, tiny_config
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -106,18 +108,47 @@ def test_bad_config_stops_before_any_job(tmp_path):
 
 
 @pytest.mark.integration
-def test_tiny_study_runs_to_the_report(tmp_path):
-    config = tiny_config(training={"epochs": 2})
+def test_tiny_study_runs_to_the_report_with_its_answer(tmp_path):
+    # two backends, two seeds: the smallest study whose verdicts can be more than "one seed"
+    matrix = {"frameworks": ["torch"], "backends": ["native", "horovod"], "gpus": [1, 2], "seeds": [1, 2]}
+    config = tiny_config(training={"epochs": 2}, matrix=matrix)
     result = run_snakemake(tmp_path, config, "--cores", "2")
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = (tmp_path / "results" / "summary" / "runs.csv").read_text().splitlines()
-    assert len(runs) == 3 and all(",ok," in row for row in runs[1:])
+    summary = tmp_path / "results" / "summary"
+    runs = (summary / "runs.csv").read_text().splitlines()
+    assert len(runs) == 9 and all(",ok," in row for row in runs[1:])
+    # the verdicts: each pair tested on its two seeds, the words following the corrected p-value
+    verdicts = pd.read_csv(summary / "verdicts.csv")
+    speed = verdicts[verdicts["kind"] == "throughput"]
+    assert sorted(speed["gpus"]) == [1, 2] and (speed[["seeds_a", "seeds_b"]] == 2).all().all()
+    for _, row in speed.iterrows():
+        assert row["ratio"] >= 1 and row["low"] < row["ratio"] < row["high"] and 0 <= row["p"] <= row["p_holm"] <= 1
+        found = row["p_holm"] < 0.05
+        assert (
+            row["verdict"].startswith("faster by")
+            if found
+            else row["verdict"] == "no difference the seeds can show (n = 2)"
+        )
+    # the waterfall of each backend at 2 ranks adds up to its measured epoch
+    losses = pd.read_csv(summary / "waterfall.csv")
+    for backend in ("native", "horovod"):
+        terms = losses[(losses["backend"] == backend) & (losses["gpus"] == 2)].set_index("term")["seconds"]
+        parts = terms["ideal"] + terms[["compute_growth", "imbalance", "exposed_comm", "data_wait", "rest"]].sum()
+        assert parts == pytest.approx(terms["measured"]) and terms["measured"] > 0
     assert (tmp_path / "results" / "figures" / "speedup.png").stat().st_size > 10_000
     report = tmp_path / "report.html"
     result = run_snakemake(tmp_path, config, "--report", str(report))
     assert result.returncode == 0, result.stderr[-3000:]
-    html = report.read_text()
+    html = read_report(report)
     assert "speedup.png" in html and "runs.csv" in html
+    # the answer leads the first page, generated from the study's numbers (analysis/answer.py)
+    answer = json.loads((tmp_path / "results" / "summary" / "answer.json").read_text())
+    (torch,) = answer["frameworks"]
+    assert torch["gpus"] == 2 and torch["base_gpus"] == 1 and torch["best"]["efficiency"] > 0
+    best = speed[speed["gpus"] == 2].iloc[0]
+    assert (torch["best"]["backend"], torch["versus"]["backend"]) == (best["a"], best["b"])
+    assert torch["versus"]["verdict"] == best["verdict"]
+    assert "The answer" in html and torch["sentences"][0] in html
 
 
 def test_a_variant_outside_the_study_is_refused_naming_its_variants(tmp_path):

@@ -1,8 +1,9 @@
 """The README and docs: the README is a front page opening with the two commands, the
 configuration reference (config/README.md) matches the schema, the commands are read by one
-rule, programs and links point at files that exist inside the repository, and every page under
-docs/ can be reached from the front page."""
+rule, programs, links and the paths of the repository named in inline code point at files that
+exist inside the repository, and every page under docs/ can be reached from the front page."""
 
+import ast
 import re
 import subprocess
 import sys
@@ -157,6 +158,137 @@ def test_relative_links_resolve_to_files_inside_the_repository(document):
         if not path.is_relative_to(root) or not path.exists():
             broken.append(target)
     assert not broken, f"{document.name}: links that leave the repository or lead nowhere: {broken}"
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives the page's headings: lower case, punctuation dropped, spaces as
+    hyphens, a repeated heading numbered (-1, -2)."""
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", prose(markdown), re.MULTILINE):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        seen[slug] = seen.get(slug, -1) + 1
+        if seen[slug]:
+            seen[f"{slug}-{seen[slug]}"] = 0
+    return set(seen)
+
+
+def test_heading_anchors_follow_githubs_rule():
+    markdown = "# The step split's cost\n## Model FLOPs: `x/y.py`\n```\n# a comment\n```\n## Model FLOPs: `x/y.py`"
+    assert heading_anchors(markdown) == {"the-step-splits-cost", "model-flops-xypy", "model-flops-xypy-1"}
+
+
+@pytest.mark.parametrize("document", MARKDOWN_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_links_to_a_part_of_a_page_find_its_heading(document):
+    text = document.read_text()
+    targets = INLINE_LINK.findall(text) + REFERENCE_LINK.findall(text)
+    broken = []
+    for target in targets:
+        page, _, fragment = target.partition("#")
+        if not fragment or re.match(r"[a-z][a-z0-9+.-]*:", page):
+            continue
+        linked = (document.parent / page) if page else document
+        if linked.suffix == ".md" and fragment not in heading_anchors(linked.read_text()):
+            broken.append(target)
+    assert not broken, f"{document.name}: links to headings that are not there: {broken}"
+
+
+# --- paths of the repository named in inline code (`launch/launcher.py`, `tests/unit/test_docs.py`)
+
+PACKAGE = REPO / "workflow" / "scripts" / "scalebench"
+# Where the docs write a path from: the repository's root (`rules/train.smk`), the package
+# (`train/loop.py`) or the package's folder (`scalebench/cell.py`).
+PATH_BASES = (REPO, PACKAGE, PACKAGE.parent)
+# Made by running things, not part of the repository: a path into them names an output.
+GENERATED = {".git", ".venv", ".snakemake", ".pytest_cache", ".ruff_cache", "__pycache__", "results", "resources"}
+CODE_SPAN = re.compile(r"`([^`\s]+)`")
+# Two parts at least; a template (`train/<framework>/<backend>.py`, `g{gpus}`) is not a path.
+PATH_SHAPE = re.compile(r"[\w.*-]+(?:/[\w.*-]+)+/?")
+
+
+def prose(markdown: str) -> str:
+    """The text outside fenced code blocks (the commands in those are checked above)."""
+    lines, fenced = [], False
+    for line in markdown.splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def first_parts() -> set[str]:
+    """The names a path of the repository starts with: what the root and the package hold."""
+    names = {path.name for base in (REPO, PACKAGE) for path in base.iterdir()} | {PACKAGE.name}
+    return names - GENERATED
+
+
+def repository_paths(markdown: str, starts: set[str]) -> list[str]:
+    """The inline code spans of the prose that name a file or folder of the repository: a path of
+    two parts or more starting with one of `starts` (a test's `::name` cut off). A bare name
+    (`loop.py`) is prose: it may be any project's file."""
+    found = []
+    for span in CODE_SPAN.findall(prose(markdown)):
+        path = span.split("::")[0]
+        if PATH_SHAPE.fullmatch(path) and path.split("/")[0] in starts:
+            found.append(path)
+    return found
+
+
+def path_exists(path: str) -> bool:
+    """Whether a path the docs name exists from one of PATH_BASES: a glob matches something, and
+    `module.name` (`cluster/gpu_ids.gpus_taken`) counts as its module's file."""
+    parts = path.rstrip("/").split("/")
+    module = "/".join([*parts[:-1], parts[-1].split(".")[0] + ".py"])
+    for base in PATH_BASES:
+        if "*" in path:
+            if any(base.glob(path)):
+                return True
+        elif (base / path).exists() or (base / module).is_file():
+            return True
+    return False
+
+
+def test_repository_paths_in_inline_code_are_found_and_checked():
+    markdown = "\n".join(
+        [
+            "See `launch/resources.py`, `config/resources.py` and `tests/unit/test_docs.py::test_x`;",
+            "`cluster/gpu_ids.gpus_taken`, `rules/*.smk`, `scalebench/flops.py` and `envs/*.toml`.",
+            "Not paths: `loop.py`, `results/runs/torch`, `train/<framework>/x.py`, `a b/c`, `torch/native/g2/s1`.",
+            "```bash",
+            "cat `launch/fenced.py`",
+            "```",
+        ]
+    )
+    found = repository_paths(markdown, first_parts())
+    assert found == [
+        "launch/resources.py",
+        "config/resources.py",
+        "tests/unit/test_docs.py",
+        "cluster/gpu_ids.gpus_taken",
+        "rules/*.smk",
+        "scalebench/flops.py",
+        "envs/*.toml",
+    ]
+    assert [path for path in found if not path_exists(path)] == [
+        "launch/resources.py",
+        "scalebench/flops.py",
+        "envs/*.toml",
+    ]
+
+
+@pytest.mark.parametrize("document", MARKDOWN_FILES, ids=lambda p: str(p.relative_to(REPO)))
+def test_repository_paths_in_inline_code_exist(document):
+    starts = first_parts()
+    missing = [path for path in repository_paths(document.read_text(), starts) if not path_exists(path)]
+    assert not missing, f"{document.name} names paths the repository lacks (moved or removed?): {missing}"
+
+
+def test_the_config_package_lists_each_of_its_modules():
+    """config/ is the planner, where a reader of the rules starts: its docstring names every module
+    (`- name.py: what it does`), so a new one is described there too."""
+    docstring = ast.get_docstring(ast.parse((PACKAGE / "config" / "__init__.py").read_text()))
+    modules = sorted(path.name for path in (PACKAGE / "config").glob("*.py") if path.name != "__init__.py")
+    assert [name for name in modules if f"- {name}: " not in docstring] == []
 
 
 def cell_files_table() -> str:

@@ -1,6 +1,8 @@
 """The package's imports go one way, in the order the data flows (docs/architecture.md): one
 ordered table of which package may import which, checked on the transitive import graph (any
-path, any form of import), and no cycle of modules of any length.
+path, any form of import), and no cycle of modules of any length. An import by name
+(`importlib.import_module`, `__import__`) is invisible to that graph, so only the rank's entry
+point may make one: it loads the framework and backend a cell names.
 
 The checker is a function of the modules' sources, so the tests plant a wrong import into the
 real sources in memory and assert that it is found, naming both packages."""
@@ -31,6 +33,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("report", (BASE, "cluster", "data", "config", "analysis"), "figures and tables of the report"),
 )
 ALLOWED = {name: {name, *below} for name, below, _ in LAYERS}
+# The one module that imports by name (the framework and backend the cell names), and the names
+# of the functions that do it.
+IMPORTS_BY_NAME_ALLOWED = ("scalebench.train.entry",)
+IMPORT_BY_NAME = ("import_module", "__import__")
 
 
 def module_names(package: Path = PACKAGE) -> dict[str, Path]:
@@ -188,13 +194,43 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def named_import_function(node: ast.AST) -> str | None:
+    """The import-by-name function a node names: called or not (`importlib.import_module(x)`,
+    `il.import_module`, `__import__(x)`, `builtins.__import__`), imported (`from importlib import
+    import_module`), or spelled as a string (`getattr(importlib, "import_module")`)."""
+    if isinstance(node, ast.Name):
+        name = node.id
+    elif isinstance(node, ast.Attribute):
+        name = node.attr
+    elif isinstance(node, ast.alias):
+        name = node.name
+    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+        name = node.value
+    else:
+        return None
+    return name if name in IMPORT_BY_NAME else None
+
+
+def imports_by_name(sources: dict[str, str]) -> list[str]:
+    """Each use of an import-by-name function outside IMPORTS_BY_NAME_ALLOWED, with its line."""
+    return [
+        f"{module} imports by name ({found}, line {node.lineno}): only {', '.join(IMPORTS_BY_NAME_ALLOWED)} may"
+        for module, source in sorted(sources.items())
+        if module not in IMPORTS_BY_NAME_ALLOWED
+        for node in ast.walk(ast.parse(source))
+        if (found := named_import_function(node))
+    ]
+
+
 def import_problems(sources: dict[str, str]) -> list[str]:
-    """Every layer violation and every cycle in the package whose modules have these sources."""
+    """Every layer violation, every cycle and every import by name outside the entry point in the
+    package whose modules have these sources."""
     graph = import_graph(sources)
     unknown = sorted({layer(module) for module in graph} - set(ALLOWED))
     problems = [f"package {name} is not in the layer table (tests/unit/test_layers.py)" for name in unknown]
     problems += layer_violations(graph)
     problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(graph)]
+    problems += imports_by_name(sources)
     return problems
 
 
@@ -209,6 +245,14 @@ def layer_table() -> str:
 
 def test_the_package_imports_follow_the_layer_table_and_have_no_cycle():
     assert import_problems(real_sources()) == []
+
+
+def test_the_module_allowed_to_import_by_name_exists_and_does():
+    """The allowance names a real module that uses it: a renamed entry point does not leave a stale
+    allowance (and its import by name is the only one)."""
+    sources = real_sources()
+    for module in IMPORTS_BY_NAME_ALLOWED:
+        assert imports_by_name({f"{module}.copy": sources[module]}), module
 
 
 def test_the_table_is_ordered_and_closed():
@@ -244,6 +288,13 @@ PLANTED = [
     ("scalebench.launch.binding", "from scalebench.train import devices", "launch may not import train"),
     # through a module that may import it: analysis/ reaching launch/ through config/
     ("scalebench.config.matrix", "from scalebench.launch import binding", "analysis may not import launch"),
+    # imports by name, which the graph cannot follow: every spelling, anywhere but train/entry.py
+    ("scalebench.train.loop", "import importlib; importlib.import_module('x')", "train.loop imports by name"),
+    ("scalebench.report.figures", "from importlib import import_module", "figures imports by name (import_module"),
+    ("scalebench.analysis.collect", "f = lambda: __import__('x')", "collect imports by name (__import__"),
+    ("scalebench.settings", "import builtins as b\nload = b.__import__", "settings imports by name"),
+    ("scalebench.train.tf.framework", "import importlib as il\nload = il.import_module", "framework imports by name"),
+    ("scalebench.config.checks", "load = getattr(importlib, 'import_module')", "checks imports by name"),
     # a cycle of three modules of one package, each import allowed alone
     (
         "scalebench.train.flops",

@@ -10,6 +10,21 @@ from scalebench.analysis import collectives
 from scalebench.report.html_tables import table_html
 
 PAGES = {
+    "waterfall": (
+        "The loss waterfall: what each GPU count beyond the base cost, and to which cause",
+        "Per series and GPU count: the ideal steady epoch (the base's, scaled), the additive terms (compute "
+        "growth, imbalance, exposed communication, data wait, rest; each above the base's same part, scaled) and "
+        "the measured epoch, so ideal + terms = measured. Seconds per steady epoch, mean over seeds, with the 95% "
+        "interval over seeds (low, high); share: of the measured epoch. reason: why a row is empty.",
+        "No series has usable cells at two GPU counts: nothing beyond a base count to explain.",
+    ),
+    "verdicts": (
+        "Verdicts: which backend (or framework) is faster, and how sure",
+        "Each pair at one GPU count: a is the faster by its mean; ratio = a's speed over b's (throughput, or time "
+        "to target inverted) with its 95% interval; Welch's t on the log of the seeds' values, p corrected for "
+        "every comparison of the study (Holm). A verdict needs two seeds on each side.",
+        "No two backends or frameworks ran with status ok at the same GPU count: nothing to compare.",
+    ),
     "runs": ("Runs: one row per cell", "Columns are explained in the caption; empty = unknown.", "No cells."),
     "scaling": ("Scaling: speedup and parallel efficiency", "", "No cell with status ok yet."),
     "provenance": ("Provenance of every cell", "", "No cells."),

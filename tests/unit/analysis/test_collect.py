@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from cell_records import cell, write_cell
 from scalebench.analysis import collect as analysis
-from scalebench.analysis import completeness, summary_csv
+from scalebench.analysis import completeness, step_split, summary_csv
 from scalebench.analysis import study as summary
 from scalebench.rerun import Invocation
 
@@ -325,12 +325,20 @@ def test_the_step_split_per_steady_epoch_and_the_profiled_epoch_left_out(tmp_pat
     runs, epochs = analysis.collect(tmp_path, [cell()])
     row = runs.iloc[0]
     assert row["steady_epoch_s"] == 5.0 and row["images_per_s"] == pytest.approx((100 / 4 + 100 / 6) / 2)  # 2, 4
-    assert row["compute_s"] == pytest.approx(0.7 * 5.0) and row["comm_exposed_s"] == pytest.approx(0.15 * 5.0)
-    assert row["comm_share"] == pytest.approx(0.15) and row["comm_overlap"] == pytest.approx(0.5)
+    # the median rank's parts, as recorded, and the critical path of the steady median epochs (2 and 4:
+    # 4 and 6 s): rank 1 computed longest and waited least, so rank 0's longer wait is not communication
+    assert row["compute_median_s"] == pytest.approx(0.7 * 5.0) and row["comm_exposed_median_s"] == pytest.approx(0.75)
+    path = [row[name] for name in step_split.CRITICAL_PATH]
+    assert path == pytest.approx([0.65 * 5.0, 0.1 * 5.0, 0.1 * 5.0, 0.1 * 5.0, 0.05 * 5.0])
+    assert sum(path) == pytest.approx(row["steady_epoch_s"]) and row["critical_rank"] == 1
+    assert row["comm_share"] == pytest.approx(0.1) and row["comm_overlap"] == pytest.approx(0.5)
     assert (row["profiled_epoch"], row["profile_trace"]) == (3, "profile") and pd.isna(row["step_split_reason"])
     assert row["straggler_rank"] in (0, 1) and row["straggler_host"] == ["n1", "n2"][row["straggler_rank"]]
     assert list(epochs["profiled"]) == [False, False, True, False]
-    assert list(epochs["compute_s"]) == pytest.approx([7.0, 2.8, 6.3, 4.2])
+    assert list(epochs["compute_median_s"]) == pytest.approx([7.0, 2.8, 6.3, 4.2])
+    assert list(epochs["imbalance_s"]) == pytest.approx([1.0, 0.4, 0.9, 0.6])  # 0.75 - 0.65 of each epoch
+    parts = epochs[step_split.CRITICAL_PATH].sum(axis=1)
+    assert list(parts) == pytest.approx(list(epochs["epoch_time_s"]))
 
 
 def test_records_from_before_the_split_or_with_it_off_read_as_not_measured(tmp_path):
@@ -346,9 +354,10 @@ def test_records_from_before_the_split_or_with_it_off_read_as_not_measured(tmp_p
     runs, epochs = summary_csv.read_runs(tmp_path / "runs.csv"), summary_csv.read_epochs(tmp_path / "epochs.csv")
     old, unmeasured_row = runs.iloc[0], runs.iloc[1]
     for row in (old, unmeasured_row):
-        assert all(math.isnan(row[c]) for c in ("compute_s", "comm_exposed_s", "comm_total_s", "comm_share", "rest_s"))
+        names = ("compute_median_s", "comm_exposed_median_s", "comm_total_s", "comm_share", "rest_median_s")
+        assert all(math.isnan(row[c]) for c in (*names, *step_split.CRITICAL_PATH))
         assert row["status"] == "ok" and row["steady_epoch_s"] == 5.0
     assert old["step_split_reason"] == "not recorded (the cell predates the step split)"
     assert unmeasured_row["step_split_reason"] == "training.step_split is off"
     assert epochs[epochs["seed"] == 1]["step_split_reason"].eq("not recorded (the cell predates the step split)").all()
-    assert epochs["compute_s"].isna().all()
+    assert epochs["compute_median_s"].isna().all() and epochs["imbalance_s"].isna().all()

@@ -198,3 +198,27 @@ def test_scaling_csv_carries_the_model_fit_and_prediction_per_series(tmp_path):
     assert refused["model_status"] == "refused" and "too few to fit" in refused["model_note"]
     assert math.isnan(refused["backtest_gpus"]) and refused["backtest_note"].startswith("not back-tested")
     assert math.isnan(refused["model_predicted_efficiency"]) and math.isnan(refused["model_epoch_s"])
+
+
+def test_fixed_step_epochs_scale_per_unit_of_work():
+    """training.steps_per_epoch fixes each replica's steps: an epoch at 4 GPUs trains 4 times the images
+    of one at 1 GPU (weak scaling), so an epoch time that stays the same is perfect efficiency, not 1/4;
+    the time to target is a time to a quality and is not scaled."""
+    runs = runs_table(
+        [
+            ("native", 1, 1, "ok", 100.0, 10.0, 50.0),
+            ("native", 1, 2, "ok", 100.0, 10.0, 50.0),
+            ("native", 4, 1, "ok", 125.0, 12.5, 40.0),
+            ("native", 4, 2, "ok", 125.0, 12.5, 40.0),
+        ]
+    ).assign(steps_per_epoch=20)
+    runs["global_batch"] = runs["gpus"] * 8
+    four = row(scaling(runs), 4)
+    assert four["work_ratio"] == 4.0
+    assert four["efficiency_epoch_time"] == pytest.approx(10.0 / 12.5)
+    assert four["efficiency_train_time"] == pytest.approx(100.0 / 125.0)
+    assert four["speedup_epoch_time"] == pytest.approx(4 * 10.0 / 12.5)
+    assert four["speedup_time_to_target"] == pytest.approx(50.0 / 40.0)
+    # one pass over the training set at every count (no fixed steps): the epoch's work is the same
+    plain = row(scaling(runs.drop(columns=["steps_per_epoch"])), 4)
+    assert plain["work_ratio"] == 1.0 and plain["efficiency_epoch_time"] == pytest.approx(10.0 / 12.5 / 4)

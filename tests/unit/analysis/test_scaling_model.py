@@ -256,7 +256,7 @@ def test_measured_communication_is_fitted_apart_and_named():
     # time that alone would blur them (here: compute that happens to scale like the bandwidth term)
     cells = synthetic()
     comm = {"latency": TRUE["latency"], "bandwidth": TRUE["bandwidth"], "node_step": TRUE["node_step"]}
-    cells["comm_exposed_s"] = [
+    cells["comm_exposed_critical_s"] = [
         epoch_time(g, n, {"compute": 0.0, **comm}) for g, n in zip(cells["gpus"], cells["nodes"], strict=True)
     ]
     fit = fit_series(cells, per_node=4)
@@ -268,15 +268,15 @@ def test_measured_communication_is_fitted_apart_and_named():
     assert columns["model_communication"] == "measured" and "communication measured" in columns["model_note"]
     # what is measured wins over what the fit would infer: with twice the communication measured, the
     # communication terms double and compute takes the rest of the same epoch times
-    cells["comm_exposed_s"] *= 2
+    cells["comm_exposed_critical_s"] *= 2
     doubled = fit_series(cells, per_node=4)
     assert doubled.parameter("bandwidth")[0] == pytest.approx(2 * TRUE["bandwidth"], rel=1e-6)
 
 
 def test_a_series_with_a_cell_without_the_split_infers_its_communication():
     cells = synthetic()
-    cells["comm_exposed_s"] = 1.0
-    cells.loc[0, "comm_exposed_s"] = math.nan  # a cell recorded before the step split
+    cells["comm_exposed_critical_s"] = 1.0
+    cells.loc[0, "comm_exposed_critical_s"] = math.nan  # a cell recorded before the step split
     fit = fit_series(cells, per_node=4)
     assert fit.communication == "inferred"
     assert "communication inferred from the fit (1 of 15 cells have no step split)" in series_columns(fit)["model_note"]

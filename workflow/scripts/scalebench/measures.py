@@ -20,23 +20,40 @@ def finite_number(value) -> float:
     return number if math.isfinite(number) else math.nan
 
 
-def steady_median(per_epoch: Iterable[float | None], profiled: Iterable[bool] | None = None) -> float:
-    """The median of a per-epoch figure (epoch time, throughput, MFU, a step split part) over the
-    steady epochs: those after the first (warm-up, compilation); the only epoch if there is one;
-    NaN with none. Values that are missing or not finite are left out. `profiled` (per epoch,
-    training.profile): an epoch that traced steps is left out too, since a profiler slows what it
-    traces (the first epoch counts as the warm-up whether it was traced or not); with every later
-    epoch traced, as if none were."""
+def steady_indices(per_epoch: Iterable[float | None], profiled: Iterable[bool] | None = None) -> list[int]:
+    """The indices of the steady epochs of a per-epoch figure: those after the first (warm-up,
+    compilation); the only epoch if there is one; none with none. Values that are missing or not
+    finite are left out. `profiled` (per epoch, training.profile): an epoch that traced steps is left
+    out too, since a profiler slows what it traces (the first epoch counts as the warm-up whether it
+    was traced or not); with every later epoch traced, as if none were."""
     values = [finite_number(value) for value in per_epoch]
     flags = [bool(flag) for flag in profiled] if profiled is not None else []
     if any(flags[1:]):
-        steady = [v for v, flag in zip(values[1:], flags[1:]) if not flag and not math.isnan(v)]
+        steady = [i for i in range(1, len(values)) if not flags[i] and not math.isnan(values[i])]
         if steady:
-            return float(statistics.median(steady))
-    times = [t for t in values if not math.isnan(t)]
-    if not times:
-        return math.nan
-    return float(statistics.median(times[1:])) if len(times) > 1 else times[0]
+            return steady
+    known = [i for i, value in enumerate(values) if not math.isnan(value)]
+    return known[1:] if len(known) > 1 else known
+
+
+def steady_median(per_epoch: Iterable[float | None], profiled: Iterable[bool] | None = None) -> float:
+    """The median of a per-epoch figure (epoch time, throughput, MFU, a step split part) over the
+    steady epochs (steady_indices); NaN with none."""
+    values = [finite_number(value) for value in per_epoch]
+    steady = [values[i] for i in steady_indices(values, profiled)]
+    return float(statistics.median(steady)) if steady else math.nan
+
+
+def median_epochs(per_epoch: Iterable[float | None], profiled: Iterable[bool] | None = None) -> list[int]:
+    """The steady epochs whose figure is the steady median: one (an odd count) or the two it averages.
+    Parts of those epochs, averaged alike, add up to the steady median of their sum exactly, which
+    medians of the parts would not."""
+    values = [finite_number(value) for value in per_epoch]
+    steady = sorted(steady_indices(values, profiled), key=lambda i: (values[i], i))
+    if not steady:
+        return []
+    middle = len(steady) // 2
+    return steady[middle : middle + 1] if len(steady) % 2 else steady[middle - 1 : middle + 1]
 
 
 def backward_passes(framework: str, backend: str, training: Mapping) -> int:

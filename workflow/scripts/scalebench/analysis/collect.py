@@ -112,7 +112,7 @@ RUN_COLUMNS = [
     "collective_reason",  # why they are empty
     *PROVENANCE_COLUMNS,
 ]
-EPOCH_VALUES = [
+RECORD_EPOCH_VALUES = [  # read from the epoch record as they are
     "loss",
     "lr",  # the rate the optimizer held, read back (empty in records from before: scheduled_lr then)
     "scheduled_lr",  # the rate lr_schedule.py set
@@ -126,8 +126,8 @@ EPOCH_VALUES = [
     "mfu",
     "energy_j",
     "images",  # images the epoch saw, all replicas (training.steps_per_epoch cycles the shards)
-    *step_split.EPOCH_VALUES,
 ]
+EPOCH_VALUES = [*RECORD_EPOCH_VALUES, *step_split.EPOCH_VALUES]
 EPOCH_COLUMNS = ["source", *KEYS, "epoch", *EPOCH_VALUES, *step_split.EPOCH_TEXT]
 
 
@@ -292,7 +292,7 @@ def read_cell(
             "source": OWN_SOURCE,
             **keys,
             "epoch": e.get("epoch"),
-            **{k: finite_number(e.get(k)) for k in EPOCH_VALUES},
+            **{k: finite_number(e.get(k)) for k in RECORD_EPOCH_VALUES},
             **step_split.epoch_columns(e),
         }
         for e in map(observed_rates, epochs)

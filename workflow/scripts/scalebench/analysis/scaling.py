@@ -15,6 +15,14 @@ for the other two; its time-to-target ratios just leave it out (``time_to_target
 counts the cells that entered them, ``time_to_target_interval`` is their interval method,
 and the base is the base world size's cells that reached the target).
 
+Ideal: the base's time scaled by ``ideal_factor``, base / N times the work of an epoch at N over the
+base's. An epoch is one pass over the same training set at every GPU count (work 1), unless
+``training.steps_per_epoch`` fixes its steps per replica, when its images grow with the global
+batch (weak scaling: N / base). The speedup and efficiency of the epoch and total training times are
+per unit of work (``speedup * base / N * work``), so a fixed-step study that keeps its epoch time as
+GPUs are added is perfectly efficient, not 1/N. The time to target is a time to a quality, not to an
+amount of work, and is not scaled.
+
 Interval, per row (column ``interval``):
 - ``paired t``: every seed at this world size also ran at the base: the speedup is the
   mean of the per-seed ratios base/cell, with a t-interval of those ratios;
@@ -110,6 +118,21 @@ def usable(runs: pd.DataFrame, metric: str | None = None) -> pd.DataFrame:
     return runs[ok]
 
 
+def epoch_work(cells: pd.DataFrame) -> float:
+    """Images per epoch, in units that compare within one series (its cells share a dataset): the
+    global batch with fixed steps per epoch (training.steps_per_epoch), else 1 (one pass over the
+    training set); NaN where a fixed-step cell does not record its global batch."""
+    steps = pd.to_numeric(cells.get("steps_per_epoch"), errors="coerce") if "steps_per_epoch" in cells else None
+    if steps is None or steps.isna().all():
+        return 1.0
+    return float(pd.to_numeric(cells["global_batch"], errors="coerce").mean()) if "global_batch" in cells else math.nan
+
+
+def ideal_factor(cells: pd.DataFrame, base: pd.DataFrame, gpus: int, base_gpus: int) -> float:
+    """What the base's epoch time is multiplied by to give the ideal at `gpus` (module docstring)."""
+    return base_gpus / gpus * epoch_work(cells) / epoch_work(base)
+
+
 def base_world_size(good: pd.DataFrame) -> float:
     """The base of one framework and backend: the smallest GPU count among its usable cells (NaN: none)."""
     return int(good["gpus"].min()) if len(good) else math.nan
@@ -142,6 +165,8 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
             row["interval"] = interval_method(set(base["seed"].dropna()), list(used["seed"]))
             if used.empty:
                 row["interval"] = "no usable cells"
+            work = ideal_factor(used, base, int(gpus), base_gpus) * gpus / base_gpus if len(used) else math.nan
+            row["work_ratio"] = work
             for metric, name in METRICS.items():
                 metric_base, metric_used = base[known(base, metric)], used[known(used, metric)]
                 method = interval_method(set(metric_base["seed"].dropna()), list(metric_used["seed"]))
@@ -157,6 +182,8 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
                     )
                 else:
                     speedup = unpaired_speedup(metric_base[metric].to_numpy(), metric_used[metric].to_numpy())
+                if name != "time_to_target":  # per unit of work (module docstring)
+                    speedup = tuple(value * work for value in speedup)
                 for suffix, value in zip(("", "_lo", "_hi"), speedup):
                     row[f"speedup_{name}{suffix}"] = value
                     row[f"efficiency_{name}{suffix}"] = value * base_gpus / gpus
@@ -177,6 +204,7 @@ def scaling_columns() -> list[str]:
         "excluded",
         "excluded_status",
         "interval",
+        "work_ratio",  # images per epoch here over the base's: 1 unless training.steps_per_epoch fixes the steps
     ]
     for name in METRICS.values():
         if name in PARTIAL:

@@ -56,8 +56,9 @@ node step needs a cell that spans nodes. A series with fewer distinct (GPUs, nod
 terms is refused (empty fields with a reason), never extrapolated.
 
 Measured communication: where every usable cell of a series has the step split's exposed
-communication (runs.csv ``comm_exposed_s``, per steady epoch: the reduction's time that no compute
-hid, measured on the ranks), the model does not infer communication from the fit alone. The
+communication (runs.csv ``comm_exposed_critical_s``, per steady epoch: the reduction's time that no
+compute hid, measured on the critical rank, so a straggler's lateness that its peers wait out in
+the reduction is not counted as communication: analysis/step_split.py), the model does not infer communication from the fit alone. The
 compute terms (compute, floor) are fitted to the epoch time less the measured communication and
 the communication terms (latency, bandwidth, node_step) to the measured communication, in one
 weighted least squares over both (the same weights, so both are relative errors of the epoch).
@@ -106,7 +107,7 @@ TERMS = ("compute", "floor", "latency", "bandwidth", "node_step")
 FORMS = ("weak", "strong")
 # the terms whose time only more ranks bring: the communication of the split
 COMMUNICATION = ("latency", "bandwidth", "node_step")
-MEASURED = "comm_exposed_s"  # runs.csv: the step split's exposed communication per steady epoch
+MEASURED = "comm_exposed_critical_s"  # runs.csv: the critical rank's exposed communication per steady epoch
 # how each form reads, for notes and captions
 FORMULAS = {
     "weak": "epoch(N) = (compute + latency [N>1] + bandwidth (N-1)/N + node_step [nodes>1]) / N",

@@ -5,10 +5,15 @@ bad values; the checks cover what a schema cannot express. Every error names the
 config key, and all of it runs before Snakemake builds a job. One module per job:
 
 - coercion.py: `--config` strings to the schema's types;
+- registry_schema.py: the schema's backend enum and launch templates, from the registry;
 - validation.py: the schema, with defaults and removed keys;
 - checks.py: the checks across keys (and the labels of imported studies);
 - matrix.py: the cells, and those left out with the reason;
-- cell_settings.py: one cell's settings and what changed since it trained.
+- cell_settings.py: one cell's settings and what changed since it trained;
+- freshness.py: whether a finished cell still stands (each cell's settings.json), the analysis' stamp;
+- local_gpus.py: this machine's GPUs as a Snakemake resource, for a local run;
+- resources.py: a cell's SLURM job (nodes, tasks, GPUs, CPUs, memory, time);
+- slurm_check.py: the requests SLURM would refuse, found before any submission (`sbatch --test-only`).
 
 The rules and the analysis read the names below from here.
 """

@@ -95,6 +95,13 @@ def _time_split(inputs: FigureInputs):
     return time_split_figure(inputs.runs)
 
 
+def _waterfall(inputs: FigureInputs):
+    from scalebench.analysis.waterfall import waterfall
+    from scalebench.report.waterfall_figures import waterfall_figure
+
+    return waterfall_figure(waterfall(inputs.runs))
+
+
 def _comm_share(inputs: FigureInputs):
     from scalebench.report.time_split_figures import comm_share_figure
 
@@ -185,6 +192,13 @@ def _measure(figure: str, measure: str) -> dict[str, str]:
 
 TRAIN, EPOCH, TARGET = "total training time", "steady-state epoch time", "time to target IOU"
 FIGURES: tuple[Figure, ...] = (
+    Figure(
+        "waterfall",
+        "scaling",
+        "Scaling",
+        _measure("the loss waterfall: what each GPU cost, and why", "seconds per steady epoch"),
+        _waterfall,
+    ),
     Figure("speedup", "scaling", "Scaling", _measure("speedup", TRAIN), partial(_speedup, metric="train_time_s")),
     Figure(
         "speedup_epoch", "scaling", "Scaling", _measure("speedup", EPOCH), partial(_speedup, metric="steady_epoch_s")

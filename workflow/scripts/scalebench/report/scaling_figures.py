@@ -31,7 +31,15 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE, STATUSES
-from scalebench.analysis.scaling import GROUP, METRICS, base_world_size, interval_summary, known, usable
+from scalebench.analysis.scaling import (
+    GROUP,
+    METRICS,
+    base_world_size,
+    epoch_work,
+    interval_summary,
+    known,
+    usable,
+)
 from scalebench.report.style import (
     STATUS_COLOURS,
     figure_theme,
@@ -58,7 +66,9 @@ def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
             reference = (
                 by_seed.get(cell["seed"], base[metric].mean()) if pd.notna(cell["seed"]) else base[metric].mean()
             )
-            rows.append({**cell[[*GROUP, "gpus", "seed"]].to_dict(), "speedup": reference / cell[metric]})
+            # per unit of work, as scaling.csv (analysis/scaling.py): fixed-step epochs grow with the GPUs
+            work = epoch_work(cell.to_frame().T) / epoch_work(base) if metric != "time_to_target_s" else 1.0
+            rows.append({**cell[[*GROUP, "gpus", "seed"]].to_dict(), "speedup": work * reference / cell[metric]})
             rows[-1]["efficiency"] = rows[-1]["speedup"] * base_gpus / cell["gpus"]
     return pd.DataFrame(rows, columns=[*GROUP, "gpus", "seed", "speedup", "efficiency"])
 

@@ -1,6 +1,6 @@
-"""Why a backend scales as it does, from the step split (analysis/step_split.py): where a steady
-epoch's time goes, how unevenly the ranks compute, and the exposed communication's share beside
-the parallel efficiency. Drawn with the style kit of style.py; a cell that predates the split
+"""Why a backend scales as it does, from the step split's critical path (analysis/step_split.py):
+where a steady epoch's time goes, how unevenly the ranks compute, and the exposed communication's
+share beside the parallel efficiency. Drawn with the style kit of style.py; a cell that predates the split
 shows its data wait and the rest unsplit, never zeros."""
 
 from __future__ import annotations
@@ -37,16 +37,18 @@ from scalebench.report.style import (
 
 PART_COLOURS = {
     "compute": "#7fa7c9",
+    "imbalance (stragglers)": "#e6ab02",
     "exposed communication": "#d95f02",
     "waiting for data": "#7570b3",
     "rest": "#d9d9d9",
     "not split (the cell predates the step split)": "#9e9e9e",
 }
-SPLIT = {  # part: runs.csv column, per steady epoch
-    "compute": "compute_s",
-    "exposed communication": "comm_exposed_s",
-    "waiting for data": "data_wait_median_s",
-    "rest": "rest_s",
+SPLIT = {  # part: runs.csv column of the critical path (analysis/step_split.py), per steady epoch
+    "compute": "compute_typical_s",
+    "imbalance (stragglers)": "imbalance_s",
+    "exposed communication": "comm_exposed_critical_s",
+    "waiting for data": "data_wait_critical_s",
+    "rest": "rest_critical_s",
 }
 UNSPLIT = "not split (the cell predates the step split)"
 EFFICIENCY, SHARE = "parallel efficiency", "exposed comm. share"
@@ -57,7 +59,7 @@ def parts(cells: pd.DataFrame) -> pd.DataFrame:
     record, training.step_split off) has its mean data wait and the rest of its epoch, unsplit."""
     rows = []
     for _, cell in cells.iterrows():
-        if pd.notna(cell["compute_s"]):
+        if pd.notna(cell["compute_typical_s"]):
             rows += [{**cell.to_dict(), "part": part, "seconds": cell[column]} for part, column in SPLIT.items()]
         elif pd.notna(cell["data_wait_s"]) and cell["epochs"]:
             wait = cell["data_wait_s"] / cell["epochs"]
@@ -80,7 +82,7 @@ def time_split_figure(runs: pd.DataFrame):
     axis: a panel per GPU count would be slow to draw and hard to read)."""
     cells = runs[runs["source"] == OWN_SOURCE].dropna(subset=["epochs"])
     cells = cells[cells["epochs"] > 0]
-    title = "Where the time goes (steady epoch, median rank)"
+    title = "Where the time goes (steady epoch, critical path)"
     long = parts(cells) if not cells.empty else pd.DataFrame()
     if long.empty:
         return placeholder(title, "No cell has epoch records with a step split or data-wait times yet.")
@@ -93,9 +95,10 @@ def time_split_figure(runs: pd.DataFrame):
     centres = [i * slot + (len(seeds) - 1) / 2 for i in range(len(sizes))]
     seed_note = f"seeds {', '.join(str(int(s)) for s in seeds)}" if len(seeds) > 1 else f"seed {int(seeds[0])}"
     caption = (
-        f"Bars within a GPU group: {seed_note}. Each part is the median over ranks, per steady epoch (after "
-        "the first, without a profiled one): compute, exposed communication (the reduction nothing computed "
-        "behind), waiting for data, and the rest of the epoch. Failed cells: the epochs they finished."
+        f"Bars within a GPU group: {seed_note}. The steady median epoch (after the first, without a profiled "
+        "one) along its critical path: the median rank's compute, the critical rank's compute above it "
+        "(imbalance: stragglers), the exposed communication the critical rank waited for (the reduction, not "
+        "its peers), its data wait, and the rest. Failed cells: the epochs they finished."
     )
     return (
         ggplot(long, aes("x", "seconds", fill="part"))
@@ -152,8 +155,9 @@ def comm_share_figure(runs: pd.DataFrame):
     means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
     caption = (
         "Top: the efficiency of the steady epoch against the series' smallest GPU count (as scaling.csv). "
-        "Bottom: the median rank's exposed communication per steady epoch over the epoch time: where it grows "
-        "with the GPUs, the reduction is what the efficiency lost. Points: seeds; lines: means."
+        "Bottom: the exposed communication the critical rank waited for, per steady epoch, over the epoch time "
+        "(a peer's lateness is imbalance, not communication): where it grows with the GPUs, the reduction is "
+        "what the efficiency lost. Points: seeds; lines: means."
     )
     return (
         ggplot(cells, aes("gpus", "value", colour="backend", group="series"))

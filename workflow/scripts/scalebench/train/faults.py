@@ -16,10 +16,16 @@ before each epoch's first step.
 
 Known delays, which the step split must find (docs/step-split.md), each in epoch EPOCH only:
 
-- ``slow_reduce:RANK:SECONDS:EPOCH``: rank RANK starts its gradient reduction SECONDS late in
-  every step, as a rank behind a slow link would; the other ranks wait for it inside their
-  reduction (PyTorch: before the last gradient reaches the backend's hooks, or, FSDP, before
-  its final reduce-scatters; TensorFlow: in the step, between the gradients and their reduction).
+- ``slow_reduce:RANK:SECONDS:EPOCH``: rank RANK hands its gradients to the reduction SECONDS late
+  in every step; the other ranks wait for it inside their reduction. The delayed rank has not
+  finished its gradients yet, so its own split counts the delay as compute in both frameworks
+  (PyTorch: a hook before the last gradient reaches the backend's hooks, or, FSDP, before its
+  final reduce-scatters; TensorFlow: in the step, before the mark that the gradients are
+  computed); its peers count it as exposed communication, and the loss waterfall, which reads
+  the critical rank, as imbalance.
+- ``slow_comm:SECONDS:EPOCH``: every rank's reduction takes SECONDS longer in every step, as a
+  slow network would make it: a sleep between the mark that the gradients are computed and the
+  one that the reduced gradients are ready, on every rank (exposed communication everywhere).
 - ``slow_loader:SECONDS:EPOCH``: every rank's loader hands over each batch SECONDS late.
 - ``slow_compute:RANK:SECONDS:EPOCH``: rank RANK computes SECONDS longer in every step (a
   straggler: a busy core, a throttled GPU).
@@ -42,7 +48,7 @@ from pathlib import Path
 from scalebench.train.provenance import host_name
 
 MEET_TIMEOUT_S = 300
-DELAY_KINDS = ("slow_reduce", "slow_loader", "slow_compute")
+DELAY_KINDS = ("slow_reduce", "slow_comm", "slow_loader", "slow_compute")
 
 
 def faults() -> list[tuple[str, str]]:
@@ -72,7 +78,8 @@ def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], B
 class Delays:
     """This rank's injected delays in one epoch, in seconds per step (per batch for the loader)."""
 
-    reduce_s: float = 0.0
+    reduce_s: float = 0.0  # slow_reduce: this rank hands its gradients to the reduction late
+    comm_s: float = 0.0  # slow_comm: every rank's reduction takes longer
     compute_s: float = 0.0
     loader_s: float = 0.0
 
@@ -81,10 +88,10 @@ def delays(rank: int, epoch: int) -> Delays:
     """The delays SCALEBENCH_FAULT sets for `rank` in 0-based `epoch` (none: all 0)."""
     found = {}
     for kind, argument in faults():
-        if kind == "slow_loader":
+        if kind in ("slow_loader", "slow_comm"):
             seconds, fault_epoch = argument.split(":")
             if int(fault_epoch) == epoch + 1:
-                found["loader_s"] = float(seconds)
+                found["loader_s" if kind == "slow_loader" else "comm_s"] = float(seconds)
         elif kind in ("slow_reduce", "slow_compute"):
             fault_rank, seconds, fault_epoch = argument.split(":")
             if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:

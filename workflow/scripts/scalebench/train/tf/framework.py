@@ -84,10 +84,16 @@ class Steps:
         if compile_steps:  # XLA compiles the replica's own work; the reduction stays outside
             loss_and_gradients = compiled.step_function(loss_and_gradients)
 
+        def delayed(name, gradients):
+            """`gradients` once the test fault `name` has slept (faults.py), where it is injected."""
+            if name not in delays:
+                return gradients
+            return step_timing.after([step_timing.sleep(delays[name], gradients)], gradients)
+
         def reduce_and_apply(gradients):
-            """The reduced gradients applied; returns them and the updated variables (for the marks)."""
-            if "reduce" in delays:
-                gradients = step_timing.after([step_timing.sleep(delays["reduce"], gradients)], gradients)
+            """The reduced gradients applied; returns them and the updated variables (for the marks).
+            slow_comm sleeps first: after the mark that the gradients are computed, on every rank."""
+            gradients = delayed("comm", gradients)
             reduced = gradients = backend.reduce_gradients(gradients)
             if loss_scaled:
                 gradients = optimizer.get_unscaled_gradients(gradients)
@@ -108,6 +114,7 @@ class Steps:
         def replica_train(*batch):
             started, batch = start(batch)
             loss, gradients = loss_and_gradients(*batch)
+            gradients = delayed("reduce", gradients)  # slow_reduce: before the mark, as PyTorch's hook
             computed = step_timing.stamp(gradients, gpu) if split else None
             reduced, updated = reduce_and_apply(gradients)
             if not split:
@@ -134,13 +141,16 @@ class Steps:
 
             def apply(count):
                 # the loss scale is the same for every batch of a step: it changes only in apply_gradients
-                started = step_timing.stamp([total.read_value() for total in sums], gpu) if split else None
-                reduced, updated = reduce_and_apply([total / count for total in sums])
+                summed = [total.read_value() for total in sums]
+                started = step_timing.stamp(summed, gpu) if split else None
+                summed = delayed("reduce", step_timing.after([started], summed) if split else summed)
+                computed = step_timing.stamp(summed, gpu) if split else None
+                reduced, updated = reduce_and_apply([total / count for total in summed])
                 for total in sums:
                     total.assign(tf.zeros_like(total))
                 if split:
                     reduced_at, updated_at = step_timing.stamp(reduced, gpu), step_timing.stamp(updated, gpu)
-                    return [tf.stack([started, started, reduced_at, updated_at])]
+                    return [tf.stack([started, computed, reduced_at, updated_at])]
                 return []
 
             self.accumulate = tf.function(lambda batches: backend.run_replicas(replica_accumulate, batches))
@@ -257,7 +267,7 @@ class TensorFlowFramework:
         # the test faults' delays (faults.py) as variables the step reads, where SCALEBENCH_FAULT names them
         self.delays = {
             name: tf.Variable(0.0, dtype=tf.float64, trainable=False, name=f"{name}_delay")
-            for name in ("reduce", "compute")
+            for name in ("reduce", "comm", "compute")
             if faults.injects(f"slow_{name}")
         }
         self.steps = Steps(

@@ -185,7 +185,7 @@ class TorchFramework:
             self.optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
         # backward() adds to the gradients: divided by the step's batch count, they sum to its mean
         scaled = self.scaler.scale(loss / part.count)
-        if marks is not None or self.delays_reduction_at_compute_end():
+        if marks is not None or self.delays_reduction_at_compute_end() or self.delays.comm_s:
             step_timing.at_compute_end(scaled, self.compute_end)
         scaled.backward()
         if part.last:
@@ -208,11 +208,15 @@ class TorchFramework:
         return self.backend.shards_parameters and bool(self.delays.reduce_s)
 
     def compute_end(self) -> None:
-        """Every gradient of the pass is computed on this rank (step_timing.at_compute_end)."""
+        """Every gradient of the pass is computed on this rank (step_timing.at_compute_end). The test
+        faults sit on either side of the mark: a late rank's delay before it (its own compute), a slow
+        reduction's after it (exposed communication on every rank, faults.py)."""
         if self.delays_reduction_at_compute_end():
             time.sleep(self.delays.reduce_s)
         if self.marks is not None:
             self.marks.computed()
+        if self.delays.comm_s:
+            time.sleep(self.delays.comm_s)
 
     def step_times(self) -> StepTimes | None:
         return self.marks.times() if self.marks is not None else None

@@ -1,0 +1,111 @@
+"""Every benchmark runs in its smoke mode (`--smoke`: the smallest sizes, one repeat), so a change
+that breaks a benchmark fails here, not when someone next measures; and every benchmark command
+the docs print beside a figure is accepted as printed (`--parse-only`, benchmarks/_common.py).
+
+A smoke run checks that the benchmark runs to its figures and prints them; at that size they
+mean nothing, and no test here reads a time."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, tool_env
+from readme_commands import documents, shell_commands
+
+pytestmark = pytest.mark.integration
+
+BENCHMARKS = REPO / "benchmarks"
+
+# Each benchmark and the lines its smoke run must print (multiline regexes): each is printed only
+# once its measurement ran, so a benchmark that silently skipped its work fails.
+PRINTS = {
+    "analysis_scale.py": [r"^16 cells x 20 epochs \+ legacy: collect .* plots .* total"],
+    "communication.py": [
+        r"^torch_native: steady epoch 1 rank .* ratio",
+        r"^torch_horovod: .* allreduce busy .* tensor allreduces",
+        r"^DDP probe rank 0: step",
+        r"^DDP probe rank 1: step",
+    ],
+    "compression.py": [r"^torch_native +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d"],
+    "cpu_binding.py": [r"^cores +\d+\.\d+ .* 1 of 1", r"^none +\d+\.\d+ .* 0 of 1"],
+    "data_path.py": [r"^torch host: data wait .* loader alone", r"^tensorflow host: data wait .* loader alone"],
+    "framework_parity.py": [r"^torch: .* images/s", r"^tensorflow: .* images/s", r"^torch / tensorflow: "],
+    # without a GPU (this machine): determinism and collectives on the CPU, the rest named as skipped
+    "gpu_check.py": [r"^  deterministic_on +\d", r"one rank: latency floor", r"^    width  4: all-reduce"],
+    "harness_overhead.py": [r"^torch: harness .* ratio", r"^tensorflow: harness .* ratio"],
+    "hosts_scale.py": [
+        r"^24 cells x 3 epochs, .* rank-epochs: ranks.csv .* analyse_hosts .* 2 figures",
+        r"^slow nodes found: ",
+    ],
+    "model_flops.py": [r"^32x48: forward .* FlopCounterMode .* \(ratio \d"],
+    "pipeline_scale.py": [
+        r"^snakemake -n, 16 cells: median",
+        r"^snakemake -n, 16 finished cells x 20 epochs \(no train job planned\)",
+        r"^16 cells x 20 epochs: data rules .* snakemake --report",
+    ],
+    "step_split_overhead.py": [r"^torch/native +steady epoch on .* on/off .* \(smoke: no verdict\)"],
+    "tf_mark_cost.py": [r"^numpy_function \(the project's\) .* per mark", r"^py_function .* per mark"],
+}
+# the option that keeps a benchmark's files in a folder of the test's (None: it writes none)
+WORKDIR_OPTION = {
+    "analysis_scale.py": "--out",
+    "hosts_scale.py": "--out",
+    "model_flops.py": None,
+    "tf_mark_cost.py": None,
+}
+
+
+def test_every_benchmark_has_a_smoke_run():
+    scripts = sorted(path.name for path in BENCHMARKS.glob("*.py") if not path.name.startswith("_"))
+    assert scripts == sorted(PRINTS)
+
+
+@pytest.mark.parametrize("script", sorted(PRINTS))
+def test_the_benchmark_runs_in_its_smoke_mode(script, tmp_path):
+    command = [sys.executable, str(BENCHMARKS / script), "--smoke"]
+    option = WORKDIR_OPTION.get(script, "--workdir")
+    if option:
+        command += [option, str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, env=tool_env(), cwd=REPO, timeout=900)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    missing = [line for line in PRINTS[script] if not re.search(line, result.stdout, re.MULTILINE)]
+    assert not missing, f"{script} did not print {missing}:\n{output[-4000:]}"
+    if script == "pipeline_scale.py":
+        assert (tmp_path / "report_16" / "report.html").stat().st_size > 0
+    if script == "gpu_check.py" and "no CUDA device" in result.stdout:
+        assert "skipped (they need a GPU): precision, tf32, loader, shared, mfu, harness, split, width" in result.stdout
+
+
+def benchmark_commands() -> list[str]:
+    """Every command of the docs' shell blocks that runs a script of benchmarks/."""
+    commands = [command for document in documents(REPO) for command in shell_commands(document.read_text())]
+    return list(dict.fromkeys(c for c in commands if re.search(r"(^|\s)benchmarks/\w+\.py(\s|$)", c)))
+
+
+COMMANDS = benchmark_commands()
+
+
+def test_the_docs_print_the_benchmarks_commands():
+    assert len(COMMANDS) >= 15, COMMANDS
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_benchmark_command_of_the_docs_is_accepted_as_printed(command):
+    words = shlex.split(command)
+    at = next(i for i, word in enumerate(words) if re.fullmatch(r"benchmarks/\w+\.py", word))
+    assert Path(words[0]).name.startswith("python"), command
+    result = subprocess.run(
+        [sys.executable, str(REPO / words[at]), *words[at + 1 :], "--parse-only"],
+        capture_output=True,
+        text=True,
+        env=tool_env(),
+        cwd=REPO,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]

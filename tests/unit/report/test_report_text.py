@@ -1,0 +1,119 @@
+"""The report's text renders without a docutils system message: its first page (report/workflow.rst,
+with and without the answer in front) and every caption, for the demo, for a study with every
+optional section on, and for a study of one backend, one seed and one GPU count.
+
+Rendered as Snakemake 9's report renders them (snakemake/report/__init__.py): Jinja2 with
+trim_blocks and lstrip_blocks over the text plus the report's link targets, then docutils'
+publish_parts to HTML. A "System Message" in the HTML is what a reader would see on the page.
+"""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from docutils.core import publish_parts
+from jinja2 import Environment
+from scalebench import config as sb_config
+from scalebench.report import landing
+
+# Snakemake 9.27 calls publish_parts(writer_name=...), which docutils will rename
+pytestmark = [pytest.mark.unit, pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")]
+
+REPO = Path(__file__).resolve().parents[3]
+# Snakemake appends these link targets to every text it renders (its categories and files)
+RST_LINKS = textwrap.dedent("""
+
+.. _Workflow: javascript:show_panel('workflow')
+.. _Statistics: javascript:show_panel('statistics')
+{% for cat, catresults in categories|dictsort %}
+.. _{{ cat }}: javascript:app.showCategory('{{ cat|urlencode }}')
+{% endfor %}
+""")
+CATEGORIES = {"Scaling": {}, "Quality": {}, "Tables": {}, "Completeness": {}}
+
+
+def validated(**changes) -> dict:
+    schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
+    study = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for key, value in changes.items():
+        section, _, name = key.partition("__")
+        if name:
+            study.setdefault(section, {})[name] = value
+        else:
+            study[section] = value
+    return sb_config.validate(study, schema)
+
+
+def every_section_on() -> dict:
+    study = validated(
+        matrix__model_width=[1, 4],
+        matrix__seeds=[1],
+        training__steps_per_epoch=20,
+        training__stop_at_target=True,
+        compare__baseline="../before/results",
+        partial=True,
+    )
+    study = copy.deepcopy(study)
+    study["legacy"] = [{"label": "paper_2023", "framework": "torch"}]  # only its label is printed
+    return study
+
+
+STUDIES = {
+    "demo": lambda: validated(),
+    "every optional section": every_section_on,
+    "no validation during training": lambda: validated(training__eval_every=0),
+    "one backend, one seed, one GPU count": lambda: validated(
+        matrix__backends=["native"], matrix__seeds=[1], matrix__gpus=[1]
+    ),
+}
+
+FACTS = {
+    "frameworks": [
+        {
+            "sentences": [
+                "torch at 2 GPUs: horovod (batch8_bf16) is the fastest, at a parallel efficiency of 0.88, "
+                "95% interval 0.81-0.95 against 1 GPUs (3 seeds).",
+                "Against native: no difference the seeds can show (n = 3).",
+                "Its largest loss: exposed communication costs 21% of the 2-GPU epoch (0.1 s of 0.48 s; ideal 0.4 s).",
+            ]
+        }
+    ],
+    "notes": ["1 of 9 cells did not finish with status ok and are not in the answer."],
+}
+
+
+def render(text: str, study: dict) -> str:
+    class Snakemake:
+        config = study
+
+    env = Environment(trim_blocks=True, lstrip_blocks=True)
+    rst = env.from_string(text + RST_LINKS).render(snakemake=Snakemake, categories=CATEGORIES, files=[])
+    return publish_parts(rst, writer_name="html")["html_body"]  # docutils' defaults, as Snakemake
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_the_first_page_and_every_caption_render_without_a_system_message(name):
+    study = STUDIES[name]()
+    template = (REPO / "report" / "workflow.rst").read_text()
+    pages = {"workflow.rst": template, "with the answer": landing.landing_page(template, FACTS)}
+    pages |= {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.rst"))}
+    for page, text in pages.items():
+        html = render(text, study)
+        assert "System Message" not in html, f"{page} ({name}):\n{html[html.find('System Message') - 300 :][:1500]}"
+
+
+def test_the_answer_leads_the_first_page_and_its_words_are_not_read_as_markup():
+    html = render(landing.landing_page((REPO / "report" / "workflow.rst").read_text(), FACTS), validated())
+    answer, study = html.index("The answer"), html.index("The study")
+    assert answer < study < html.index("Backends:")
+    assert "horovod (batch8_bf16) is the fastest" in html  # the underscore is text, not a link
+    assert "no difference the seeds can show (n = 3)" in html
+
+
+def test_a_report_text_without_the_marker_is_refused_naming_it():
+    with pytest.raises(ValueError, match="the answer"):
+        landing.landing_page("Title\n=====\n", FACTS)

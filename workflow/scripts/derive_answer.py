@@ -1,0 +1,27 @@
+"""Snakemake script: runs.csv, scaling.csv, collectives.csv -> the loss waterfall, the verdicts,
+answer.json and the report's first page with the answer in front (report/workflow.rst's text)."""
+
+import json
+import sys
+from pathlib import Path
+
+sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
+
+import pandas as pd
+from scalebench.analysis import answer, collectives, verdicts, waterfall
+from scalebench.analysis.summary_csv import read_runs
+from scalebench.report.landing import landing_page
+
+given, output = snakemake.input, snakemake.output
+runs = read_runs(given.runs)
+scaling = pd.read_csv(given.scaling, dtype={"variant": str}).assign(variant=lambda frame: frame["variant"].fillna(""))
+losses = waterfall.waterfall(runs)
+losses.to_csv(output.waterfall, index=False)
+found = verdicts.verdicts(runs)
+found.to_csv(output.verdicts, index=False)
+facts = answer.answer(runs, scaling, losses, found, collectives.read(given.collectives))
+Path(output.answer).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
+Path(output.page).write_text(landing_page(Path(snakemake.params.text).read_text(), facts))
+for fact in facts["frameworks"]:
+    print("derive_answer: " + " ".join(fact["sentences"]))
+print(f"derive_answer: {len(losses)} waterfall rows, {len(found)} verdicts; notes: {facts['notes']}")

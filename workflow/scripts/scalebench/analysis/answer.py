@@ -1,0 +1,307 @@
+"""The study's answer (results/summary/answer.json and the report's first page): per framework, the
+best backend at the largest GPU count with its efficiency and interval, how sure the study is that it
+beats the next one, the largest term of its loss waterfall, whether its gradient reduction is latency-
+or bandwidth-bound, and where the model width ran, the smallest width at which exposed communication
+outgrows compute growth.
+
+Every sentence is generated from the tables (scaling.csv, waterfall.csv, verdicts.csv,
+collectives.csv); a fact the tables cannot give is stated as such, with the reason, never guessed.
+answer.json holds the same facts, so a site can gate on them in CI.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from scalebench.analysis import waterfall as losses
+from scalebench.analysis.collect import OWN_SOURCE
+from scalebench.analysis.scaling import usable
+
+# the gradient reduction reaches less than this share of its own plateau bus bandwidth: latency-bound
+LATENCY_BOUND_SHARE = 0.5
+GRADIENT_OPS = ("all_reduce", "reduce")
+
+
+def number(value: Any) -> float | None:
+    """A JSON number, or None for NaN / missing."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def series_name(backend: str, variant: str) -> str:
+    return f"{backend} ({variant})" if variant else backend
+
+
+def best_series(cells: pd.DataFrame) -> pd.Series:
+    """The (backend, variant) with the highest steady throughput among `cells` (one GPU count), ranked by
+    the geometric mean over seeds as the verdicts rank them; its arithmetic mean is what it reports."""
+    means = cells.assign(log=np.log(cells["images_per_s"])).groupby(["backend", "variant"], as_index=False)
+    means = means.agg(images_per_s=("images_per_s", "mean"), log=("log", "mean"), seeds=("images_per_s", "size"))
+    return means.sort_values(["log", "backend"], ascending=[False, True], kind="stable").iloc[0]
+
+
+def scaling_row(scaling: pd.DataFrame, framework: str, backend: str, variant: str, gpus: int) -> pd.Series | None:
+    rows = scaling[
+        (scaling["source"] == OWN_SOURCE)
+        & (scaling["framework"] == framework)
+        & (scaling["backend"] == backend)
+        & (scaling["variant"].fillna("") == variant)
+        & (scaling["gpus"] == gpus)
+    ]
+    return rows.iloc[0] if len(rows) else None
+
+
+def runner_up(verdicts: pd.DataFrame, framework: str, backend: str, variant: str, gpus: int) -> dict | None:
+    """The throughput verdict of the best backend against the next one at this count, if there is one."""
+    rows = verdicts[
+        (verdicts["kind"] == "throughput")
+        & (verdicts["compared"] == "backends")
+        & (verdicts["source"] == OWN_SOURCE)
+        & (verdicts["framework"] == framework)
+        & (verdicts["variant"] == variant)
+        & (verdicts["gpus"] == gpus)
+        & (verdicts["a"] == backend)
+    ]
+    if rows.empty:
+        return None
+    row = rows.sort_values("ratio", kind="stable").iloc[0]  # the closest competitor
+    return {
+        "backend": row["b"],
+        "ratio": number(row["ratio"]),
+        "low": number(row["low"]),
+        "high": number(row["high"]),
+        "p_holm": number(row["p_holm"]),
+        "verdict": row["verdict"],
+    }
+
+
+def largest_loss(table: pd.DataFrame, framework: str, backend: str, variant: str, gpus: int) -> dict:
+    rows = table[
+        (table["source"] == OWN_SOURCE)
+        & (table["framework"] == framework)
+        & (table["backend"] == backend)
+        & (table["variant"] == variant)
+        & (table["gpus"] == gpus)
+    ]
+    if rows.empty:
+        return {"reason": f"no GPU count above the base: nothing lost to explain at {gpus} GPUs"}
+    values = rows.set_index("term")
+    largest = losses.largest_term(rows)
+    if largest is None:
+        return {"reason": rows["reason"].iloc[0] or "no term was measured"}
+    return {
+        "term": largest["term"],
+        "seconds": number(largest["seconds"]),
+        "share": number(largest["share"]),
+        "ideal_s": number(values.loc["ideal", "seconds"]),
+        "measured_s": number(values.loc["measured", "seconds"]),
+    }
+
+
+def reduction(collectives: pd.DataFrame, framework: str, backend: str, variant: str, gpus: int) -> dict:
+    """The gradient reduction's bus bandwidth at the gradient size against the plateau the same
+    backend reaches at its largest messages (median over seeds at each size, this GPU count)."""
+    rows = collectives[
+        (collectives["framework"] == framework)
+        & (collectives["backend"] == backend)
+        & (collectives["variant"] == variant)
+        & (collectives["gpus"] == gpus)
+        & collectives["op"].isin(GRADIENT_OPS)
+    ]
+    measured = rows[rows["busbw_gbps"].notna()]
+    at_gradient = measured[measured["size"] == "gradient"]
+    if at_gradient.empty:
+        reasons = sorted(set(rows["reason"].dropna()) - {""})
+        why = "; ".join(reasons) if reasons else "no cell at this count measured its collectives"
+        return {"reason": why}
+    op = at_gradient["op"].iloc[0]
+    curve = measured[measured["op"] == op].groupby("bytes")["busbw_gbps"].median()
+    busbw, plateau = float(at_gradient["busbw_gbps"].median()), float(curve.max())
+    share = busbw / plateau if plateau > 0 else math.nan
+    return {
+        "op": op,
+        "bytes": int(at_gradient["bytes"].median()),
+        "busbw_gbps": busbw,
+        "plateau_gbps": plateau,
+        "plateau_bytes": int(curve.idxmax()),
+        "share": number(share),
+        "bound": "latency" if share < LATENCY_BOUND_SHARE else "bandwidth",
+    }
+
+
+def width_crossover(runs: pd.DataFrame, table: pd.DataFrame, framework: str, backend: str, gpus: int) -> dict | None:
+    """Where the model width ran (several widths of this backend at this count): the smallest width
+    whose exposed communication exceeds its compute growth; None without a width axis."""
+    widths = usable(runs)
+    widths = widths[
+        (widths["source"] == OWN_SOURCE) & (widths["framework"] == framework) & (widths["backend"] == backend)
+    ]
+    by_variant = widths.groupby("variant")["model_width"].first().dropna()
+    if by_variant.nunique() < 2:
+        return None
+    rows = table[
+        (table["source"] == OWN_SOURCE)
+        & (table["framework"] == framework)
+        & (table["backend"] == backend)
+        & (table["gpus"] == gpus)
+        & table["variant"].isin(by_variant.index)
+    ]
+    compared = []
+    for variant, terms in rows.groupby("variant"):
+        values = terms.set_index("term")["seconds"]
+        if pd.notna(values.get("exposed_comm")) and pd.notna(values.get("compute_growth")):
+            compared.append((int(by_variant[variant]), float(values["exposed_comm"]), float(values["compute_growth"])))
+    if not compared:
+        return {"widths": sorted(int(w) for w in set(by_variant)), "reason": "no width has a waterfall at this count"}
+    compared.sort()
+    crossing = next((width for width, comm, growth in compared if comm > growth), None)
+    return {"widths": [width for width, _, _ in compared], "crossover_width": crossing}
+
+
+TERM_WORDS = {
+    "compute_growth": "compute growth",
+    "imbalance": "imbalance between the ranks (stragglers)",
+    "exposed_comm": "exposed communication",
+    "data_wait": "waiting for data",
+    "rest": "the rest of the epoch",
+}
+
+
+def interval_text(low: float | None, high: float | None) -> str:
+    return f", 95% interval {low:.2f}-{high:.2f}" if low is not None and high is not None else ""
+
+
+def sentences(fact: dict) -> list[str]:
+    """The framework's facts in words (only what `fact` holds)."""
+    framework, gpus, best = fact["framework"], fact["gpus"], fact["best"]
+    name = series_name(best["backend"], best["variant"])
+    seeds = f"{best['seeds']} seed{'s' if best['seeds'] != 1 else ''}"
+    if fact["base_gpus"] is None or fact["base_gpus"] == gpus:
+        lead = f"{framework} at {gpus} GPUs: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds}); "
+        lead += "no smaller GPU count to scale from."
+    elif best["efficiency"] is None:
+        lead = f"{framework} at {gpus} GPUs: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds})."
+    else:
+        interval = interval_text(best["efficiency_low"], best["efficiency_high"])
+        lead = (
+            f"{framework} at {gpus} GPUs: {name} is the fastest, at a parallel efficiency of "
+            f"{best['efficiency']:.2f}{interval} against {fact['base_gpus']} GPUs ({seeds})."
+        )
+    said = [lead]
+    versus = fact["versus"]
+    if versus is not None:
+        said.append(f"Against {versus['backend']}: {versus['verdict']}.")
+    loss = fact["loss"]
+    if "term" in loss:
+        measured, ideal = loss["measured_s"], loss["ideal_s"]
+        if measured > ideal:
+            said.append(
+                f"It loses {measured - ideal:.3g} s of each {gpus}-GPU epoch to scaling ({measured:.3g} s, ideal {ideal:.3g} s)."
+            )
+        else:
+            said.append(f"Its {gpus}-GPU epoch ({measured:.3g} s) is at or below the ideal ({ideal:.3g} s).")
+        if loss["seconds"] > 0:
+            said.append(
+                f"Its largest term: {TERM_WORDS[loss['term']]} costs {100 * loss['share']:.0f}% of the {gpus}-GPU epoch "
+                f"({loss['seconds']:.3g} s)."
+            )
+        else:
+            said.append("No term of its waterfall grew above the base's.")
+    elif fact["base_gpus"] is not None and fact["base_gpus"] != gpus:
+        said.append(f"Where its time went is unknown: {loss['reason']}.")
+    reduced = fact["reduction"]
+    if "bound" in reduced:
+        said.append(
+            f"Its gradient {reduced['op'].replace('_', '-')} of {reduced['bytes'] / 1e6:.3g} MB runs at "
+            f"{reduced['busbw_gbps']:.3g} GB/s bus bandwidth, {100 * reduced['share']:.0f}% of the "
+            f"{reduced['plateau_gbps']:.3g} GB/s it reaches at {reduced['plateau_bytes'] / 1e6:.3g} MB: "
+            f"{reduced['bound']}-bound."
+        )
+    elif gpus > 1:
+        said.append(f"Its collectives were not measured at {gpus} GPUs: {reduced['reason']}.")
+    width = fact["width"]
+    if width is not None and "crossover_width" in width:
+        if width["crossover_width"] is None:
+            widest = max(width["widths"])
+            said.append(f"Exposed communication stays below compute growth at every width up to {widest}.")
+        else:
+            said.append(
+                f"Exposed communication first exceeds compute growth at model width {width['crossover_width']} "
+                f"(widths {', '.join(map(str, width['widths']))} at {gpus} GPUs)."
+            )
+    return said
+
+
+def framework_fact(
+    framework: str,
+    cells: pd.DataFrame,
+    runs: pd.DataFrame,
+    scaling: pd.DataFrame,
+    table: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    collectives: pd.DataFrame,
+) -> dict:
+    gpus = int(cells["gpus"].max())
+    best = best_series(cells[cells["gpus"] == gpus])
+    backend, variant = best["backend"], best["variant"]
+    row = scaling_row(scaling, framework, backend, variant, gpus)
+    base = int(row["base_gpus"]) if row is not None and pd.notna(row["base_gpus"]) else None
+    fact = {
+        "framework": framework,
+        "gpus": gpus,
+        "base_gpus": base,
+        "best": {
+            "backend": backend,
+            "variant": variant,
+            "images_per_s": float(best["images_per_s"]),
+            "seeds": int(best["seeds"]),
+            "efficiency": number(row["efficiency_epoch_time"]) if row is not None and base != gpus else None,
+            "efficiency_low": number(row["efficiency_epoch_time_lo"]) if row is not None else None,
+            "efficiency_high": number(row["efficiency_epoch_time_hi"]) if row is not None else None,
+        },
+        "versus": runner_up(verdicts, framework, backend, variant, gpus),
+        "loss": largest_loss(table, framework, backend, variant, gpus),
+        "reduction": reduction(collectives, framework, backend, variant, gpus),
+        "width": width_crossover(runs, table, framework, backend, gpus),
+    }
+    fact["sentences"] = sentences(fact)
+    return fact
+
+
+def answer(
+    runs: pd.DataFrame,
+    scaling: pd.DataFrame,
+    table: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    collectives: pd.DataFrame,
+) -> dict:
+    """answer.json (module docstring)."""
+    own = runs[runs["source"] == OWN_SOURCE]
+    good = usable(own)
+    good = good[good["images_per_s"].notna() & (good["images_per_s"] > 0)]
+    facts = [
+        framework_fact(framework, cells, runs, scaling, table, verdicts, collectives)
+        for framework, cells in good.groupby("framework", sort=True)
+    ]
+    notes = []
+    if own.empty:
+        notes.append("The study has no cells of its own.")
+    elif good.empty:
+        notes.append(f"None of the study's {len(own)} cells finished with status ok: nothing to answer yet.")
+    else:
+        missing = len(own) - len(good)
+        if missing:
+            notes.append(f"{missing} of {len(own)} cells did not finish with status ok and are not in the answer.")
+        if int(good.groupby(["framework", "backend", "variant", "gpus"]).size().max()) < 2:
+            notes.append(
+                "One seed per cell: no difference between backends can be told from the noise between seeds "
+                "(matrix.seeds)."
+            )
+    return {"frameworks": facts, "notes": notes}
