@@ -68,8 +68,8 @@ def write_study(root: Path, epochs: int, gpus: list[int] = GPUS, seeds: int = 5)
         started = (first + timedelta(minutes=20 * place)).isoformat(timespec="seconds")
         (folder / "run.json").write_text(json.dumps({"start": started, "slurm": {"job_id": str(1000 + place)}}))
         runs.append({"source": OWN_SOURCE, **cell.key(), "status": "ok", "start": started, "slurm_job_id": str(1000 + place),
-                     "hosts": ",".join(sorted(set(hosts))), "steady_epoch_s": base * 1.1, "compute_s": base,
-                     "comm_exposed_s": 0.05 * base, "data_wait_median_s": 0.01 * base, "step_split_reason": None})  # fmt: skip
+                     "hosts": ",".join(sorted(set(hosts))), "steady_epoch_s": base * 1.1, "compute_median_s": base,
+                     "comm_exposed_median_s": 0.05 * base, "data_wait_median_s": 0.01 * base, "step_split_reason": None})  # fmt: skip
     return [{**cell.key(), "settings": {"cell": cell.to_json()}} for cell in cells], pd.DataFrame(runs)
 
 

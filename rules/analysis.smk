@@ -91,6 +91,9 @@ rule derive_answer:
         runs="results/summary/runs.csv",
         scaling="results/summary/scaling.csv",
         collectives="results/summary/collectives.csv",
+        hosts="results/summary/hosts.csv",
+        drift="results/summary/drift.csv",
+        order="results/summary/order.csv",
         stamp=ANALYSIS_STAMP,
     output:
         waterfall="results/summary/waterfall.csv",

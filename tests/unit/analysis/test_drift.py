@@ -40,8 +40,8 @@ def study(growth_per_hour: float = 0.0, noise: float = 0.01, hours: float = 10.0
                 "slurm_job_id": str(500 + place),
                 "hosts": "n1,n2",
                 "steady_epoch_s": base * factor,
-                "compute_s": 0.8 * base * factor,
-                "comm_exposed_s": 0.15 * base * factor,
+                "compute_median_s": 0.8 * base * factor,
+                "comm_exposed_median_s": 0.15 * base * factor,
                 "data_wait_median_s": 0.05 * base * factor,
                 "step_split_reason": None,
             }

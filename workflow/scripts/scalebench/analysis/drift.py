@@ -35,8 +35,8 @@ MIN_DOF = 2  # a line with fewer degrees of freedom left gives no interval worth
 # column, and the words of a verdict
 MEASURES = {
     "epoch": ("steady_epoch_s", "residual_epoch", "slower", "faster"),
-    "compute": ("compute_s", "residual_compute", "slower", "faster"),
-    "exposed communication": ("comm_exposed_s", "residual_comm_exposed", "longer", "shorter"),
+    "compute": ("compute_median_s", "residual_compute", "slower", "faster"),
+    "exposed communication": ("comm_exposed_median_s", "residual_comm_exposed", "longer", "shorter"),
     "data wait": ("data_wait_median_s", "residual_data_wait", "longer", "shorter"),
 }
 RESIDUALS = {measure: residual for measure, (_, residual, *_) in MEASURES.items()}
