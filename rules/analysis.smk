@@ -17,6 +17,7 @@ localrules:
     plot_training,
     plot_predictions,
     compare_baseline,
+    analyse_hosts,
 
 
 rule collect_runs:
@@ -30,6 +31,7 @@ rule collect_runs:
         epochs="results/summary/epochs.csv",
         provenance="results/summary/provenance.csv",
         incomplete="results/summary/incomplete.csv",
+        ranks="results/summary/ranks.csv",
     log:
         "results/logs/collect_runs.log",
     conda:
@@ -89,6 +91,9 @@ rule derive_answer:
         runs="results/summary/runs.csv",
         scaling="results/summary/scaling.csv",
         collectives="results/summary/collectives.csv",
+        hosts="results/summary/hosts.csv",
+        drift="results/summary/drift.csv",
+        order="results/summary/order.csv",
         stamp=ANALYSIS_STAMP,
     output:
         waterfall="results/summary/waterfall.csv",
@@ -222,3 +227,46 @@ rule compare_baseline:
         baseline=baseline_folder,
     script:
         "../workflow/scripts/compare_baseline.py"
+
+
+# Slow hosts and drift, from every rank of every cell (analysis/hosts.py, analysis/drift.py), and
+# the order the cells ran in (config/run_order.py drew it).
+rule analyse_hosts:
+    input:
+        runs="results/summary/runs.csv",
+        ranks="results/summary/ranks.csv",
+        stamp=ANALYSIS_STAMP,
+    output:
+        hosts="results/summary/hosts.csv",
+        drift="results/summary/drift.csv",
+        order="results/summary/order.csv",
+        hosts_html=report(
+            "results/tables/hosts.html",
+            caption="../report/hosts_table.rst",
+            category="Tables",
+            labels={"table": "hosts (slow nodes)"},
+        ),
+        drift_html=report(
+            "results/tables/drift.html",
+            caption="../report/drift_table.rst",
+            category="Tables",
+            labels={"table": "drift over the study"},
+        ),
+        order_html=report(
+            "results/tables/order.html",
+            caption="../report/order_table.rst",
+            category="Tables",
+            labels={"table": "run order"},
+        ),
+    log:
+        "results/logs/analyse_hosts.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        invocation=rerun_invocation,
+        cells=cells_json(),
+        order=json.dumps(config["order"]),
+        seeds=config["matrix"]["seeds"],
+        exclude=config["cluster"]["exclude"],
+    script:
+        "../workflow/scripts/analyse_hosts.py"

@@ -21,6 +21,7 @@ from scalebench.analysis import baseline_tables as sb_baseline
 from scalebench.data import keys as sb_keys
 from scalebench.config import local_gpus as sb_local_gpus
 from scalebench.config import resources as sb_resources
+from scalebench.config import run_order as sb_run_order
 from scalebench.report import figures as sb_figures
 
 # validate() also converts the strings of --config (partial=true, matrix={"gpus": [1, 2]})
@@ -141,6 +142,9 @@ def figure_rule_inputs(drawing):
         "scaling": "results/summary/scaling.csv",
         "epochs": "results/summary/epochs.csv",
         "collectives": "results/summary/collectives.csv",
+        "hosts": "results/summary/hosts.csv",
+        "drift": "results/summary/drift.csv",
+        "order": "results/summary/order.csv",
         "images": f"{PREPARED}/images.npy",
         "masks": f"{PREPARED}/masks.npy",
     }
@@ -165,6 +169,7 @@ def final_outputs():
     return (
         [f"results/summary/{name}.csv" for name in tables]
         + [f"results/tables/{name}.html" for name in tables if name != "epochs"]
+        + [f"results/tables/{name}.html" for name in ("hosts", "drift", "order")]
         + [figure.path for figure in sb_figures.FIGURES]
         + ["results/summary/answer.json", LANDING_PAGE]
     )
@@ -330,10 +335,13 @@ def check_slurm_requests():
         return
     sb_slurm_check.never_resubmit_refusals()
     cluster = config["cluster"]
-    problem = sb_slurm_check.node_cpus_problem(cluster["cpus_per_rank"], cluster["partition"])
+    problem = sb_slurm_check.node_cpus_problem(
+        cluster["cpus_per_rank"], cluster["partition"]
+    ) or sb_slurm_check.unknown_nodes_problem(cluster["exclude"])
     if problem:
         raise WorkflowError(problem)
-    to_submit = [cell for cell in CELLS if not cell_finished(cell)]
+    forced = sb_slurm_check.forced_cells(CELLS, sb_rerun.forced(sys.argv))
+    to_submit = [cell for cell in CELLS if not cell_finished(cell) or cell in forced]
     findings = sb_slurm_check.check(to_submit, train_job_resources) if to_submit else None
     for note in findings.notes if findings else []:
         print(note, file=sys.stderr)
@@ -350,6 +358,7 @@ def plan_study():
         return
     plan_cells()
     check_slurm_requests()
+    order_cells()
     report_left_out()
     stamp_analysis()
 
@@ -455,6 +464,31 @@ def slurm_resource(name):
 
     resource.__name__ = f"slurm_{name}"
     return resource
+
+
+# The order the cells start in (config/run_order.py): each train job's priority, and with
+# order.blocks the previous block's cells as its inputs (ancient: only their existence counts).
+RUN_ORDER = {}
+
+
+def order_cells():
+    if INVOKED_EXECUTOR == "slurm" and config["order"]["seed"] is not None:
+        sb_run_order.submit_in_priority_order()
+    RUN_ORDER.clear()
+    RUN_ORDER.update(
+        sb_run_order.study_priorities(CELLS, config["order"], config["matrix"]["seeds"])
+    )
+
+
+def train_priority(wildcards):
+    return RUN_ORDER.get(cell_of(wildcards), 0)
+
+
+def previous_block(wildcards):
+    if not config["order"]["blocks"]:
+        return []
+    cells = sb_run_order.previous_block(cell_of(wildcards), CELLS, config["matrix"]["seeds"])
+    return [ancient(f"{cell.folder}/metrics.jsonl") for cell in cells]
 
 
 def train_local_gpus(wildcards):

@@ -10,6 +10,7 @@ rule train:
         masks=f"{PREPARED}/masks.npy",
         manifest=f"{PREPARED}/manifest.json",
         settings=settings_file,
+        block=previous_block,
     output:
         metrics=f"{RUNS}/metrics.jsonl",
         run=f"{RUNS}/run.json",
@@ -17,6 +18,7 @@ rule train:
         f"{RUNS}/train.log",
     benchmark:
         f"{RUNS}/benchmark.tsv"
+    priority: train_priority
     threads: train_threads
     resources:
         **train_resources(),

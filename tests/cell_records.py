@@ -77,6 +77,30 @@ def step_split(seconds: float) -> dict:
     }
 
 
+def rank_rows(seconds: float, hosts: list[str], slower: dict[str, float] | None = None) -> list[dict]:
+    """An epoch record's `ranks` (records.RANK), one per host in `hosts` (rank order); the ranks on a
+    host of `slower` compute that factor longer, and the others wait for them in the reduction."""
+    computes = [0.7 * seconds * (slower or {}).get(host, 1.0) for host in hosts]
+    return [
+        {
+            "rank": rank,
+            "host": host,
+            "epoch_time_s": seconds,
+            "compute_s": compute,
+            "comm_exposed_s": max(computes) - compute + 0.1 * seconds,
+            "data_wait_s": 0.1 * seconds,
+            "rest_s": 0.05 * seconds,
+            "steps": 10,
+            "step_median_s": 0.1 * seconds,
+            "step_p90_s": 0.12 * seconds,
+            "step_max_s": 0.15 * seconds,
+            "comm_total_s": 0.3 * seconds,
+            "comm_overlap": 0.5,
+        }
+        for rank, (host, compute) in enumerate(zip(hosts, computes))
+    ]
+
+
 # The fields of an epoch record written before the step split existed (tests of old records drop them).
 SPLIT_FIELDS = tuple(step_split(1.0))
 

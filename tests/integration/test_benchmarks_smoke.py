@@ -38,6 +38,10 @@ PRINTS = {
     # without a GPU (this machine): determinism and collectives on the CPU, the rest named as skipped
     "gpu_check.py": [r"^  deterministic_on +\d", r"one rank: latency floor", r"^    width  4: all-reduce"],
     "harness_overhead.py": [r"^torch: harness .* ratio", r"^tensorflow: harness .* ratio"],
+    "hosts_scale.py": [
+        r"^24 cells x 3 epochs, .* rank-epochs: ranks.csv .* analyse_hosts .* 2 figures",
+        r"^slow nodes found: ",
+    ],
     "model_flops.py": [r"^32x48: forward .* FlopCounterMode .* \(ratio \d"],
     "pipeline_scale.py": [
         r"^snakemake -n, 16 cells: median",
@@ -48,7 +52,12 @@ PRINTS = {
     "tf_mark_cost.py": [r"^numpy_function \(the project's\) .* per mark", r"^py_function .* per mark"],
 }
 # the option that keeps a benchmark's files in a folder of the test's (None: it writes none)
-WORKDIR_OPTION = {"analysis_scale.py": "--out", "model_flops.py": None, "tf_mark_cost.py": None}
+WORKDIR_OPTION = {
+    "analysis_scale.py": "--out",
+    "hosts_scale.py": "--out",
+    "model_flops.py": None,
+    "tf_mark_cost.py": None,
+}
 
 
 def test_every_benchmark_has_a_smoke_run():

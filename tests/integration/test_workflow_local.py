@@ -149,6 +149,12 @@ def test_tiny_study_runs_to_the_report_with_its_answer(tmp_path):
     assert (torch["best"]["backend"], torch["versus"]["backend"]) == (best["a"], best["b"])
     assert torch["versus"]["verdict"] == best["verdict"]
     assert "The answer" in html and torch["sentences"][0] in html
+    # and the hosts: one machine ran every rank, which the page says rather than comparing it with itself
+    hosts = answer["hosts"]
+    assert hosts["slow_nodes"] == [] and hosts["rerun"] is None and hosts["sentences"][0] in html
+    assert (
+        hosts["sentences"][0].startswith("One host (") and "no other host to compare it with" in hosts["sentences"][0]
+    )
 
 
 def test_a_variant_outside_the_study_is_refused_naming_its_variants(tmp_path):

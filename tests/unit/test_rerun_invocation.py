@@ -98,3 +98,18 @@ def test_the_program_is_the_one_that_ran(tmp_path, monkeypatch):
     assert rerun.from_argv([str(other)], "/w", [], SNAKEFILE).program == ("snakemake",)
     main = str(Path(rerun.__file__).parent / "__main__.py")
     assert rerun.from_argv([main], "/w", [], SNAKEFILE).program[1:] == ("-m", "snakemake")
+
+
+def test_one_more_config_entry_joins_the_study_s_own_so_snakemake_reads_both():
+    from snakemake.cli import get_argument_parser, parse_config
+
+    exclude = 'cluster={"exclude": ["n3"]}'
+    with_own = invocation(["--config", 'cluster={"partition": "gpu"}', "seeds=[1]", "--cores", "2"])
+    without = invocation(["--cores", "2"])
+    for found, expected in (
+        (with_own, {"cluster": {"partition": "gpu", "exclude": ["n3"]}, "seeds": ["1"]}),
+        (without, {"cluster": {"exclude": ["n3"]}}),
+    ):
+        words = shlex.split(found.with_config(exclude).command(["t.jsonl"], force=True).split(" && ", 1)[1])
+        args = get_argument_parser().parse_args(words[1:])
+        assert parse_config(args.config) == expected and args.targets == ["t.jsonl"] and args.cores == 2

@@ -137,3 +137,16 @@ def test_a_refused_submission_ends_its_job_at_the_first_attempt_and_a_failed_job
     assert failed == [refused, ran]
     # the scheduler restarts a failed job while restart_times > attempt - 1
     assert not refused.restart_times > refused.attempt - 1 and ran.restart_times > ran.attempt - 1
+
+
+def test_forced_cells_are_checked_again_whether_finished_or_not(schema):
+    from scalebench import rerun
+
+    cells = sb_config.cells(study(schema), None)
+    target = "results/runs/torch/native/g2/s1/metrics.jsonl"
+    forced = rerun.forced(["snakemake", "--profile", "profiles/slurm", "--force", "--", target])
+    assert forced == (False, frozenset({target}))
+    assert [cell.path for cell in slurm_check.forced_cells(cells, forced)] == ["torch/native/g2/s1"]
+    assert slurm_check.forced_cells(cells, rerun.forced(["snakemake", "--forcerun", "train"])) == cells
+    assert slurm_check.forced_cells(cells, rerun.forced(["snakemake", "--forceall"])) == cells
+    assert slurm_check.forced_cells(cells, rerun.forced(["snakemake", target])) == []  # named, not forced

@@ -5,6 +5,7 @@ import sys
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
+from scalebench.analysis.ranks import collect_ranks
 from scalebench.analysis.study import collect_study
 from scalebench.analysis.submissions import submit_errors
 from scalebench.rerun import Invocation
@@ -25,5 +26,7 @@ summary.runs.to_csv(snakemake.output.runs, index=False)
 summary.epochs.to_csv(snakemake.output.epochs, index=False)
 summary.provenance.to_csv(snakemake.output.provenance, index=False)
 summary.incomplete.to_csv(snakemake.output.incomplete, index=False)
+# every rank of every epoch, with the cell's keys (analysis/ranks.py; docs/report.md defines the columns)
+collect_ranks(params.runs_root, json.loads(params.cells)).to_csv(snakemake.output.ranks, index=False)
 counts = summary.runs.groupby("source")["status"].value_counts().to_dict()
 print(f"collect_runs: {len(summary.runs)} rows, {len(summary.epochs)} epochs; status {counts}")

@@ -1,6 +1,8 @@
 """Snakemake script: runs.csv, scaling.csv, collectives.csv -> the loss waterfall, the verdicts,
-answer.json and the report's first page with the answer in front (report/workflow.rst's text)."""
+answer.json and the report's first page with the answer in front (report/workflow.rst's text);
+hosts.csv, drift.csv, order.csv -> its slow nodes, drift and their rerun command."""
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -9,6 +11,9 @@ sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 import pandas as pd
 from scalebench.analysis import answer, collectives, verdicts, waterfall
+from scalebench.analysis.drift import read_drift, read_order
+from scalebench.analysis.host_findings import host_findings
+from scalebench.analysis.hosts import read_hosts
 from scalebench.analysis.summary_csv import read_runs
 from scalebench.report.landing import landing_page
 
@@ -20,8 +25,11 @@ losses.to_csv(output.waterfall, index=False)
 found = verdicts.verdicts(runs)
 found.to_csv(output.verdicts, index=False)
 facts = answer.answer(runs, scaling, losses, found, collectives.read(given.collectives))
+hosts = host_findings(read_hosts(given.hosts), read_drift(given.drift), read_order(given.order))
+facts["hosts"] = dataclasses.asdict(hosts)  # sentences, slow_nodes, rerun (analysis/host_findings.py)
 Path(output.answer).write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
 Path(output.page).write_text(landing_page(Path(snakemake.params.text).read_text(), facts))
 for fact in facts["frameworks"]:
     print("derive_answer: " + " ".join(fact["sentences"]))
 print(f"derive_answer: {len(losses)} waterfall rows, {len(found)} verdicts; notes: {facts['notes']}")
+print("derive_answer: hosts: " + " ".join(hosts.sentences))

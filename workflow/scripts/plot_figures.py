@@ -7,6 +7,8 @@ sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 import pandas as pd
 from scalebench.analysis import collectives
+from scalebench.analysis.drift import read_drift, read_order
+from scalebench.analysis.hosts import read_hosts
 from scalebench.analysis.summary_csv import read_epochs, read_runs
 from scalebench.report.figures import FigureInputs, figures_of
 from scalebench.report.style import save_figure
@@ -23,6 +25,9 @@ inputs = FigureInputs(
     images_shown=params.images_shown,
     collectives=collectives.read(given.collectives) if "collectives" in given.keys() else None,
     link_gbps=params.link_gbps,
+    hosts=read_hosts(given.hosts) if "hosts" in given.keys() else None,
+    drift=read_drift(given.drift) if "drift" in given.keys() else None,
+    order=read_order(given.order) if "order" in given.keys() else None,
 )
 for figure in figures_of(params.drawing):
     save_figure(figure.draw(inputs), snakemake.output[figure.name])

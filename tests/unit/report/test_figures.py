@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from cell_records import cell, write_cell
+from cell_records import cell, rank_rows, write_cell
 from conftest import REPO
 from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
@@ -17,8 +17,12 @@ from plotnine import aes, geom_point, ggplot
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import collectives as collectives_table
 from scalebench.analysis import study as summary
+from scalebench.analysis.drift import drift_table, order_table, read_drift, read_order
+from scalebench.analysis.hosts import host_table, read_hosts
+from scalebench.analysis.ranks import collect_ranks
 from scalebench.analysis.scaling import scaling
 from scalebench.analysis.summary_csv import read_epochs, read_runs
+from scalebench.cell import Cell
 from scalebench.collective_table import TABLE
 from scalebench.report import scaling_figures as plots
 from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figures_of
@@ -134,18 +138,41 @@ def saved_predictions(folder, count: int = 8) -> None:
         Image.fromarray(np.full((16, 24), 255, np.uint8)).save(folder / "predictions" / f"test_{index:05d}.png")
 
 
+def host_tables(runs, cells, folder):
+    """hosts.csv, drift.csv and order.csv of a study, read back as the drawing rule reads them."""
+    ranks = collect_ranks(folder / "runs", cells)
+    order = order_table(runs, ranks, cells, {"seed": 1, "blocks": False}, [1, 2, 3])
+    tables = {"hosts": host_table(ranks, runs, Invocation(("snakemake",), "/w", ())), "order": order}
+    tables["drift"] = drift_table(order, runs)
+    for name, table in tables.items():
+        table.to_csv(folder / f"{name}.csv", index=False)
+    return read_hosts(folder / "hosts.csv"), read_drift(folder / "drift.csv"), read_order(folder / "order.csv")
+
+
 def test_every_registered_figure_draws_the_study_it_is_given(tmp_path):
-    cells = [cell(gpus=gpus, seed=seed) for gpus in (1, 2, 4, 8) for seed in (1, 2, 3)]
-    for entry in cells:
+    cells = [
+        cell(gpus=gpus, seed=seed, settings={"cell": Cell("torch", "native", gpus, seed).to_json()})
+        for gpus in (1, 2, 4, 8)
+        for seed in (1, 2, 3)
+    ]
+    for number, entry in enumerate(cells):
         gpus = entry["gpus"]  # weak scaling with a cost per reduction, so that the scaling model fits
         seconds = (100 + 2 * (gpus > 1) + 8 * (gpus - 1) / gpus) / gpus * (1 + 0.004 * entry["seed"])
+        hosts = [f"n{(number + rank) % 4 + 1}" for rank in range(gpus)]  # several hosts, n3 the slow one
+        ranks = {n: {"ranks": rank_rows(seconds, hosts, {"n3": 1.3})} for n in range(1, 5)}
         folder = write_cell(
             tmp_path / "runs",
             gpus=entry["gpus"],
             seed=entry["seed"],
             times=(2 * seconds, seconds, seconds, seconds),
-            epochs_extra={3: {"val_iou": 0.85}},
-            run_extra={"nodes": 1, "hosts": ["n1"], "model_width": 1, "gradient_bytes": GRADIENT_BYTES},
+            epochs_extra={**ranks, 3: {**ranks[3], "val_iou": 0.85}},
+            run_extra={
+                "nodes": 1,
+                "hosts": sorted(set(hosts)),
+                "model_width": 1,
+                "gradient_bytes": GRADIENT_BYTES,
+                "start": f"2030-01-01T{8 + number % 12:02d}:00:00+00:00",
+            },
         )
         saved_predictions(folder)
         if gpus > 1:
@@ -163,6 +190,8 @@ def test_every_registered_figure_draws_the_study_it_is_given(tmp_path):
         collectives=collectives_table.gather(tmp_path / "runs", cells),
         link_gbps={"intra_node": 300.0, "inter_node": None},
     )
+    inputs.hosts, inputs.drift, inputs.order = host_tables(runs, cells, tmp_path)
+    assert list(inputs.hosts.loc[inputs.hosts["slow_node"], "host"]) == ["n3"]
     figures = {figure.name: figure.draw(inputs) for figure in FIGURES}
     drawn = [name for name, figure in figures.items() if isinstance(figure, Figure) or figure.data is not None]
     assert sorted(drawn) == sorted(figure.name for figure in FIGURES)  # no placeholder among them

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import textwrap
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,14 @@ def test_the_answer_leads_the_first_page_and_its_words_are_not_read_as_markup():
 def test_a_report_text_without_the_marker_is_refused_naming_it():
     with pytest.raises(ValueError, match="the answer"):
         landing.landing_page("Title\n=====\n", FACTS)
+
+
+def test_slow_nodes_and_their_rerun_command_lead_the_page_with_the_command_as_printed():
+    command = 'cd /work/my_study && snakemake --config \'cluster={"exclude": ["gpu_07"]}\' --force -- a.jsonl'
+    hosts = {"sentences": ["Host gpu_07 is slower than the others: compute slower by 9% (6-12%) in 14 cells."]}
+    facts = FACTS | {"hosts": hosts | {"slow_nodes": ["gpu_07"], "rerun": command}}
+    html = render(landing.landing_page((REPO / "report" / "workflow.rst").read_text(), facts), validated())
+    assert "System Message" not in html
+    assert html.index("Host gpu_07 is slower") < html.index("The study")
+    block = html[html.index('<pre class="literal-block">') + len('<pre class="literal-block">') :]
+    assert unescape(block[: block.index("</pre>")]).strip() == command  # the command as printed, not markup

@@ -21,7 +21,7 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Options that say what this one call does rather than how the study is built.
@@ -93,6 +93,19 @@ class Invocation:
         # `--` ends the options: the last one may take several values (--configfile a.yaml b.yaml)
         words = [*self.program, *self.options, *(["--force"] if force else []), *(["--", *targets] if targets else [])]
         return f"cd {shlex.quote(self.directory)} && {shlex.join(words)}"
+
+    def with_config(self, entry: str) -> Invocation:
+        """The same invocation with one more --config entry (KEY=VALUE) after the study's own: argparse
+        keeps only the last --config option, so the entry joins it rather than following as another;
+        Snakemake merges the entries' dictionaries, the later winning key by key."""
+        words: list[str] = []
+        joined = False
+        for action, group in _split(list(self.options), _parser()):
+            words += group
+            if action is not None and action.dest == "config" and not joined:
+                words.append(entry)
+                joined = True
+        return replace(self, options=tuple(words if joined else [*words, "--config", entry]))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -197,11 +210,9 @@ def current(workflow) -> Invocation:
     return from_argv(sys.argv, os.getcwd(), configfiles, str(Path(workflow.main_snakefile).absolute()))
 
 
-def executor(argv: list[str]) -> str | None:
-    """The executor this invocation runs its jobs with, as Snakemake resolves it from the command
-    line, a --profile (or SNAKEMAKE_PROFILE) and the workflow profile: 'local' where none names one;
-    None where `argv` is not a Snakemake command line this version parses (the API, a test runner).
-    A dry run (`-n`) names the executor the real run would use."""
+def _parsed(argv: list[str]) -> argparse.Namespace | None:
+    """Snakemake's own reading of `argv` (profiles included); None where it is not a Snakemake command
+    line this version parses (the API, a test runner)."""
     from snakemake.cli import parse_args
 
     program = Path(argv[0]) if argv else Path()
@@ -209,7 +220,27 @@ def executor(argv: list[str]) -> str | None:
         return None
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # its "Using profile ..." line, printed once already
-            _, args = parse_args(list(argv[1:]))
+            return parse_args(list(argv[1:]))[1]
     except (SystemExit, Exception):
+        return None
+
+
+def forced(argv: list[str]) -> tuple[bool, frozenset[str]]:
+    """What this invocation forces: (everything, the rules and files named): --forceall; --forcerun's
+    names; --force's targets."""
+    args = _parsed(argv)
+    if args is None:
+        return False, frozenset()
+    names = set(args.forcerun or ()) | (set(args.targets or ()) if args.force else set())
+    return bool(args.forceall), frozenset(names)
+
+
+def executor(argv: list[str]) -> str | None:
+    """The executor this invocation runs its jobs with, as Snakemake resolves it from the command
+    line, a --profile (or SNAKEMAKE_PROFILE) and the workflow profile: 'local' where none names one;
+    None where `argv` is not a Snakemake command line this version parses (the API, a test runner).
+    A dry run (`-n`) names the executor the real run would use."""
+    args = _parsed(argv)
+    if args is None:
         return None
     return args.executor or "local"

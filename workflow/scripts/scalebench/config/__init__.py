@@ -13,7 +13,8 @@ config key, and all of it runs before Snakemake builds a job. One module per job
 - freshness.py: whether a finished cell still stands (each cell's settings.json), the analysis' stamp;
 - local_gpus.py: this machine's GPUs as a Snakemake resource, for a local run;
 - resources.py: a cell's SLURM job (nodes, tasks, GPUs, CPUs, memory, time);
-- slurm_check.py: the requests SLURM would refuse, found before any submission (`sbatch --test-only`).
+- slurm_check.py: the requests SLURM would refuse, found before any submission (`sbatch --test-only`);
+- run_order.py: the order the cells start in (order.seed, order.blocks): priorities, blocks.
 
 The rules and the analysis read the names below from here.
 """

@@ -124,6 +124,8 @@ def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, objec
     extra = [cluster["extra"]] if cluster["extra"] else []
     if cluster["exclusive"]:
         extra.append("--exclusive")
+    if cluster.get("exclude"):  # nodes found slow (analysis/hosts.py), or any the user keeps cells off
+        extra.append(f"--exclude={','.join(cluster['exclude'])}")
     if uses_gpus and not per_node_gres:  # SLURM binds each task to its own GPUs (train/devices.py)
         extra.append(f"--gpus-per-task={per_task}")
     resources: dict[str, object] = {

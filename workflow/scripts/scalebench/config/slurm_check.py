@@ -20,6 +20,7 @@ job id, and `never_resubmit_refusals` ends such a job at its first attempt.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -177,3 +178,50 @@ def never_resubmit_refusals() -> bool:
     report_job_error.never_resubmits = True
     Executor.report_job_error = report_job_error
     return True
+
+
+def unknown_nodes_problem(
+    exclude: list[str], run: Callable[..., subprocess.CompletedProcess] = subprocess.run
+) -> str | None:
+    """Why cluster.exclude cannot be submitted: it names nodes SLURM does not know (sbatch refuses
+    every job whose --exclude does), each named. Host lists (gpu[07-08]) are expanded by `scontrol
+    show hostnames`, the cluster's nodes listed by `sinfo --Node`; None where every name is a node,
+    or SLURM cannot be asked (the sbatch --test-only check then has the last word)."""
+    if not exclude:
+        return None
+    listed = _answer(["sinfo", "--noheader", "--Node", "--format=%N"], run)
+    if not listed:
+        return None
+    nodes = set(listed.split())
+    names = []
+    for entry in exclude:
+        expanded = _answer(["scontrol", "show", "hostnames", entry], run)
+        names += expanded.split() if expanded else [entry]
+    unknown = [name for name in names if name not in nodes]
+    if not unknown:
+        return None
+    shown = ", ".join(sorted(nodes)[:8]) + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
+    return (
+        f"config key 'cluster.exclude': {', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not a node "
+        f"SLURM knows (sinfo lists {shown}); sbatch would refuse every cell's job"
+    )
+
+
+def _answer(command: list[str], run: Callable[..., subprocess.CompletedProcess]) -> str:
+    """What a SLURM command printed, or '' where it failed or did not answer."""
+    try:
+        result = run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return result.stdout.strip() if result.returncode == 0 else ""
+
+
+def forced_cells(cells: Iterable[Cell], forced: tuple[bool, frozenset[str]]) -> list[Cell]:
+    """The cells this invocation forces (rerun.forced: --forceall, or --force with a cell's output as
+    a target, or --forcerun naming one or the train rule): finished or not, their jobs are submitted
+    again, so the check asks for them too (a rerun without a node: cluster.exclude)."""
+    everything, names = forced
+    if everything or {"train", "train_variant"} & names:
+        return list(cells)
+    named = {os.path.normpath(name) for name in names}
+    return [cell for cell in cells if {f"{cell.folder}/metrics.jsonl", f"{cell.folder}/run.json"} & named]

@@ -25,6 +25,7 @@ RULE_INPUTS = {
     "training": ("runs", "epochs"),
     "predictions": ("runs", "images", "masks"),
     "collectives": ("runs", "collectives"),
+    "hosts": ("runs", "hosts", "drift", "order"),
 }
 
 
@@ -42,6 +43,9 @@ class FigureInputs:
     images_shown: int = 3
     collectives: pd.DataFrame | None = None  # results/summary/collectives.csv
     link_gbps: dict | None = None  # cluster.link_gbps: the links' peaks, GB/s
+    hosts: pd.DataFrame | None = None  # results/summary/hosts.csv
+    drift: pd.DataFrame | None = None  # results/summary/drift.csv
+    order: pd.DataFrame | None = None  # results/summary/order.csv
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,18 @@ def _predictions(inputs: FigureInputs):
     from scalebench.report.predictions import picture_panel
 
     return picture_panel(inputs.runs, inputs.runs_root, inputs.prepared, inputs.images_shown)
+
+
+def _hosts(inputs: FigureInputs):
+    from scalebench.report.host_figures import hosts_figure
+
+    return hosts_figure(inputs.hosts)
+
+
+def _drift(inputs: FigureInputs):
+    from scalebench.report.host_figures import drift_figure
+
+    return drift_figure(inputs.order, inputs.drift)
 
 
 def _measure(figure: str, measure: str) -> dict[str, str]:
@@ -301,6 +317,8 @@ FIGURES: tuple[Figure, ...] = (
         {"figure": "predictions on test images"},
         _predictions,
     ),
+    Figure("hosts", "hosts", "Hosts and time", {"figure": "slow hosts"}, _hosts),
+    Figure("drift", "hosts", "Hosts and time", {"figure": "drift over the study"}, _drift),
 )
 
 

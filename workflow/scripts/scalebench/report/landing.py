@@ -27,6 +27,11 @@ def answer_text(facts: dict) -> str:
         lines += ["- " + plain(" ".join(fact["sentences"])), ""]
     for note in facts.get("notes", []):
         lines += [f"- {plain(note)}", ""]
+    hosts = facts.get("hosts") or {}  # slow nodes and drift (analysis/host_findings.py)
+    for sentence in hosts.get("sentences", []):
+        lines += [f"- {plain(sentence)}", ""]
+    if hosts.get("rerun"):  # a literal block: the command as printed, never markup
+        lines += ["The command that reruns the slow nodes' cells on other nodes::", "", f"    {hosts['rerun']}", ""]
     lines += [
         "Why, figure by figure: *the loss waterfall* (what each GPU count cost, and to which cause) and the",
         "tables *waterfall* and *verdicts* (how sure). The same facts: ``results/summary/answer.json``.",

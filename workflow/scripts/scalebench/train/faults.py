@@ -29,6 +29,12 @@ Known delays, which the step split must find (docs/step-split.md), each in epoch
 - ``slow_loader:SECONDS:EPOCH``: every rank's loader hands over each batch SECONDS late.
 - ``slow_compute:RANK:SECONDS:EPOCH``: rank RANK computes SECONDS longer in every step (a
   straggler: a busy core, a throttled GPU).
+
+And one in every epoch, which the host analysis must find (analysis/hosts.py):
+
+- ``slow_host:NAME:SECONDS``: every rank on node NAME (its name as the records give it:
+  SLURM's node name, else the hostname; provenance.host_name) computes SECONDS longer in every
+  step of every epoch, as on a node with a throttled GPU or a noisy neighbour.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from scalebench.train.provenance import host_name
 
 MEET_TIMEOUT_S = 300
 DELAY_KINDS = ("slow_reduce", "slow_comm", "slow_loader", "slow_compute")
@@ -88,13 +96,17 @@ def delays(rank: int, epoch: int) -> Delays:
             fault_rank, seconds, fault_epoch = argument.split(":")
             if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
                 found["reduce_s" if kind == "slow_reduce" else "compute_s"] = float(seconds)
+        elif kind == "slow_host":
+            node, seconds = argument.rsplit(":", 1)
+            if node == host_name():
+                found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
     return Delays(**found)
 
 
 def injects(kind: str) -> bool:
     """Whether SCALEBENCH_FAULT names a delay of `kind` for some rank and epoch: a compiled step
     gets its sleep only then, so a run without faults trains with exactly its own ops."""
-    return any(name == kind for name, _ in faults())
+    return any(name == kind or (name, kind) == ("slow_host", "slow_compute") for name, _ in faults())
 
 
 def delayed(batches: Iterable, seconds: float) -> Iterator:
