@@ -13,6 +13,12 @@ before each epoch's first step.
   differs (observed.py).
 - ``collectives_fail:RANK``: rank RANK fails to prepare the collective benchmark's first
   all-reduce (collective_failure), as a rank out of memory for its buffers would.
+- ``precision_off``: the steps run without autocast (PyTorch) or the Keras mixed-precision
+  policy (TensorFlow), whatever training.precision asks (precision_off), as a broken wiring
+  would; the dtype observed in the first step then differs (observed.py).
+- ``disk_full:EPOCH:BYTES``: in a run that did not resume, rank 0 may write no file larger than
+  BYTES from the start of epoch EPOCH (RLIMIT_FSIZE: a write beyond it fails with EFBIG), as a
+  full quota would; the retry resumes with the space back.
 
 Known delays, which the step split must find (docs/step-split.md), each in epoch EPOCH only:
 
@@ -28,6 +34,7 @@ Known delays, which the step split must find (docs/step-split.md), each in epoch
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -58,6 +65,11 @@ def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], B
         elif kind == "meet" and epoch == 0 and rank == 0:
             folder, count = argument.rsplit(":", 1)
             meet(Path(folder), int(count), fault)
+        elif kind == "disk_full" and rank == 0 and not resumed:
+            fault_epoch, size = argument.split(":")
+            if int(fault_epoch) == epoch + 1:
+                print(f"files of rank 0 limited to {int(size)} bytes (SCALEBENCH_FAULT={fault})", flush=True)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (int(size), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
 
 @dataclass(frozen=True)
@@ -107,19 +119,24 @@ def checkpoint_folder(rank: int, out: Path) -> Path:
 
 def learning_rate(rate: float, epoch: int) -> float:
     """The rate the loop hands the framework in 0-based `epoch`: the schedule's, unless ``lr`` scales it."""
-    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
-    if kind == "lr":
-        fault_epoch, factor = argument.split(":")
-        if int(fault_epoch) == epoch + 1:
-            return rate * float(factor)
+    for kind, argument in faults():
+        if kind == "lr":
+            fault_epoch, factor = argument.split(":")
+            if int(fault_epoch) == epoch + 1:
+                rate *= float(factor)
     return rate
 
 
 def collective_failure(rank: int, op: str) -> None:
     """Raise where ``collectives_fail`` names this rank, while the benchmark prepares an all-reduce."""
-    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
-    if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
-        raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
+    for kind, argument in faults():
+        if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
+            raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
+
+
+def precision_off() -> bool:
+    """Whether ``precision_off`` asks the framework to compute in float32 whatever training.precision says."""
+    return injects("precision_off")
 
 
 def meet(folder: Path, count: int, fault: str) -> None:

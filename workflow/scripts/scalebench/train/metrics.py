@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Protocol
 
-from scalebench import records
+from scalebench.records import store
 from scalebench.train import flops
 
 
@@ -30,7 +30,7 @@ def diverged(loss: float, max_loss: float) -> bool:
 
 
 class MetricsWriter:
-    """Appends records to metrics.jsonl (rank 0) and keeps them for checkpoints; with `curves`
+    """Writes records to metrics.jsonl (rank 0) and keeps them for checkpoints; with `curves`
     (training.tensorboard, summaries.py), each epoch record goes to TensorBoard too."""
 
     def __init__(
@@ -39,16 +39,18 @@ class MetricsWriter:
         self.path = Path(path)
         self.enabled = enabled
         self.curves = curves
-        self.records: list[dict] = []
-        if enabled:
-            self.path.write_text("")
-        for record in previous or []:
-            self.write(record)
+        self.records: list[dict] = list(previous or [])
+        if enabled:  # a resumed run's file holds exactly its checkpoint's records: each epoch once
+            store.write_metrics(self.path, self.records)
+        if self.curves is not None:
+            for record in self.records:
+                self.curves.write(record)
 
     def write(self, record: dict) -> None:
+        """The file rewritten whole with `record` last: a failed write leaves the last complete one."""
         self.records.append(record)
         if self.enabled:
-            records.append_record(self.path, record)
+            store.write_metrics(self.path, self.records)
         if self.curves is not None:
             self.curves.write(record)
 
