@@ -63,7 +63,7 @@ def first_reason(epochs: list[dict], field: str) -> str | None:
 
 def run_columns(epochs: list[dict], steady_epoch_s: float) -> dict:
     """A cell's split columns of runs.csv from its epoch records."""
-    profiled = [bool(record.get("profiled")) for record in epochs]
+    profiled = [measures.unsteady(record) for record in epochs]  # a profiled or resumed epoch: not steady
     row = {name: measures.steady_median([record.get(name) for record in epochs], profiled) for name in STEADY_COLUMNS}
     row["comm_share"] = row["comm_exposed_s"] / steady_epoch_s if steady_epoch_s else math.nan
     steady = [record for index, record in enumerate(epochs) if index and not profiled[index]] or epochs[:1]

@@ -426,6 +426,7 @@ class TrainingLoop:
             self.provenance,
             sum(part.last for part in self.parts),
             energy_j,
+            resumed=progress.start_epoch > 0 and epoch == progress.start_epoch,
         )
         record.update(self.step_split(elapsed, wait))
         record.update(self.profile.fields(epoch))

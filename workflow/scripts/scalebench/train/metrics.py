@@ -70,6 +70,7 @@ def epoch_record(
     provenance: dict,
     optimizer_steps: int,
     energy_j: float | None = None,
+    resumed: bool = False,
 ) -> dict:
     """The epoch record of the contract. `rates` = (the rate the optimizer held after the epoch's
     steps, the schedule's: observed.py); `slowest` = [epoch time, data wait, peak memory], each the
@@ -77,7 +78,8 @@ def epoch_record(
     the epoch saw, its shard cycled where training.steps_per_epoch asks for more);
     `optimizer_steps` = optimizer steps of each replica (fewer than its batches when gradients
     are accumulated); energy_j = the epoch's joules summed over ranks (None where not measured:
-    energy.py); throughput fields from the model FLOPs."""
+    energy.py); resumed: the first epoch after resuming from a checkpoint; throughput fields from
+    the model FLOPs."""
     epoch_time_s, data_wait_s, peak_mem_mb = slowest
     lr, scheduled_lr = rates
     images_per_s = steps * batch / epoch_time_s
@@ -98,6 +100,7 @@ def epoch_record(
         "energy_j": energy_j,
         "val_iou": None,  # the validation pairs, every training.eval_every epochs
         "val_loss": None,
+        "resumed": resumed,
         **flops.throughput_fields(
             images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"], provenance["world_size"]
         ),
