@@ -53,12 +53,12 @@ def adopt(held: cell_holder.Held, out: str | Path, settings: dict) -> bool:
 
 
 def say_previous(held: cell_holder.Held) -> None:
-    """Where this job found the cell left by a job that did not release it (killed, timed out, its
-    node lost, or this job itself before SLURM requeued it): said once, at the top of the log."""
+    """Where this job is the one before it run again (SLURM requeued it), or found the cell left by a
+    job that did not release it (killed, its node lost): said once, at the top of the log."""
     previous = held.previous
-    if previous is None or previous.released or held.waited_for is not None:
+    if previous is None or held.waited_for is not None:
         return
     if previous.slurm_job_id and previous.slurm_job_id == held.mine.slurm_job_id:
         print(f"launch: SLURM job {previous.slurm_job_id} runs again (requeued): it goes on from the checkpoint")
-    else:
+    elif not previous.released:
         print(f"launch: {previous.describe()} ended without finishing the cell: this job goes on from the checkpoint")

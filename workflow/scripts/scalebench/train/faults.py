@@ -4,6 +4,8 @@ before each epoch's first step.
 - ``oom:RANK:EPOCH``: rank RANK raises its framework's out-of-memory error in epoch EPOCH.
 - ``stall:EPOCH``: a run that did not resume blocks at the start of epoch EPOCH, so it
   outlasts any time limit however fast the machine is (its retry resumes and goes on).
+- ``stall_rank:RANK:EPOCH``: the same for rank RANK only (a cell without that rank runs on);
+  the other ranks wait for it in their first collective of the epoch.
 - ``meet:FOLDER:COUNT``: rank 0 of each cell waits before its first epoch until COUNT
   cells have arrived in FOLDER (cells that must run at the same time); fails after 300 s.
 - ``hide_checkpoint:RANK``: rank RANK looks for the cell's checkpoint in an empty folder,
@@ -59,9 +61,9 @@ def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], B
             if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
                 raise out_of_memory(f"out of memory (injected by SCALEBENCH_FAULT={fault})")
         elif kind == "stall" and not resumed and int(argument) == epoch + 1:
-            print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
-            while True:
-                time.sleep(1)
+            stall(epoch, fault)
+        elif kind == "stall_rank" and not resumed and argument == f"{rank}:{epoch + 1}":
+            stall(epoch, fault)
         elif kind == "meet" and epoch == 0 and rank == 0:
             folder, count = argument.rsplit(":", 1)
             meet(Path(folder), int(count), fault)
@@ -137,6 +139,12 @@ def collective_failure(rank: int, op: str) -> None:
 def precision_off() -> bool:
     """Whether ``precision_off`` asks the framework to compute in float32 whatever training.precision says."""
     return injects("precision_off")
+
+
+def stall(epoch: int, fault: str) -> None:
+    print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
+    while True:
+        time.sleep(1)
 
 
 def meet(folder: Path, count: int, fault: str) -> None:
