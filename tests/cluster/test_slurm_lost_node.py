@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import checkpoint_epoch, wait_for
+from conftest import checkpoint_epoch, kill_if_running, wait_for
 from scalebench import records
 
 from .conftest import cluster_config, prepare_data_locally, read_run, slurm_jobs, start_slurm_snakemake, with_data
@@ -84,8 +84,7 @@ def test_a_cell_that_loses_a_node_fails_fast_resumes_from_its_checkpoint_and_the
         two_nodes.start_slurmd(second_node)  # the node comes back, for the cell's next job
         output, _ = process.communicate(timeout=900)
     finally:
-        if process.poll() is None:
-            process.kill()
+        kill_if_running(process)
     assert process.returncode == 0, output[-5000:]
     # its rank 0 failed on the lost peer at once (not at the collective's 600 s timeout), and the job
     # ended when SLURM found the node gone (NODE_FAIL, the plugin's message)

@@ -13,7 +13,7 @@ import signal
 import subprocess
 
 import pytest
-from conftest import checkpoint_epoch, wait_for
+from conftest import checkpoint_epoch, kill_if_running, wait_for
 from scalebench import records
 
 from .conftest import (
@@ -114,9 +114,7 @@ def test_a_restarted_snakemake_waits_for_the_job_its_killed_predecessor_left_and
         (gate / "open").touch()  # the first job trains on
         output, _ = second.communicate(timeout=600)
     finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.kill()
+        kill_if_running(first, second)
     assert second.returncode == 0, output[-5000:]
     assert f"torch/native/g1/s1 is being trained by SLURM job {job} (its job still runs)" in output, output[-5000:]
     own, _, kept = log.read_text().partition(f"launch: the log of SLURM job {job} (")
@@ -153,8 +151,7 @@ def test_a_job_slurm_requeues_resumes_from_its_checkpoint_and_records_each_epoch
         assert wait_for(lambda: start_now(single_node, job), 120), single_node.squeue()
         output, _ = process.communicate(timeout=600)
     finally:
-        if process.poll() is None:
-            process.kill()
+        kill_if_running(process)
     assert process.returncode == 0, output[-5000:]
     assert "Trying to restart" not in output  # SLURM ran it again, not Snakemake
     assert slurm_jobs(tmp_path)["torch_native_1_1"] == [job]  # one SLURM job id, run twice

@@ -10,7 +10,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import snakemake_command, tiny_config, tool_env, wait_for
+from conftest import kill_if_running, snakemake_command, tiny_config, tool_env, wait_for
 from scalebench import records
 
 pytestmark = pytest.mark.integration
@@ -38,9 +38,7 @@ def test_a_second_snakemake_waits_for_the_first_ones_job_and_adopts_its_outcome(
         out_first, _ = first.communicate(timeout=600)
         out_second, _ = second.communicate(timeout=600)
     finally:
-        for process in (first, second):
-            if process is not None and process.poll() is None:
-                process.kill()
+        kill_if_running(first, second)
     assert first.returncode == 0, out_first[-3000:]
     assert second.returncode == 0, out_second[-3000:]
     said = log.read_text()
