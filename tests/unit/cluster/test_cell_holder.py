@@ -91,6 +91,25 @@ def test_a_job_slurm_no_longer_knows_is_not_waited_for_and_is_named(tmp_path):
     ]
 
 
+def test_a_cell_without_holders_is_held_by_the_job_its_running_run_json_names(tmp_path):
+    # a cell trained by a version before the holders, its job still running (an upgrade mid-study)
+    (tmp_path / "run.json").write_text('{"status": "running", "slurm": {"job_id": "5"}, "hosts": ["n1"]}')
+    states = iter(["RUNNING", "COMPLETED"])
+    said, looks = [], []
+    held = cell_holder.hold(tmp_path, "11", say=said.append, sleep=looks.append, state_of=lambda job: next(states))
+    assert len(looks) == 1 and held.waited_for.slurm_job_id == "5" and held.mine.generation == 1
+    assert said[0].startswith("the cell is held by SLURM job 5 (SLURM says RUNNING)")
+    # one that SLURM no longer knows: not waited for, named
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "run.json").write_text('{"status": "running", "slurm": {"job_id": "7"}}')
+    said.clear()
+    held = cell_holder.hold(tmp_path / "other", "11", say=said.append, sleep=pytest.fail, state_of=lambda job: None)
+    assert held.waited_for is None and said[0].startswith("warning: the cell was held by SLURM job 7, which squeue")
+    # a cell that ended names no holder
+    (tmp_path / "other" / "run.json").write_text('{"status": "ok", "slurm": {"job_id": "7"}}')
+    assert cell_holder.recorded_holder(tmp_path / "other") is None
+
+
 def test_a_requeued_job_follows_itself(tmp_path):
     slurm_holder(tmp_path, "5")
     held = cell_holder.hold(tmp_path, "5", say=pytest.fail, sleep=pytest.fail, state_of=pytest.fail)

@@ -17,7 +17,9 @@ finds generation n no longer live:
   the process ends however it ends), seen from any process of the host, and across nodes where
   the shared file system passes flocks on;
 - its SLURM job pending or running: squeue's state, else sacct's (a requeued job is its own
-  successor: the same job id takes the next generation). A job that squeue and sacct no longer
+  successor: the same job id takes the next generation). A cell without holders whose run.json
+  says it is running (trained by a version before the holders) is held by the SLURM job that
+  run.json names, as generation 0. A job that squeue and sacct no longer
   know (purged accounting, another cluster) is not running: the waiting job says so, naming it,
   and goes on, never waiting for it forever. A controller that does not answer is asked again for
   at most PATIENCE_S.
@@ -42,8 +44,10 @@ from pathlib import Path
 from typing import IO
 
 from scalebench.cluster import slurm_answers
+from scalebench.records import store
 
 FOLDER = ".holders"
+RUNNING = "running"  # run.json's status while its job trains (train/provenance.py)
 POLL_S = 5.0  # between two looks at a live holder
 PATIENCE_S = 600.0  # how long a controller that does not answer squeue is asked about a holder
 TIMEOUT_S = 60
@@ -125,6 +129,26 @@ def latest(folder: Path) -> Holder | None:
         except (OSError, ValueError, TypeError):  # a file of another version: the next one down
             continue
     return None
+
+
+def recorded_holder(out: Path) -> Holder | None:
+    """The SLURM job the cell's run.json names while it says the cell is running, as generation 0
+    (None where it names none, or the cell ended)."""
+    try:
+        run = store.read_run(Path(out) / "run.json")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(run, dict) or run.get("status") != RUNNING:
+        return None
+    job = (run.get("slurm") or {}).get("job_id")
+    hosts = run.get("hosts") or ["?"]
+    return Holder(0, str(job), str(hosts[0]), 0, str(run.get("start", ""))) if job else None
+
+
+def current_holder(out: Path) -> Holder | None:
+    """The cell's holder: the highest generation of its holders, else the job its run.json names."""
+    folder = Path(out) / FOLDER
+    return (latest(folder) if folder.is_dir() else None) or recorded_holder(Path(out))
 
 
 def locked(path: Path) -> bool:
@@ -240,7 +264,7 @@ def hold(
     waited_for: Holder | None = None
     unanswered_since: float | None = None
     while True:
-        current = latest(folder)
+        current = current_holder(Path(out))
         try:
             live, why = liveness(current, folder, job_id, state_of)
             unanswered_since = None
@@ -276,7 +300,7 @@ def hold(
 def live_holder(out: str | Path, state_of: Callable[[str], str | None] = slurm_job_state) -> Holder | None:
     """The live job that holds the cell of folder `out`, at one look (None: free, or SLURM did not answer)."""
     folder = Path(out) / FOLDER
-    current = latest(folder) if folder.is_dir() else None
+    current = current_holder(Path(out))
     try:
         live, _ = liveness(current, folder, None, state_of)
     except SlurmUnanswered:
