@@ -4,6 +4,7 @@ and sacct (stand-in programs here; tests/cluster asks a real SLURM)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -174,3 +175,19 @@ def test_a_busy_squeue_is_no_verdict(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(cell_holder.SlurmUnanswered, match="Unable to contact slurm controller"):
         cell_holder.slurm_job_state("5")
+
+
+def test_without_flocks_a_local_holder_lives_while_its_process_does(tmp_path, monkeypatch):
+    # a file system that takes no flocks (Lustre mounted without them): the holder's process id on this host
+    def no_flocks(handle, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(cell_holder.fcntl, "flock", no_flocks)
+    folder = tmp_path / cell_holder.FOLDER
+    folder.mkdir()
+    mine, _ = cell_holder.create(folder, 1, None)
+    assert cell_holder.locked(cell_holder.holder_path(folder, 1)) is None
+    assert cell_holder.liveness(mine, folder, None) == (True, "its process runs")
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = cell_holder.Holder(1, None, mine.host, int(ended.stdout), mine.since)
+    assert cell_holder.liveness(gone, folder, None) == (False, "")

@@ -151,8 +151,9 @@ def current_holder(out: Path) -> Holder | None:
     return (latest(folder) if folder.is_dir() else None) or recorded_holder(Path(out))
 
 
-def locked(path: Path) -> bool:
-    """Whether a live process holds the flock of `path` (its holder)."""
+def locked(path: Path) -> bool | None:
+    """Whether a live process holds the flock of `path` (its holder); None where the file system
+    takes no flocks (Lustre mounted without them), so it cannot tell."""
     try:
         handle = open(path)
     except FileNotFoundError:
@@ -161,11 +162,22 @@ def locked(path: Path) -> bool:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError as error:
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return True
-            raise
+            return True if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else None
         fcntl.flock(handle, fcntl.LOCK_UN)
     return False
+
+
+def process_alive(holder: Holder) -> bool:
+    """Whether the holder's process still runs on this host (where flocks cannot tell)."""
+    if holder.host != socket.gethostname() or holder.pid <= 0:
+        return False
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def slurm_job_state(job_id: str, run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> str | None:
@@ -208,7 +220,8 @@ def liveness(
         return False, ""
     if holder.released:
         return False, ""
-    if locked(holder_path(folder, holder.generation)):
+    lock = locked(holder_path(folder, holder.generation))
+    if lock:
         return True, "its process holds the cell's lock"
     if holder.slurm_job_id:
         if holder.slurm_job_id == job_id:  # this very job, started again (scontrol requeue, preemption)
@@ -221,6 +234,8 @@ def liveness(
             )
         state = state.split()[0].rstrip("+")  # sacct: "CANCELLED by 0", "RUNNING+"
         return state in LIVE_STATES, f"SLURM says {state}"
+    if lock is None and process_alive(holder):  # no flocks here: its process id on this host
+        return True, "its process runs"
     return False, ""  # a local process that holds no lock has ended
 
 
@@ -235,7 +250,10 @@ def create(folder: Path, generation: int, job_id: str | None) -> tuple[Holder, I
         handle.write(json.dumps(asdict(holder), sort_keys=True) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
-        fcntl.flock(handle, fcntl.LOCK_EX)  # locked before it has its name: never seen unlocked while live
+        try:  # locked before it has its name: never seen unlocked while live
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        except OSError:  # a file system without flocks: the holder's job state or process id tell
+            pass
         try:
             os.link(temporary, holder_path(folder, generation))
         except FileExistsError:
