@@ -287,9 +287,10 @@ def hold(
             live, why = liveness(current, folder, job_id, state_of)
             unanswered_since = None
         except SlurmUnanswered as error:
-            unanswered_since = unanswered_since or time.monotonic()
-            if time.monotonic() - unanswered_since < PATIENCE_S:
+            if unanswered_since is None:  # said once per stretch without an answer
+                unanswered_since = time.monotonic()
                 say(f"the cell's holder {current.describe()}: SLURM gave no answer ({error}); asking again")
+            if time.monotonic() - unanswered_since < PATIENCE_S:
                 sleep(poll_s)
                 continue
             live, why = (
@@ -297,7 +298,10 @@ def hold(
                 f"warning: SLURM gave no answer about {current.describe()} for {PATIENCE_S:.0f} s: taken as not running",
             )
         if live:
-            if waited_for is None:
+            if waited_for is None or (waited_for.generation, waited_for.slurm_job_id) != (
+                current.generation,
+                current.slurm_job_id,
+            ):  # the first holder, or another job that took the cell while this one waited
                 say(
                     f"the cell is held by {current.describe()} ({why}): this job waits for it and trains nothing "
                     "beside it, then adopts its outcome"
