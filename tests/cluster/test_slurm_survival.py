@@ -172,9 +172,11 @@ def start_now(cluster, job: str) -> bool:
     return subprocess.run(update, capture_output=True, env=cluster.env()).returncode == 0
 
 
-def file_digests(folder) -> dict[str, tuple[str, float]]:
+def file_digests(folder, dates: bool = True) -> dict[str, tuple]:
+    """Each file of `folder`: its content's digest and (with `dates`) its modification time."""
     return {
-        str(path.relative_to(folder)): (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime)
+        str(path.relative_to(folder)): (hashlib.sha256(path.read_bytes()).hexdigest(),)
+        + ((path.stat().st_mtime,) if dates else ())
         for path in sorted(folder.rglob("*"))
         if path.is_file()
     }
