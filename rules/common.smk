@@ -17,6 +17,7 @@ from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.config import freshness as sb_freshness
 from scalebench.config import slurm_check as sb_slurm_check
+from scalebench.config import slurm_plugin as sb_slurm_plugin
 from scalebench.analysis import baseline_tables as sb_baseline
 from scalebench.data import keys as sb_keys
 from scalebench.config import local_gpus as sb_local_gpus
@@ -329,12 +330,16 @@ def train_job_resources(cell):
 
 def check_slurm_requests():
     """Before any train job is submitted to SLURM: a rank that fits no node is a configuration error,
-    and the cells to submit whose request `sbatch --test-only` refuses are left out. A refusal
-    that still comes at submission is not resubmitted."""
+    and the cells to submit whose request `sbatch --test-only` refuses are left out. At submission
+    a refusal is not resubmitted and a busy controller is asked again (config/slurm_plugin.py)."""
     if INVOKED_EXECUTOR != "slurm":
         return
-    sb_slurm_check.never_resubmit_refusals()
     cluster = config["cluster"]
+    window_s = cluster["busy_retry_min"] * 60
+    try:
+        sb_slurm_plugin.install(window_s)
+    except sb_slurm_plugin.PluginMismatch as error:
+        raise WorkflowError(str(error)) from None
     problem = sb_slurm_check.node_cpus_problem(
         cluster["cpus_per_rank"], cluster["partition"]
     ) or sb_slurm_check.unknown_nodes_problem(cluster["exclude"])
@@ -342,7 +347,11 @@ def check_slurm_requests():
         raise WorkflowError(problem)
     forced = sb_slurm_check.forced_cells(CELLS, sb_rerun.forced(sys.argv))
     to_submit = [cell for cell in CELLS if not cell_finished(cell) or cell in forced]
-    findings = sb_slurm_check.check(to_submit, train_job_resources) if to_submit else None
+    findings = (
+        sb_slurm_check.check(to_submit, train_job_resources, window_s=window_s)
+        if to_submit
+        else None
+    )
     for note in findings.notes if findings else []:
         print(note, file=sys.stderr)
     if findings and findings.refused:

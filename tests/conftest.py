@@ -249,6 +249,13 @@ def read_report(path: Path) -> str:
     return html
 
 
+def kill_if_running(*processes: subprocess.Popen | None) -> None:
+    """Kill what a test started and left running (a failed assertion must not leave it behind)."""
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.kill()
+
+
 def wait_for(predicate, timeout: float) -> bool:
     """Poll `predicate` until it holds (True) or `timeout` seconds pass (False)."""
     import time

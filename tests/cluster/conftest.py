@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, snakemake_command, tiny_config, tool_env  # the suite's root conftest
+from conftest import REPO, run_snakemake, snakemake_command, tiny_config, tool_env  # the suite's root conftest
 from scalebench import backends
 
 from .slurm_cluster import ClusterError, SlurmCluster
@@ -78,6 +79,24 @@ def run_slurm_snakemake(
     cluster: SlurmCluster, workdir: Path, config: dict, *args: str, timeout: float = 400, env: dict | None = None
 ) -> subprocess.CompletedProcess:
     """`snakemake --profile profiles/slurm` against the test cluster (no accounting: squeue for status)."""
+    command, full_env = slurm_snakemake(cluster, workdir, config, *args, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir)
+
+
+def start_slurm_snakemake(
+    cluster: SlurmCluster, workdir: Path, config: dict, *args: str, env: dict | None = None
+) -> subprocess.Popen:
+    """run_slurm_snakemake without waiting: its output in one pipe (communicate() returns it)."""
+    command, full_env = slurm_snakemake(cluster, workdir, config, *args, env=env)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, cwd=workdir
+    )
+
+
+def slurm_snakemake(
+    cluster: SlurmCluster, workdir: Path, config: dict, *args: str, env: dict | None = None
+) -> tuple[list[str], dict]:
+    """The command and environment of `snakemake --profile profiles/slurm` against the test cluster."""
     command = snakemake_command(
         workdir,
         config,
@@ -96,7 +115,7 @@ def run_slurm_snakemake(
     # sbatch exports this environment to the jobs, and srun to the ranks
     full_env = {**tool_env(), "SLURM_CONF": str(cluster.conf), **(env or {})}
     full_env.pop("SCALEBENCH_EXECUTOR", None)
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=workdir)
+    return command, full_env
 
 
 def read_run(workdir: Path, cell: str) -> dict:
@@ -118,3 +137,18 @@ def slurm_jobs(workdir: Path) -> dict[str, list[str]]:
     for log in (workdir / ".snakemake" / "slurm_logs").glob("rule_train/*/*.log"):
         jobs.setdefault(log.parent.name, []).append(log.stem)
     return {key: sorted(ids, key=int) for key, ids in jobs.items()}
+
+
+def prepare_data_locally(tmp_path_factory) -> Path:
+    """cluster_config()'s prepared dataset, made once by the local executor: for tests about the train
+    jobs, which copy it into their study (with_data) instead of running the data jobs on SLURM."""
+    folder = tmp_path_factory.mktemp("prepared")
+    result = run_snakemake(folder, cluster_config(), "--cores", "2", "prepared_data", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return folder / "results" / "data"
+
+
+def with_data(workdir: Path, data: Path) -> Path:
+    """`workdir` holding the prepared dataset `data` (dates kept: Snakemake finds it up to date)."""
+    shutil.copytree(data, workdir / "results" / "data", copy_function=shutil.copy2)
+    return workdir

@@ -103,12 +103,20 @@ class SlurmCluster:
             lambda: self._ok(["scontrol", "ping"]) and "UP" in self._out(["scontrol", "ping"]), timeout_s, "slurmctld"
         )
         for node in self.nodes:
-            self._run_daemon(
-                f"slurmd.{node}",
-                ["slurmd", "-N", node, "--conf-server", f"127.0.0.1:{self.ctld_port}"],
-                f"slurmd.{node}.pid",
-            )
+            self.start_slurmd(node)
         self._wait(self._nodes_idle, timeout_s, "the nodes to become idle")
+
+    def start_slurmd(self, node: str) -> None:
+        """Start `node`'s slurmd (again, after kill_slurmd: a node that comes back)."""
+        pidfile = f"slurmd.{node}.pid"
+        (self.root / pidfile).unlink(missing_ok=True)  # a killed daemon's, which would read as the new one's
+        self._run_daemon(
+            f"slurmd.{node}", ["slurmd", "-N", node, "--conf-server", f"127.0.0.1:{self.ctld_port}"], pidfile
+        )
+
+    def kill_slurmd(self, node: str) -> None:
+        """Kill `node`'s slurmd at once (SIGKILL), as a node that dies loses it."""
+        os.kill(self.pids.pop(f"slurmd.{node}"), signal.SIGKILL)
 
     def _add_host_names(self) -> None:
         """Make the node names resolve to 127.0.0.1, as node names resolve on a real cluster."""

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cell_settings, launch_cell, read_records
+from conftest import BIN, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
 from scalebench.collective_table import TABLE
 from scalebench.train import collectives
 
@@ -128,3 +130,66 @@ def test_a_one_gpu_cell_has_no_table_and_says_why(prepared_data, tmp_path):
     assert not (tmp_path / TABLE).exists()
     assert run["collectives"]["reason"] == "one replica: nothing to exchange"
     assert json.loads((tmp_path / "run.json").read_text())["collectives"]["latency_us"] is None
+
+
+OUTSIDE = """
+import json, statistics, time, sys
+import numpy as np
+import torch, torch.distributed as dist
+from scalebench.settings import CollectiveSettings
+from scalebench.train import collectives
+from scalebench.train.torch.collectives import process_group
+
+dist.init_process_group("gloo")
+ranks, rank = dist.get_world_size(), dist.get_rank()
+bench = process_group(torch.device("cpu"), ("all_reduce", "reduce_scatter", "all_gather"), None, "")
+outside = {}  # (op, elements) -> this rank's own time of each run of the library's operation
+
+def timed_outside(op, prepare):
+    def prepared(elements):
+        run = prepare(elements)
+        def run_and_time():
+            started = time.perf_counter()
+            run()
+            outside.setdefault(f"{op}:{elements}", []).append(time.perf_counter() - started)
+        return run_and_time
+    return prepared
+
+bench.ops = {op: timed_outside(op, prepare) for op, prepare in bench.ops.items()}
+reduce_max = lambda values: (lambda t: (dist.all_reduce(t, op=dist.ReduceOp.MAX), t.numpy())[1])(torch.from_numpy(values.copy()))
+settings = CollectiveSettings(budget_s=float(sys.argv[1]), max_bytes=2**16, iterations=5, warmup=0)
+result = collectives.measure(bench, settings, ranks, rank, 40_000, reduce_max)
+slowest = {}
+for key, times in sorted(outside.items()):  # each iteration's slowest rank, as the benchmark defines it
+    slowest[key] = reduce_max(np.array(times, dtype=np.float64)).tolist()
+if rank == 0:
+    print(json.dumps({"rows": result.rows, "outside": slowest}))
+dist.destroy_process_group()
+"""
+
+
+def test_bus_bandwidth_at_four_ranks_follows_nccl_tests_from_a_timing_taken_outside_the_module(tmp_path):
+    # At 4 ranks all-reduce's bus factor is 2(n-1)/n = 1.5 and reduce-scatter's and all-gather's (n-1)/n
+    # = 0.75 (at 2 ranks they are 1 and 0.5, which a factor of 1 or a wrong n could pass). The test times
+    # every run of Gloo's operation itself, inside the benchmark's own window (so the benchmark's
+    # latency can only be longer, by the call's overhead), and applies the factors written out here.
+    script = tmp_path / "outside.py"
+    script.write_text(OUTSIDE)
+    command = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=4", str(script), "3"]
+    env = tool_env(OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    factors = {"all_reduce": 2 * 3 / 4, "reduce_scatter": 3 / 4, "all_gather": 3 / 4}
+    measured = [row for row in found["rows"] if row["latency_us"] is not None]
+    assert {row["op"] for row in measured} == set(factors), found["rows"]
+    for row in measured:
+        outside = sorted(found["outside"][f"{row['op']}:{row['bytes'] // 4}"])
+        assert row["ranks"] == 4 and row["iterations"] == len(outside)
+        latency_s = row["latency_us"] / 1e6
+        assert statistics.median(outside) <= latency_s <= 2 * statistics.median(outside) + 0.02, (row, outside)
+        assert row["algbw_gbps"] == pytest.approx(row["bytes"] / latency_s / 1e9, rel=1e-9)
+        assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * factors[row["op"]], rel=1e-9)
+        # and against the outside timing: the bandwidth it allows, with the same factor
+        outside_busbw = row["bytes"] / statistics.median(outside) / 1e9 * factors[row["op"]]
+        assert row["busbw_gbps"] <= outside_busbw * (1 + 1e-9)  # never more than the outside timing allows

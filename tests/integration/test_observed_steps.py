@@ -54,3 +54,16 @@ def test_compile_asked_but_nothing_compiled_refuses_the_cell_at_its_first_step(p
     result = launch_cell(settings, prepared_data, tmp_path, TORCHDYNAMO_DISABLE="1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert_refused(result, tmp_path, "training.compile is true, but torch.compile (inductor) compiled no graph")
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_steps_without_autocast_or_the_keras_policy_refuse_a_bf16_cell(prepared_data, tmp_path, framework):
+    # SCALEBENCH_FAULT=precision_off: the steps run without autocast (PyTorch) or the mixed policy
+    # (TensorFlow), as a broken wiring would; the dtype read from the first step is float32, so the
+    # cell is refused rather than reported as bf16
+    settings = cell_settings(framework, "native", 1, epochs=1, precision="bf16")
+    result = launch_cell(settings, prepared_data, tmp_path, SCALEBENCH_FAULT="precision_off")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert_refused(
+        result, tmp_path, "training.precision is bf16 (bfloat16), but the model computed in float32 in its first step"
+    )

@@ -73,6 +73,9 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path, f
     epochs_res, final_res, run_res = read_records(out)
     assert run_res["status"] == "ok" and run_res["resumed_from_epoch"] == EPOCHS - 1
     assert [e["epoch"] for e in epochs_res] == list(range(1, EPOCHS + 1))
+    # the record says where the run resumed: its first epoch after the checkpoint warmed up again
+    assert [e["resumed"] for e in epochs_res] == [False] * (EPOCHS - 1) + [True]
+    assert not any(e["resumed"] for e in epochs_ref)
     # the same model, optimizer, generators and sample order: the same numbers, to the bit
     assert [e["loss"] for e in epochs_res] == [e["loss"] for e in epochs_ref]
     assert (final_res["iou"], final_res["test_loss"]) == (final_ref["iou"], final_ref["test_loss"])

@@ -256,6 +256,48 @@ def test_one_slow_rank_among_three_is_imbalance_on_every_rank_not_communication(
     assert_straggler_found(epochs, run, 3, 2, ranks=3)
 
 
+def one_process_cell(framework: str, backend: str, gpus: int, data: Path, out: Path, fault: str) -> list[dict]:
+    """The epochs of a cell of one process (mirrored, dp: one record of the split, rank 0's), whose
+    parts add up as every rank's do."""
+    settings = cell_settings(framework, backend, gpus, epochs=4, **FAULT_CELL)
+    result = launch_cell(settings, data, out, SCALEBENCH_FAULT=fault)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    epochs, _, run = read_records(out)
+    assert run["status"] == "ok" and run["processes"] == 1 and run["world_size"] == gpus
+    for epoch in epochs:
+        (rank,) = epoch["ranks"]
+        parts = rank["compute_s"] + rank["comm_exposed_s"] + rank["data_wait_s"] + rank["rest_s"]
+        assert parts == pytest.approx(rank["epoch_time_s"], abs=1e-9) and epoch["step_split_reason"] is None
+    return epochs
+
+
+def test_mirrored_on_two_logical_cpu_devices_finds_a_late_reduction_and_a_slow_loader(prepared_data, tmp_path):
+    # one process, two replicas (logical CPU devices): its reduction between the replicas is an op of
+    # the step's graph, between the marks b and c; a delay there (slow_comm, in each replica) is
+    # exposed communication, and the loader's delay is the process's data wait
+    fault = f"slow_comm:{DELAY_S}:3,slow_loader:{LOADER_S}:3"
+    epochs = one_process_cell("tensorflow", "mirrored", 2, prepared_data, tmp_path, fault)
+    assert read_records(tmp_path)[2]["training"]["tf_replica_devices"] == "logical CPU"
+    assert epochs[0]["ranks"][0]["steps"] == 7  # 56 pairs, 4 per replica, 2 replicas
+    assert_about(per_step_growth(epochs, 0, "comm_exposed_s", 3, 2), DELAY_S)
+    assert_about(per_step_growth(epochs, 0, "data_wait_s", 3, 2), LOADER_S)
+    assert per_step_growth(epochs, 0, "comm_exposed_s", 4, 2) < 0.5 * DELAY_S  # epoch 4 without: back
+    assert all(e["comm_total_s"] is None and "TensorFlow's collectives" in e["comm_total_reason"] for e in epochs)
+
+
+def test_dataparallel_on_one_cpu_device_finds_a_straggling_step_and_has_nothing_to_reduce(prepared_data, tmp_path):
+    # On the CPU nn.DataParallel drives one device: no replicas, no reduction (its multi-device path,
+    # where the sum of the replicas' gradients is the exposed part, needs GPUs: tests/gpu). What it
+    # measures here: the step's compute (a slow_compute delay lands there) and the loader's wait.
+    fault = f"slow_compute:0:{DELAY_S}:3,slow_loader:{LOADER_S}:3"
+    epochs = one_process_cell("torch", "dp", 1, prepared_data, tmp_path, fault)
+    assert epochs[0]["ranks"][0]["steps"] == 14  # 56 pairs, 4 a batch
+    assert_about(per_step_growth(epochs, 0, "compute_s", 3, 2), DELAY_S)
+    assert_about(per_step_growth(epochs, 0, "data_wait_s", 3, 2), LOADER_S)
+    assert all(e["comm_exposed_s"] < 0.05 * e["epoch_time_s"] for e in epochs)
+    assert all("on one device there are none" in e["comm_total_reason"] for e in epochs)
+
+
 def stalled_cell(settings: dict, data: Path, out: Path) -> None:
     """Train epochs 1 and 2 of `settings` and stop at the start of epoch 3, after epoch 2's checkpoint."""
     process = start_cell(settings, data, out, SCALEBENCH_FAULT="stall:3")

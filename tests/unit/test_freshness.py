@@ -108,6 +108,22 @@ def test_incomplete_outputs_are_retrained(schema, tmp_path, status, final, reaso
     assert planned(tmp_path, now, defaults) == (freshness.Verdict("incomplete", reason), True)
 
 
+def test_an_incomplete_cell_that_a_live_job_holds_says_the_next_job_waits_for_it(schema, tmp_path):
+    from scalebench.cluster import cell_holder
+
+    now, defaults = settings_of(schema, NATIVE)
+    finish(tmp_path, now, "running", False)
+    held = cell_holder.hold(tmp_path, None, say=pytest.fail)  # this process holds the cell's lock
+    found, reruns = planned(tmp_path, now, defaults)
+    assert found.held_by == f"process {os.getpid()} on {held.mine.host}" and reruns
+    assert found.warning("torch/native/g1/s1", str(tmp_path)) == (
+        f"torch/native/g1/s1 is being trained by process {os.getpid()} on {held.mine.host} (its job still runs); "
+        "a run that builds it waits for that job and adopts its outcome instead of training beside it"
+    )
+    cell_holder.release(held)
+    assert planned(tmp_path, now, defaults)[0].held_by == ""
+
+
 def test_a_record_that_cannot_be_read_is_kept(schema, tmp_path):
     now, defaults = settings_of(schema, NATIVE)
     finish(tmp_path, now)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from scalebench import config as sb_config
@@ -120,23 +119,51 @@ def test_a_rank_larger_than_any_node_names_the_key(sbatch_on_path, tmp_path):
     assert slurm_check.node_cpus_problem(64, "gpu") is None
 
 
-def test_a_refused_submission_ends_its_job_at_the_first_attempt_and_a_failed_job_is_retried():
-    from snakemake_executor_plugin_slurm import Executor
-    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+BUSY_TWICE = """#!/bin/sh
+# a controller too busy to answer the first two asks
+count=$(cat "$(dirname "$0")/count" 2>/dev/null || echo 0)
+echo $((count + 1)) > "$(dirname "$0")/count"
+if [ "$count" -lt 2 ]; then
+  echo "sbatch: error: Batch job submission failed: Socket timed out on send/recv operation" >&2; exit 1
+fi
+echo "sbatch: Job 7 to start at 2030-01-01T00:00:00 using 1 processors on nodes n1 in partition debug" >&2
+"""
 
-    assert slurm_check.never_resubmit_refusals() and slurm_check.never_resubmit_refusals()  # once, however often
-    failed = []
-    executor = SimpleNamespace(
-        print_job_error=lambda job_info, msg=None, **kwargs: None,
-        workflow=SimpleNamespace(scheduler=SimpleNamespace(error_callback=failed.append)),
-    )
-    refused = SimpleNamespace(attempt=1, restart_times=2)
-    Executor.report_job_error(executor, SubmittedJobInfo(refused), msg="SLURM sbatch failed. ...")
-    ran = SimpleNamespace(attempt=1, restart_times=2)
-    Executor.report_job_error(executor, SubmittedJobInfo(ran, external_jobid="42"), msg="job failed")
-    assert failed == [refused, ran]
-    # the scheduler restarts a failed job while restart_times > attempt - 1
-    assert not refused.restart_times > refused.attempt - 1 and ran.restart_times > ran.attempt - 1
+
+def test_the_pre_flight_asks_a_busy_controller_again_and_gives_up_after_the_window(schema, sbatch_on_path, capsys):
+    config = study(schema)
+    sbatch_on_path(BUSY_TWICE)
+    cells = [c for c in sb_config.cells(config) if c.gpus == 1]  # one request
+    waited = []
+    findings = slurm_check.check(cells, resources_of(config), window_s=60, sleep=waited.append)
+    assert findings.refused == {} and "accepted 1 of the 1" in findings.notes[0], findings
+    assert waited == [2, 4]  # asked three times, growing delays
+    said = capsys.readouterr().err
+    assert said.count("slurm check: sbatch --test-only got no verdict (the controller did not answer in time") == 2
+    sbatch_on_path(BUSY_TWICE.replace("-lt 2", "-lt 99"))
+    waited.clear()
+    findings = slurm_check.check(cells, resources_of(config), window_s=10, sleep=waited.append)
+    assert waited == [2, 4, 4] and findings.refused == {}
+    assert findings.notes[0].startswith(
+        "slurm check skipped: SLURM gave no verdict on sbatch --test-only within cluster.busy_retry_min (0.166667 min;"
+    ), findings.notes
+
+
+def test_the_pre_flight_takes_a_refusal_at_its_first_answer(schema, sbatch_on_path):
+    calls = sbatch_on_path(REFUSING)
+    config = study(schema, partition="nosuch")
+    cells = [c for c in sb_config.cells(config) if c.gpus == 1]
+    waited = []
+    findings = slurm_check.check(cells, resources_of(config), window_s=600, sleep=waited.append)
+    assert set(findings.refused) == set(cells) and waited == [] and len(calls.read_text().splitlines()) == 1
+
+
+def test_the_retry_window_is_refused_before_any_job_when_negative_or_not_a_number(schema):
+    for value, words in ((-1, "-1 is less than the minimum of 0"), ("soon", "'soon' is not of type 'number'")):
+        with pytest.raises(sb_config.ConfigError, match="config key 'cluster.busy_retry_min'") as raised:
+            sb_config.validate({"cluster": {"busy_retry_min": value}}, schema)
+        assert words in str(raised.value)
+    assert sb_config.validate({}, schema)["cluster"]["busy_retry_min"] == 20
 
 
 def test_forced_cells_are_checked_again_whether_finished_or_not(schema):

@@ -341,6 +341,15 @@ def test_the_step_split_per_steady_epoch_and_the_profiled_epoch_left_out(tmp_pat
     assert list(parts) == pytest.approx(list(epochs["epoch_time_s"]))
 
 
+def test_the_first_epoch_after_a_resume_is_a_warm_up_out_of_the_steady_figures(tmp_path):
+    # the cell resumed from epoch 2's checkpoint (a retry, a requeued job): epoch 3 warmed up again
+    write_cell(tmp_path, times=(10.0, 4.0, 9.0, 6.0), epochs_extra={3: {"resumed": True}})
+    runs, _ = analysis.collect(tmp_path, [cell()])
+    row = runs.iloc[0]
+    assert row["steady_epoch_s"] == 5.0 and row["compute_s"] == pytest.approx(0.7 * 5.0)  # epochs 2 and 4
+    assert row["images_per_s"] == pytest.approx((100 / 4 + 100 / 6) / 2)
+
+
 def test_records_from_before_the_split_or_with_it_off_read_as_not_measured(tmp_path):
     from cell_records import without_split
     from scalebench.train.step_timing import unmeasured

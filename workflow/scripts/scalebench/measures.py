@@ -20,12 +20,20 @@ def finite_number(value) -> float:
     return number if math.isfinite(number) else math.nan
 
 
+def unsteady(record: Mapping) -> bool:
+    """An epoch record left out of the steady figures besides a run's first epoch: one that traced
+    steps (training.profile) or the first epoch after a resume from a checkpoint (a warm-up again,
+    records' `resumed`)."""
+    return bool(record.get("profiled")) or bool(record.get("resumed"))
+
+
 def steady_indices(per_epoch: Iterable[float | None], profiled: Iterable[bool] | None = None) -> list[int]:
     """The indices of the steady epochs of a per-epoch figure: those after the first (warm-up,
     compilation); the only epoch if there is one; none with none. Values that are missing or not
-    finite are left out. `profiled` (per epoch, training.profile): an epoch that traced steps is left
-    out too, since a profiler slows what it traces (the first epoch counts as the warm-up whether it
-    was traced or not); with every later epoch traced, as if none were."""
+    finite are left out. `profiled` (per epoch, `unsteady`): an epoch that traced steps is left out
+    too, since a profiler slows what it traces, and the first epoch after a resume, a warm-up again
+    (the first epoch counts as the warm-up whether it was flagged or not); with every later epoch
+    flagged, as if none were."""
     values = [finite_number(value) for value in per_epoch]
     flags = [bool(flag) for flag in profiled] if profiled is not None else []
     if any(flags[1:]):

@@ -21,7 +21,8 @@ import shutil
 from pathlib import Path
 
 from scalebench import records
-from scalebench.files import write_json_atomic, write_text_atomic
+from scalebench.files import write_text_atomic
+from scalebench.records import store
 
 OOM_EXIT_CODE = 75
 REFUSED_EXIT_CODE = 78  # EX_CONFIG: the set-up is wrong, not the run
@@ -49,14 +50,14 @@ def record(out: str | Path, status: str, reason: str, cell: dict | None = None) 
     """The final record and run.json's status and reason of a cell that ended `status` (oom, refused)."""
     out = Path(out)
     records_path = out / "metrics.jsonl"
-    lines = records_path.read_text().splitlines() if records_path.exists() else []
+    lines = (store.read_text(records_path) or "").splitlines()
     epochs = [r for r in (json.loads(line) for line in lines if line.strip()) if r.get("type") == "epoch"]
     train_time = epochs[-1]["train_time_s"] if epochs else 0.0
     records.append_record(records_path, records.final_record(status, None, train_time, len(epochs)))
     run_json = out / "run.json"
-    run = json.loads(run_json.read_text()) if run_json.exists() else dict(cell or {})
+    run = store.read_run(run_json) or dict(cell or {})
     run.update(status=status, reason=reason, error=f"{ERRORS[status]}: {reason}", end=records.now_iso())
-    write_json_atomic(run_json, run)
+    store.write_run(run_json, run)
 
 
 def finish(out: str | Path, cell: dict | None = None) -> tuple[str, str] | None:

@@ -226,7 +226,7 @@ def read_cell(
         status, reason = "stale", stale_reason(run, data_key, settings, defaults)
 
     gpus = int(keys["gpus"])
-    profiled = [bool(e.get("profiled")) for e in epochs]  # training.profile: out of the steady figures
+    profiled = [measures.unsteady(e) for e in epochs]  # a profiled or resumed epoch: out of the steady figures
     times = [finite_number(e.get("epoch_time_s")) for e in epochs]
     waits = [finite_number(e.get("data_wait_s")) for e in epochs]
     throughputs = [finite_number(e.get("images_per_s")) for e in epochs]

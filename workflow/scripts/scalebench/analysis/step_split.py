@@ -137,7 +137,7 @@ def first_reason(epochs: list[dict], field: str) -> str | None:
 
 def run_columns(epochs: list[dict], steady_epoch_s: float) -> dict:
     """A cell's split columns of runs.csv from its epoch records."""
-    profiled = [bool(record.get("profiled")) for record in epochs]
+    profiled = [measures.unsteady(record) for record in epochs]  # a profiled or resumed epoch: not steady
     row = {
         column: measures.steady_median([record.get(field) for record in epochs], profiled)
         for column, field in STEADY_FIELDS.items()

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from scalebench.cluster import cell_holder
 from scalebench.config.cell_settings import settings_changes
 from scalebench.files import write_text_atomic
 from scalebench.records import FINISHED_STATUSES, read_metrics, run_problem
@@ -54,6 +55,7 @@ class Verdict:
 
     state: str
     reason: str = ""
+    held_by: str = ""  # incomplete because a live job still trains it (cluster/cell_holder.py)
 
     @property
     def retrain(self) -> bool:
@@ -63,6 +65,11 @@ class Verdict:
         """What a run says about the cell in `folder` (None where there is nothing to say)."""
         if self.state == "changed":
             return f"{cell_path} was trained with other settings ({self.reason}); a run that builds it retrains it"
+        if self.state == "incomplete" and self.held_by:
+            return (
+                f"{cell_path} is being trained by {self.held_by} (its job still runs); a run that builds it "
+                "waits for that job and adopts its outcome instead of training beside it"
+            )
         if self.state == "incomplete":
             return f"{cell_path} is incomplete ({self.reason}); a run that builds it retrains it"
         if self.state == "unreadable":
@@ -92,7 +99,9 @@ def verdict(folder: str | Path, settings: dict, defaults: dict) -> Verdict:
     if problem:
         return Verdict("unreadable", problem)
     if run["status"] not in FINISHED_STATUSES:
-        return Verdict("incomplete", f"run.json says {run['status']}: the job did not finish")
+        holder = cell_holder.live_holder(folder)
+        held_by = holder.describe() if holder else ""
+        return Verdict("incomplete", f"run.json says {run['status']}: the job did not finish", held_by)
     records, complete = read_metrics(folder / "metrics.jsonl")
     if not complete or not any(record.get("type") == "final" for record in records):
         return Verdict("incomplete", "metrics.jsonl has no final record: the job did not finish")

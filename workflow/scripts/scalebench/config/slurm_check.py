@@ -13,9 +13,11 @@ sbatch's own message (the dry run says so, the report lists them); the others ru
 controller that does not answer) the check says it was skipped and why, and submission proceeds
 as before.
 
-A refusal that still comes at submission (a request --test-only accepted, the longer time
-of a retry) is not resubmitted either: the plugin reports it as a job error without a SLURM
-job id, and `never_resubmit_refusals` ends such a job at its first attempt.
+sbatch's answer is read by cluster/slurm_answers.py's table, as at submission: a controller
+that gives no verdict (busy, unreachable) is asked again after a growing delay within
+`cluster.busy_retry_min`, and only then is the check skipped. A refusal that still comes at
+submission (a request --test-only accepted, the longer time of a retry) is not resubmitted
+either (config/slurm_plugin.py).
 """
 
 from __future__ import annotations
@@ -24,22 +26,19 @@ import os
 import re
 import shlex
 import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
 from scalebench.cell import Cell
+from scalebench.cluster import slurm_answers
 
 # the plugin's bookkeeping options, not part of what SLURM accepts or refuses
 BOOKKEEPING = {"--parsable", "--job-name", "--output", "--comment", "-D", "--export=ALL"}
 TIMEOUT_S = 60
-# sbatch's words for a SLURM that did not answer (no config, controller down or busy): no verdict on the request
-UNANSWERED = re.compile(
-    r"fatal:|configuration source|Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted"
-    r"|temporarily unable|Communication connection failure|Transport endpoint",
-    re.I,
-)
 
 
 class _Resources(dict):
@@ -89,40 +88,68 @@ def sbatch_options(resources: Mapping[str, Any], threads: int) -> list[str]:
     return options
 
 
-def test_only(options: list[str], run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> tuple[str, str]:
+def test_only(
+    options: list[str],
+    run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+    window_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[str, str]:
     """Ask SLURM whether it would take a job with `options`: ('ok', its answer), ('refused', sbatch's
-    message) or ('skipped', why it could not be asked)."""
+    message) or ('skipped', why it could not be asked). An answer that is no verdict (cluster/slurm_answers.py:
+    busy) is asked again after a growing delay for `window_s` seconds (cluster.busy_retry_min), each
+    new ask said on stderr."""
     command = ["sbatch", "--test-only", *options, "--wrap", "true"]
-    try:
-        result = run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
-    except FileNotFoundError:
-        return "skipped", "sbatch is not on this machine's PATH"
-    except (OSError, subprocess.SubprocessError) as error:
-        return "skipped", f"sbatch --test-only did not answer: {error}"
-    answer = " ".join((result.stderr + result.stdout).split())
-    if result.returncode == 0:
-        return "ok", answer
-    if re.search(r"test.only", answer, re.I):  # an sbatch (or a site's wrapper) that does not know the option
-        return "skipped", f"this sbatch does not take --test-only ({answer[:300]})"
-    if UNANSWERED.search(answer):
-        return "skipped", f"SLURM did not answer sbatch --test-only ({answer[:300]})"
-    return "refused", answer
+    delays = slurm_answers.delays(window_s)
+    while True:
+        try:
+            result = run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except FileNotFoundError:
+            return "skipped", "sbatch is not on this machine's PATH"
+        except (OSError, subprocess.SubprocessError) as error:
+            answer, kind, means = f"sbatch --test-only did not answer: {error}", slurm_answers.BUSY, "no answer"
+        else:
+            answer = " ".join((result.stderr + result.stdout).split())
+            if result.returncode == 0:
+                return "ok", answer
+            if re.search(r"test.only", answer, re.I):  # an sbatch (or a site's wrapper) that does not know the option
+                return "skipped", f"this sbatch does not take --test-only ({answer[:300]})"
+            found = slurm_answers.classify(answer)
+            kind, means = found.kind, found.means
+        if kind == slurm_answers.REFUSED:
+            return "refused", answer
+        if kind == slurm_answers.NO_SLURM:
+            return "skipped", f"SLURM did not answer sbatch --test-only ({answer[:300]})"
+        delay = next(delays, None)
+        if delay is None:
+            return "skipped", (
+                f"SLURM gave no verdict on sbatch --test-only within cluster.busy_retry_min ({window_s / 60:g} min; "
+                f"last answer: {answer[:300]})"
+            )
+        print(
+            f"slurm check: sbatch --test-only got no verdict ({means}: {answer[:300]}); asking again in {delay:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        sleep(delay)
 
 
 def check(
     cells: Iterable[Cell],
     resources_of: Callable[[Cell], tuple[Mapping[str, Any], int]],
     run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+    window_s: float = 0.0,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Findings:
     """Ask sbatch --test-only once per distinct request of `cells` (resources_of: a cell's evaluated
-    train-rule resources and threads); the cells of refused requests, with sbatch's message."""
+    train-rule resources and threads; window_s: how long a controller without a verdict is asked
+    again); the cells of refused requests, with sbatch's message."""
     requests: dict[tuple[str, ...], list[Cell]] = {}
     for cell in cells:
         requests.setdefault(tuple(sbatch_options(*resources_of(cell))), []).append(cell)
     findings = Findings()
     refused = 0
     for options, members in requests.items():
-        verdict, answer = test_only(list(options), run)
+        verdict, answer = test_only(list(options), run, window_s, sleep)
         if verdict == "skipped":
             findings.notes.append(
                 f"slurm check skipped: {answer}; requests SLURM refuses fail at submission (not resubmitted)"
@@ -155,29 +182,6 @@ def node_cpus_problem(cpus_per_rank: int, partition: str | None, run=subprocess.
         f"config key 'cluster.cpus_per_rank': {cpus_per_rank} CPUs per rank, more than any node of {where} "
         f"has ({max(counts)}, sinfo)"
     )
-
-
-def never_resubmit_refusals() -> bool:
-    """Make a job whose sbatch was refused fail at its first attempt instead of being resubmitted
-    with `retries`: the plugin (snakemake-executor-plugin-slurm 2.x) reports a refused submission
-    as a job error without a SLURM job id, and Snakemake restarts a failed job while its attempt
-    is below the rule's retries. False where the plugin is not installed."""
-    try:
-        from snakemake_executor_plugin_slurm import Executor
-    except ImportError:
-        return False
-    original = Executor.report_job_error
-    if getattr(original, "never_resubmits", False):
-        return True
-
-    def report_job_error(self, job_info, msg=None, **kwargs):
-        if job_info.external_jobid is None:  # sbatch refused it: it never ran, a retry changes nothing
-            job_info.job.attempt = job_info.job.restart_times + 1
-        return original(self, job_info, msg=msg, **kwargs)
-
-    report_job_error.never_resubmits = True
-    Executor.report_job_error = report_job_error
-    return True
 
 
 def unknown_nodes_problem(

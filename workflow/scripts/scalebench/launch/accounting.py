@@ -16,7 +16,6 @@ launch.py reads both after the ranks' srun step has ended and adds them to run.j
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from scalebench.cluster.slurm import SlurmError, oneliner_fields, scontrol
-from scalebench.files import write_json_atomic
+from scalebench.records import store
 
 ACCOUNTING_FIELDS = (
     "alloc_gpu_hours",
@@ -184,13 +183,12 @@ def record(run_json: str | Path, job_id: str | None) -> dict | None:
     """Add ACCOUNTING_FIELDS to a cell's run.json after its ranks ended (None where they wrote none).
     The step is the one rank 0 recorded (slurm.step_id), if it ran in this job: a run.json left by
     an earlier job names that job's step."""
-    run_json = Path(run_json)
-    if not run_json.exists():
+    run = store.read_run(run_json)
+    if run is None:
         return None
-    run = json.loads(run_json.read_text())
     slurm = run.get("slurm") or {}
     step = slurm.get("step_id") if job_id and slurm.get("job_id") == job_id else None
     fields = read(job_id, step)
     run.update(fields)
-    write_json_atomic(run_json, run)
+    store.write_run(run_json, run)
     return fields

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from scalebench import backends, outcome
-from scalebench.cluster import network
+from scalebench.cluster import cell_holder, network
 from scalebench.cluster.ports import PortError, reserve_local_block, reserve_slurm_block
 from scalebench.cluster.slurm import (
     NODE_ADDRESSES,
@@ -45,7 +45,8 @@ from scalebench.cluster.slurm import (
     export_addresses,
     slurm_allocation,
 )
-from scalebench.launch import accounting, binding
+from scalebench.launch import accounting, binding, held_cell
+from scalebench.records import store
 from scalebench.settings import ProcessFacts, RunSettings
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
@@ -204,9 +205,28 @@ def main(argv: list[str] | None = None) -> int:
         args.settings = json.dumps(json.loads(Path(args.settings_file).read_text()))
     env = dict(os.environ)
     run_settings = RunSettings.from_json(json.loads(args.settings), args.data, args.out)
+    where = executor(env)
+    # one copy of the cell at a time: wait for a live job that holds it (cluster/cell_holder.py)
+    held = cell_holder.hold(
+        args.out,
+        env.get("SLURM_JOB_ID") if where == "slurm" else None,
+        say=lambda line: print(f"launch: {line}", flush=True),
+    )
+    cell_holder.keep_log(held, Path(args.out) / "train.log")
+    try:
+        if held.waited_for is not None and held_cell.adopt(held, args.out, run_settings.source):
+            return 0
+        held_cell.say_previous(held)
+        return start(args, run_settings, env, where)
+    finally:
+        store.restore(args.out)  # record names another job's Snakemake removed while this one wrote
+        cell_holder.release(held)
+
+
+def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, str], where: str) -> int:
+    """Start the cell's ranks (this job holds the cell) and record how they ended."""
     # run.json's cell and settings where a refusal comes before any rank wrote it
     cell = {**run_settings.cell.to_json(), "settings": run_settings.source}
-    where = executor(env)
     framework, backend, gpus = run_settings.cell.framework, run_settings.cell.backend, run_settings.cell.gpus
     template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
     train_args = cell_arguments(args.settings, args.data, args.out)

@@ -9,8 +9,7 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from scalebench.files import json_safe
-from scalebench.records import definitions
+from scalebench.records import definitions, store
 from scalebench.records.fields import ReadRecord
 
 
@@ -73,10 +72,8 @@ def read_metrics(path: str | Path) -> tuple[list[dict], bool]:
 
 
 def append_record(path: str | Path, record: dict) -> None:
-    """One line of metrics.jsonl."""
-    with open(path, "a") as handle:
-        handle.write(json.dumps(json_safe(record), sort_keys=True) + "\n")
-        handle.flush()
+    """One line more of metrics.jsonl, the file rewritten whole and kept (records/store.py)."""
+    store.append_record(path, record)
 
 
 def final_record(

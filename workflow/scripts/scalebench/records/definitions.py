@@ -138,6 +138,13 @@ EPOCH = Record(
         Field("val_loss", "float", "", "validation loss", "not an evaluation epoch (training.eval_every)"),
         Field("model_tflops", "float", "TFLOP/s", "the model's achieved training FLOP rate, all devices"),
         Field("mfu", "float", "share", "model FLOPs utilisation per device", "run.json's peak_tflops is empty"),
+        Field(
+            "resumed",
+            "bool",
+            "",
+            "the first epoch a run trained after resuming from the checkpoint of the epoch before (a retry, a "
+            "requeued or restarted job): a warm-up again, left out of the steady-state figures",
+        ),
         *STEP_SPLIT,
         Field("test_iou", "float", "", "the test pairs' IOU during training (before validation pairs)", old=True),
     ),

@@ -4,6 +4,8 @@ before each epoch's first step.
 - ``oom:RANK:EPOCH``: rank RANK raises its framework's out-of-memory error in epoch EPOCH.
 - ``stall:EPOCH``: a run that did not resume blocks at the start of epoch EPOCH, so it
   outlasts any time limit however fast the machine is (its retry resumes and goes on).
+- ``stall_rank:RANK:EPOCH``: the same for rank RANK only (a cell without that rank runs on);
+  the other ranks wait for it in their first collective of the epoch.
 - ``meet:FOLDER:COUNT``: rank 0 of each cell waits before its first epoch until COUNT
   cells have arrived in FOLDER (cells that must run at the same time); fails after 300 s.
 - ``hide_checkpoint:RANK``: rank RANK looks for the cell's checkpoint in an empty folder,
@@ -13,6 +15,12 @@ before each epoch's first step.
   differs (observed.py).
 - ``collectives_fail:RANK``: rank RANK fails to prepare the collective benchmark's first
   all-reduce (collective_failure), as a rank out of memory for its buffers would.
+- ``precision_off``: the steps run without autocast (PyTorch) or the Keras mixed-precision
+  policy (TensorFlow), whatever training.precision asks (precision_off), as a broken wiring
+  would; the dtype observed in the first step then differs (observed.py).
+- ``disk_full:EPOCH:BYTES``: in a run that did not resume, rank 0 may write no file larger than
+  BYTES from the start of epoch EPOCH (RLIMIT_FSIZE: a write beyond it fails with EFBIG), as a
+  full quota would; the retry resumes with the space back.
 
 Known delays, which the step split must find (docs/step-split.md), each in epoch EPOCH only:
 
@@ -40,6 +48,7 @@ And one in every epoch, which the host analysis must find (analysis/hosts.py):
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -66,12 +75,17 @@ def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], B
             if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
                 raise out_of_memory(f"out of memory (injected by SCALEBENCH_FAULT={fault})")
         elif kind == "stall" and not resumed and int(argument) == epoch + 1:
-            print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
-            while True:
-                time.sleep(1)
+            stall(epoch, fault)
+        elif kind == "stall_rank" and not resumed and argument == f"{rank}:{epoch + 1}":
+            stall(epoch, fault)
         elif kind == "meet" and epoch == 0 and rank == 0:
             folder, count = argument.rsplit(":", 1)
             meet(Path(folder), int(count), fault)
+        elif kind == "disk_full" and rank == 0 and not resumed:
+            fault_epoch, size = argument.split(":")
+            if int(fault_epoch) == epoch + 1:
+                print(f"files of rank 0 limited to {int(size)} bytes (SCALEBENCH_FAULT={fault})", flush=True)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (int(size), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
 
 @dataclass(frozen=True)
@@ -126,19 +140,30 @@ def checkpoint_folder(rank: int, out: Path) -> Path:
 
 def learning_rate(rate: float, epoch: int) -> float:
     """The rate the loop hands the framework in 0-based `epoch`: the schedule's, unless ``lr`` scales it."""
-    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
-    if kind == "lr":
-        fault_epoch, factor = argument.split(":")
-        if int(fault_epoch) == epoch + 1:
-            return rate * float(factor)
+    for kind, argument in faults():
+        if kind == "lr":
+            fault_epoch, factor = argument.split(":")
+            if int(fault_epoch) == epoch + 1:
+                rate *= float(factor)
     return rate
 
 
 def collective_failure(rank: int, op: str) -> None:
     """Raise where ``collectives_fail`` names this rank, while the benchmark prepares an all-reduce."""
-    kind, _, argument = os.environ.get("SCALEBENCH_FAULT", "").partition(":")
-    if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
-        raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
+    for kind, argument in faults():
+        if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
+            raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
+
+
+def precision_off() -> bool:
+    """Whether ``precision_off`` asks the framework to compute in float32 whatever training.precision says."""
+    return injects("precision_off")
+
+
+def stall(epoch: int, fault: str) -> None:
+    print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
+    while True:
+        time.sleep(1)
 
 
 def meet(folder: Path, count: int, fault: str) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from scalebench import architecture, collective_table, measures, outcome, records
 from scalebench.data.preprocess import read_manifest
-from scalebench.files import write_json_atomic
+from scalebench.records import store
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import ProfileSettings, RunSettings
 from scalebench.train import (
@@ -244,7 +244,7 @@ class TrainingLoop:
         record.update(flops.peak_fields(devices[0], self.backend.device_type == "gpu", precision, run.peak_tflops))
         self.provenance = record
         if self.is_root:
-            write_json_atomic(self.out / "run.json", record)
+            store.write_run(self.out / "run.json", record)
 
     def measure_collectives(self) -> None:
         """The backend's own collectives on this cell's ranks, before the first epoch and off its
@@ -266,7 +266,7 @@ class TrainingLoop:
                 collectives.write_table(result.rows, self.out / collective_table.TABLE)
         self.provenance.update(collectives.run_fields(result, backend.replicas))
         if self.is_root:
-            write_json_atomic(self.out / "run.json", self.provenance)
+            store.write_run(self.out / "run.json", self.provenance)
             print(f"collectives: {collectives.describe(result)}", flush=True)
         self.collectives_s = time.perf_counter() - started
 
@@ -369,7 +369,7 @@ class TrainingLoop:
     def write_observed(self) -> None:
         """run.json with what the first step observed, after the first epoch's clock (rank 0)."""
         if self.is_root:
-            write_json_atomic(self.out / "run.json", self.provenance)
+            store.write_run(self.out / "run.json", self.provenance)
 
     def train_epoch(self, epoch: int, progress: Progress) -> dict:
         framework, backend = self.framework, self.backend
@@ -426,6 +426,7 @@ class TrainingLoop:
             self.provenance,
             sum(part.last for part in self.parts),
             energy_j,
+            resumed=progress.start_epoch > 0 and epoch == progress.start_epoch,
         )
         record.update(self.step_split(elapsed, wait))
         record.update(self.profile.fields(epoch))

@@ -11,7 +11,7 @@ import math
 from pathlib import Path
 from typing import Protocol
 
-from scalebench import records
+from scalebench.records import store
 from scalebench.train import flops
 
 
@@ -30,7 +30,7 @@ def diverged(loss: float, max_loss: float) -> bool:
 
 
 class MetricsWriter:
-    """Appends records to metrics.jsonl (rank 0) and keeps them for checkpoints; with `curves`
+    """Writes records to metrics.jsonl (rank 0) and keeps them for checkpoints; with `curves`
     (training.tensorboard, summaries.py), each epoch record goes to TensorBoard too."""
 
     def __init__(
@@ -39,16 +39,18 @@ class MetricsWriter:
         self.path = Path(path)
         self.enabled = enabled
         self.curves = curves
-        self.records: list[dict] = []
-        if enabled:
-            self.path.write_text("")
-        for record in previous or []:
-            self.write(record)
+        self.records: list[dict] = list(previous or [])
+        if enabled:  # a resumed run's file holds exactly its checkpoint's records: each epoch once
+            store.write_metrics(self.path, self.records)
+        if self.curves is not None:
+            for record in self.records:
+                self.curves.write(record)
 
     def write(self, record: dict) -> None:
+        """The file rewritten whole with `record` last: a failed write leaves the last complete one."""
         self.records.append(record)
         if self.enabled:
-            records.append_record(self.path, record)
+            store.write_metrics(self.path, self.records)
         if self.curves is not None:
             self.curves.write(record)
 
@@ -68,6 +70,7 @@ def epoch_record(
     provenance: dict,
     optimizer_steps: int,
     energy_j: float | None = None,
+    resumed: bool = False,
 ) -> dict:
     """The epoch record of the contract. `rates` = (the rate the optimizer held after the epoch's
     steps, the schedule's: observed.py); `slowest` = [epoch time, data wait, peak memory], each the
@@ -75,7 +78,8 @@ def epoch_record(
     the epoch saw, its shard cycled where training.steps_per_epoch asks for more);
     `optimizer_steps` = optimizer steps of each replica (fewer than its batches when gradients
     are accumulated); energy_j = the epoch's joules summed over ranks (None where not measured:
-    energy.py); throughput fields from the model FLOPs."""
+    energy.py); resumed: the first epoch after resuming from a checkpoint; throughput fields from
+    the model FLOPs."""
     epoch_time_s, data_wait_s, peak_mem_mb = slowest
     lr, scheduled_lr = rates
     images_per_s = steps * batch / epoch_time_s
@@ -96,6 +100,7 @@ def epoch_record(
         "energy_j": energy_j,
         "val_iou": None,  # the validation pairs, every training.eval_every epochs
         "val_loss": None,
+        "resumed": resumed,
         **flops.throughput_fields(
             images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"], provenance["world_size"]
         ),

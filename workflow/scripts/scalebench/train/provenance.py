@@ -14,7 +14,8 @@ from pathlib import Path
 
 from scalebench import measures, records
 from scalebench.architecture import CHANNELS
-from scalebench.files import write_json_atomic
+from scalebench.files import WriteFailed
+from scalebench.records import store
 from scalebench.settings import TrainingSettings
 from scalebench.train import flops
 from scalebench.train.lr_schedule import scaled_lr
@@ -188,13 +189,16 @@ def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> N
         stopped_at_target=final["stopped_at_target"],
     )
     provenance.update({key: final.get(key) for key in records.COST_FIELDS})
-    write_json_atomic(run_json, provenance)
+    store.write_run(run_json, provenance)
 
 
 def record_failure(run_json: Path, cell: dict, error: BaseException) -> None:
-    """A rank 0 that failed marks the cell failed, keeping what run.json already held."""
-    import json
-
-    state = json.loads(run_json.read_text()) if run_json.exists() else dict(cell)
+    """A rank 0 that failed marks the cell failed, keeping what run.json already held. Where run.json
+    cannot be written either (the file system that failed the run is full), it says so and the
+    earlier run.json stays as it was."""
+    state = store.read_run(run_json) or dict(cell)
     state.update(status="failed", error=f"{type(error).__name__}: {error}", end=records.now_iso())
-    write_json_atomic(run_json, state)
+    try:
+        store.write_run(run_json, state)
+    except WriteFailed as failed:
+        print(f"the failure could not be recorded in run.json: {failed}", file=sys.stderr, flush=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from scalebench.files import WriteFailed
 from scalebench.train import resume
 
 
@@ -45,7 +46,10 @@ class Checkpoint:
                 )
         self._meta.assign(json.dumps({**meta, "config_hash": self.config_hash}))
         if self._manager is not None:
-            self._manager.save(checkpoint_number=epoch)
+            try:  # the manager names the new checkpoint only once it is whole: a failure keeps the last one
+                self._manager.save(checkpoint_number=epoch)
+            except (OSError, tf.errors.OpError) as error:  # a full disk, a quota: TensorFlow's error has no words
+                raise WriteFailed(self.directory / f"ckpt-{epoch}", error) from error
             return
         scratch = Path(tempfile.mkdtemp(prefix="scalebench-ckpt-"))  # a participant's copy is thrown away
         try:

@@ -222,6 +222,8 @@ class TensorFlowFramework:
         # each local replica's device (a MirroredStrategy process has several), where device placement puts its samples
         self.replica_devices = backend.local_devices() or ["/gpu:0" if self.device_type == "gpu" else "/cpu:0"]
         self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
+        if faults.precision_off():  # a test hook: the steps compute in float32, which the loop must refuse
+            self.policy = None
         self.deterministic = devices.deterministic(self.training.deterministic, self.device_type == "gpu")
         if self.training.compile:
             compiled.check_available()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from scalebench.files import replaced_atomically
+from scalebench.files import WriteFailed, replaced_atomically
 from scalebench.train import resume
 
 
@@ -17,7 +17,11 @@ class Checkpoint:
 
     def save(self, state: dict) -> None:
         with replaced_atomically(self.path) as temporary:
-            torch.save({**state, "config_hash": self.config_hash}, temporary)
+            try:  # through a Python file, whose OSError (a full disk, a quota) torch's error carries
+                with open(temporary, "wb") as handle:
+                    torch.save({**state, "config_hash": self.config_hash}, handle)
+            except RuntimeError as error:
+                raise WriteFailed(self.path, error) from error
 
     def load(self) -> dict | None:
         """The stored state, or None (with a warning when one exists but cannot be used)."""

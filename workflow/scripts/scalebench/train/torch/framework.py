@@ -60,6 +60,8 @@ class TorchFramework:
         self.replica_devices = [torch.device("cuda", index) for index in self.gpu_indices] or [self.device]
         backend.setup(run)
         self.autocast = runtime.autocast_dtype(self.training.autocast_dtype, self.device)
+        if faults.precision_off():  # a test hook: the steps compute in float32, which the loop must refuse
+            self.autocast = None
         if self.training.compile:
             compiled.check_available(self.device)
         self.deterministic = devices.deterministic(self.training.deterministic, self.device.type == "cuda")

@@ -1,0 +1,165 @@
+"""The one change this project makes to snakemake-executor-plugin-slurm: what a failed sbatch means.
+
+The plugin submits each job from a thread of its own (`Executor.run_job`) and reports a failed
+sbatch as a job error without a SLURM job id (`_report_job_error_threadsafe`); Snakemake then
+resubmits the job while its attempt is below the rule's `retries`, a few seconds later. That is
+wrong both ways for a study: a refusal is refused again `retries` times, and a controller that is
+busy for a minute ends the job (and, without --keep-going, the study: the plugin's issue #313).
+
+`install` wraps that one method. sbatch's words are classified by cluster/slurm_answers.py's
+table: a refusal ends the job at its first attempt (its attempts are used up) with sbatch's words;
+any other answer is asked again by calling the plugin's own `run_job` after a growing delay,
+without reporting an error, so the rule's `retries` stay for jobs that ran, until
+`cluster.busy_retry_min` has passed (then the job ends with sbatch's last words). Each new ask is
+logged. An error that is not sbatch's answer (an exception in the plugin's own checks) ends the
+job at its first attempt, as before.
+
+The wrapped method and the messages read are 2.8.0's: on another version of the plugin `install`
+raises instead of guessing, naming both versions.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from scalebench.cluster import slurm_answers
+
+PLUGIN = "snakemake-executor-plugin-slurm"
+WRITTEN_FOR = "2.8.0"
+# sbatch's stderr inside the plugin's two messages of a failed submission (run_job, 2.8.0)
+SBATCH_WORDS = (
+    re.compile(r"SLURM sbatch failed\. The error message was '(.*?)'\.\n", re.S),
+    re.compile(r"SLURM job submission failed\. The error message was (.*)", re.S),
+)
+
+
+class PluginMismatch(RuntimeError):
+    """The installed plugin is not the version this patch was written for."""
+
+
+@dataclass
+class _Asks:
+    """One job's submission while the controller gives no verdict: when it began and the delays left."""
+
+    started: float
+    delays: Iterator[float]
+    count: int = 1
+
+
+@dataclass
+class _State:
+    window_s: float = 0.0
+    asks: dict[tuple[int, int], _Asks] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_STATE = _State()
+
+
+def sbatch_words(message: str) -> str | None:
+    """sbatch's own answer inside the plugin's error message, or None where the error is not sbatch's."""
+    for pattern in SBATCH_WORDS:
+        match = pattern.search(message or "")
+        if match:
+            return match.group(1).strip()
+    return None
+
+
+def one_line(words: str, limit: int = 400) -> str:
+    text = " ".join(words.split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def install(window_s: float, version: str | None = None) -> None:
+    """Wrap the plugin's report of a failed submission (see the module's docstring); `window_s`:
+    how long a job whose sbatch got no verdict is asked again (cluster.busy_retry_min). Raises
+    PluginMismatch on a plugin version other than WRITTEN_FOR. Idempotent; the window is updated."""
+    found = version or importlib.metadata.version(PLUGIN)
+    if found != WRITTEN_FOR:
+        raise PluginMismatch(
+            f"scalebench's patch of {PLUGIN} (workflow/scripts/scalebench/config/slurm_plugin.py) was written for "
+            f"{WRITTEN_FOR}, and {found} is installed: its submission code (Executor.run_job, "
+            f"_report_job_error_threadsafe) may differ; install {PLUGIN}=={WRITTEN_FOR} (envs/pipeline.yaml) or "
+            "check the patch against the new version and update WRITTEN_FOR"
+        )
+    from snakemake_executor_plugin_slurm import Executor
+
+    _STATE.window_s = float(window_s)
+    original = Executor._report_job_error_threadsafe
+    if getattr(original, "scalebench", False):
+        return
+
+    def report_job_error_threadsafe(self, job_info, msg):
+        if job_info.external_jobid is None:  # sbatch did not take it: the job never ran
+            if ask_again(self, job_info.job, msg):
+                return None
+            job_info.job.attempt = job_info.job.restart_times + 1  # settled: `retries` would change nothing
+        return original(self, job_info, msg)
+
+    report_job_error_threadsafe.scalebench = True
+    report_job_error_threadsafe.original = original
+    Executor._report_job_error_threadsafe = report_job_error_threadsafe
+
+
+def uninstall() -> None:
+    """Put the plugin's own method back (tests)."""
+    from snakemake_executor_plugin_slurm import Executor
+
+    wrapped = Executor._report_job_error_threadsafe
+    if getattr(wrapped, "scalebench", False):
+        Executor._report_job_error_threadsafe = wrapped.original
+    _STATE.asks.clear()
+
+
+def ask_again(executor, job, message: str, now=time.monotonic) -> bool:
+    """Whether the failed submission of `job` is asked again later (scheduled here, logged); False where
+    it ends now: a refusal, an error that is not sbatch's, or cluster.busy_retry_min used up."""
+    words = sbatch_words(message)
+    if words is None:
+        return False
+    answer = slurm_answers.classify(words)
+    if answer.kind == slurm_answers.REFUSED:
+        executor.logger.error(f"sbatch refused {describe(job)} ({answer.means}): not resubmitted")
+        return False
+    key = (job.jobid, job.attempt)
+    with _STATE.lock:
+        asks = _STATE.asks.setdefault(key, _Asks(now(), slurm_answers.delays(_STATE.window_s)))
+        delay = next(asks.delays, None)
+        if delay is None:
+            del _STATE.asks[key]
+        else:
+            asks.count += 1
+    if delay is None:
+        executor.logger.error(
+            f"sbatch got no verdict on {describe(job)} within cluster.busy_retry_min ({_STATE.window_s / 60:g} min, "
+            f"{asks.count} asks; last answer: {one_line(words)}): the job ends"
+        )
+        return False
+    executor.logger.warning(
+        f"sbatch got no verdict on {describe(job)} ({answer.means}: {one_line(words)}); asking again in "
+        f"{delay:.0f} s (ask {asks.count}, {now() - asks.started:.0f} s of cluster.busy_retry_min's "
+        f"{_STATE.window_s:.0f} s used; the rule's retries are not used)"
+    )
+    timer = threading.Timer(delay, _submit_again, args=(executor, job))
+    timer.daemon = True
+    timer.start()
+    return True
+
+
+def _submit_again(executor, job) -> None:
+    try:
+        executor._job_submission_executor.submit(executor.run_job, job)
+    except RuntimeError:  # the plugin's pool is shut down: Snakemake is ending
+        pass
+
+
+def describe(job) -> str:
+    """The job as the log names it: its rule, Snakemake id and wildcards."""
+    wildcards = getattr(job, "wildcards_dict", None) or {}
+    named = ", ".join(f"{key}={value}" for key, value in wildcards.items())
+    return f"rule {job.name} (jobid {job.jobid}{', ' + named if named else ''})"
