@@ -4,8 +4,9 @@ nothing that is trained.
 
 Each cell injects its delays in chosen epochs and compares them with an epoch without: epoch 1 is
 the warm-up, so the comparison is epoch against epoch of the same cell on the same ranks. The
-delays are large against the steps of the tiny data (0.2 s per step), and the bounds generous,
-so a loaded machine does not decide a test; a split that missed the delay would be off by all of it.
+delays are large against the steps of the tiny data (0.4 s per step, about twice a step), and the
+bounds generous, so a loaded machine does not decide a test (a CI machine running two cells at once
+varied a rank's compute by 0.1 s per step); a split that missed the delay would be off by all of it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from scalebench.records import REST_TOLERANCE_S, REST_TOLERANCE_SHARE
 
 pytestmark = pytest.mark.integration
 
-DELAY_S = 0.2  # per step: a late reduction, a straggler's compute
+DELAY_S = 0.4  # per step: a late reduction, a straggler's compute
 LOADER_S = 0.1  # per batch
 # 7 steps an epoch on each of 2 ranks (28 training pairs x 2 / 2 ranks / batch 4); no checkpoint between
 # epochs: rank 0 writing one while rank 1 starts the next epoch would hide a delay in that epoch's first step

@@ -61,7 +61,7 @@ def study(
                         "start": "2030-01-01T00:00:00+00:00",
                         "slurm_job_id": str(100 + index),
                         "epoch": epoch,
-                        "profiled": False,
+                        "unsteady": False,
                         "rank": rank,
                         "host": host,
                         "epoch_time_s": epoch_time,

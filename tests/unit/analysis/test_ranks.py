@@ -25,7 +25,7 @@ def test_each_rank_of_each_epoch_is_a_row_with_its_cell_and_cells_without_ranks_
     assert list(table.columns) == COLUMNS and set(RANK.names) <= set(COLUMNS)  # every field of the rank record
     assert len(table) == 3 * 2 and set(table["seed"]) == {1}
     assert list(table["epoch"]) == [1, 1, 2, 2, 3, 3] and list(table["rank"]) == [0, 1] * 3
-    assert list(table["profiled"]) == [False, False, True, True, False, False]
+    assert list(table["unsteady"]) == [False, False, True, True, False, False]
     first = table.iloc[1]
     assert (first["variant"], first["host"], first["start"], first["slurm_job_id"]) == (
         "batch8",

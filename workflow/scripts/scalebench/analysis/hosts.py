@@ -66,10 +66,10 @@ SINGLE_HOST_CELL = "its ranks ran on one host: nothing to compare within the cel
 
 def steady(ranks: pd.DataFrame) -> pd.DataFrame:
     """The rank rows of each cell's steady epochs (measures.steady_median's rule): after the first,
-    a profiled one left out (with every later one profiled, as if none were); the only one if one."""
+    a profiled one or the first after a resume left out (ranks.csv unsteady; with every later one so, as if none were); the only one if one."""
     cells = ranks.groupby(KEYS, dropna=False)["epoch"]
     later = ranks["epoch"] > cells.transform("min")
-    unprofiled = later & ~ranks["profiled"].astype(bool)
+    unprofiled = later & ~ranks["unsteady"].astype(bool)
     any_unprofiled = unprofiled.groupby([ranks[k] for k in KEYS], dropna=False).transform("any")
     single = cells.transform("nunique") == 1
     return ranks[single | unprofiled | (later & ~any_unprofiled)]

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scalebench import measures
 from scalebench.analysis.collect import KEYS, no_variant_as_empty
 from scalebench.cell import cell_path
 from scalebench.records import read_metrics, read_run
@@ -25,7 +26,7 @@ from scalebench.records.definitions import EPOCH, RANK
 
 # the rank's figures, as RANK defines them (all but its number and host)
 RANK_VALUES = [name for name in RANK.names if name not in ("rank", "host")]
-COLUMNS = [*KEYS, "start", "slurm_job_id", "epoch", "profiled", "rank", "host", *RANK_VALUES]
+COLUMNS = [*KEYS, "start", "slurm_job_id", "epoch", "unsteady", "rank", "host", *RANK_VALUES]
 
 
 def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
@@ -47,14 +48,14 @@ def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
         record = EPOCH.read(line)
         # the ranks' names are RANK's own (COLUMNS): read in bulk, a million rank-epochs in seconds
         epochs.append((record.get("epoch"), len(line["ranks"])))
-        profiled.append(bool(record.get("profiled")))
+        profiled.append(measures.unsteady(record))
         ranks += line["ranks"]
     frame = pd.DataFrame.from_records(ranks, columns=["rank", "host", *RANK_VALUES])
     for name in RANK_VALUES:  # a missing or non-finite figure reads as NaN, never 0 (measures.finite_number)
         values = pd.to_numeric(frame[name], errors="coerce").astype(float)
         frame[name] = values.where(np.isfinite(values))
     counts = [count for _, count in epochs]
-    frame.insert(0, "profiled", np.repeat(profiled, counts).astype(bool))
+    frame.insert(0, "unsteady", np.repeat(profiled, counts).astype(bool))
     frame.insert(0, "epoch", np.repeat([number for number, _ in epochs], counts))
     cell = {**keys, "start": run.get("start"), "slurm_job_id": (run.get("slurm") or {}).get("job_id")}
     for position, name in enumerate([*KEYS, "start", "slurm_job_id"]):
@@ -77,7 +78,7 @@ def ranks_frame(frame: pd.DataFrame) -> pd.DataFrame:
     frame["variant"] = no_variant_as_empty(frame["variant"])
     for column in ("gpus", "seed", "epoch", "rank"):
         frame[column] = frame[column].astype("Int64")
-    frame["profiled"] = frame["profiled"].astype(bool)
+    frame["unsteady"] = frame["unsteady"].astype(bool)
     return frame
 
 

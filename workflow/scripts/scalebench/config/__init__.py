@@ -14,6 +14,7 @@ config key, and all of it runs before Snakemake builds a job. One module per job
 - local_gpus.py: this machine's GPUs as a Snakemake resource, for a local run;
 - resources.py: a cell's SLURM job (nodes, tasks, GPUs, CPUs, memory, time);
 - slurm_check.py: the requests SLURM would refuse, found before any submission (`sbatch --test-only`);
+- slurm_plugin.py: the SLURM plugin patched for the version it was written for: a refusal ends its job, a busy controller is asked again;
 - run_order.py: the order the cells start in (order.seed, order.blocks): priorities, blocks.
 
 The rules and the analysis read the names below from here.
