@@ -443,9 +443,9 @@ def main() -> None:
             except CheckFailed as error:
                 print(f"  FAILED: {error}", flush=True)
                 failed.append(name)
-    results["failed"] = failed
-    if options.json:
-        Path(options.json).write_text(json.dumps(results, indent=2, default=str))
+            results["failed"] = failed
+            if options.json:  # after every check, so a run cut off at a time limit keeps what it measured
+                Path(options.json).write_text(json.dumps(results, indent=2, default=str))
     if failed:
         raise SystemExit(f"gpu_check: failed: {', '.join(failed)}")
 
