@@ -94,6 +94,7 @@ def test_the_best_backend_its_efficiency_its_verdict_its_largest_loss_and_its_bo
     assert torch["reduction"]["bound"] == "latency" and torch["reduction"]["share"] == pytest.approx(0.1)
     text = " ".join(torch["sentences"])
     assert f"torch at 4 GPUs: horovod is the fastest, at a parallel efficiency of {best['efficiency']:.2f}" in text
+    assert "against 1 GPU (3 seeds)." in text  # one GPU, not "1 GPUs"
     assert f"Against native: {torch['versus']['verdict']}." in text
     assert f"Its largest term: exposed communication costs {100 / epoch_4:.0f}% of the 4-GPU epoch (1 s)." in text
     ideal = (8.3 + 0.02) / 4

@@ -77,7 +77,7 @@ FACTS = {
         {
             "sentences": [
                 "torch at 2 GPUs: horovod (batch8_bf16) is the fastest, at a parallel efficiency of 0.88, "
-                "95% interval 0.81-0.95 against 1 GPUs (3 seeds).",
+                "95% interval 0.81-0.95 against 1 GPU (3 seeds).",
                 "Against native: no difference the seeds can show (n = 3).",
                 "Its largest loss: exposed communication costs 21% of the 2-GPU epoch (0.1 s of 0.48 s; ideal 0.4 s).",
             ]

@@ -174,6 +174,11 @@ TERM_WORDS = {
 }
 
 
+def gpus_text(count: int) -> str:
+    """'1 GPU', '8 GPUs'."""
+    return f"{count} GPU{'s' if count != 1 else ''}"
+
+
 def interval_text(low: float | None, high: float | None) -> str:
     return f", 95% interval {low:.2f}-{high:.2f}" if low is not None and high is not None else ""
 
@@ -184,15 +189,19 @@ def sentences(fact: dict) -> list[str]:
     name = series_name(best["backend"], best["variant"])
     seeds = f"{best['seeds']} seed{'s' if best['seeds'] != 1 else ''}"
     if fact["base_gpus"] is None or fact["base_gpus"] == gpus:
-        lead = f"{framework} at {gpus} GPUs: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds}); "
+        lead = (
+            f"{framework} at {gpus_text(gpus)}: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds}); "
+        )
         lead += "no smaller GPU count to scale from."
     elif best["efficiency"] is None:
-        lead = f"{framework} at {gpus} GPUs: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds})."
+        lead = (
+            f"{framework} at {gpus_text(gpus)}: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds})."
+        )
     else:
         interval = interval_text(best["efficiency_low"], best["efficiency_high"])
         lead = (
-            f"{framework} at {gpus} GPUs: {name} is the fastest, at a parallel efficiency of "
-            f"{best['efficiency']:.2f}{interval} against {fact['base_gpus']} GPUs ({seeds})."
+            f"{framework} at {gpus_text(gpus)}: {name} is the fastest, at a parallel efficiency of "
+            f"{best['efficiency']:.2f}{interval} against {gpus_text(fact['base_gpus'])} ({seeds})."
         )
     said = [lead]
     versus = fact["versus"]
