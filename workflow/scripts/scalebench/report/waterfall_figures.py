@@ -12,6 +12,7 @@ from plotnine import (
     geom_errorbar,
     geom_point,
     geom_rect,
+    geom_segment,
     ggplot,
     labs,
     scale_alpha_identity,
@@ -33,13 +34,17 @@ TERM_COLOURS = {
 HALF_WIDTH = 0.35
 
 
-def stacked(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(one rectangle per GPU count and term, one measured point per GPU count) of the drawn table."""
-    rects, measured = [], []
+def stacked(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(one rectangle per GPU count and term, one measured point per GPU count, one ideal line per GPU
+    count) of the drawn table. The ideal gets a line of its own: where a term below zero is followed by
+    terms above it, their boxes cover the ideal's top."""
+    rects, measured, ideals = [], [], []
     table = table.dropna(subset=["seconds"])
     for (series, gpus), rows in table.groupby(["series", "gpus"], sort=True):
         values = rows.set_index("term")
         x = float(values["x"].iloc[0])
+        ideal = float(values.loc["ideal", "seconds"])
+        ideals.append({"series": series, "xmin": x - HALF_WIDTH, "xmax": x + HALF_WIDTH, "seconds": ideal})
         top = 0.0
         for term in ["ideal", *losses.PARTS]:
             seconds = float(values.loc[term, "seconds"])
@@ -62,7 +67,7 @@ def stacked(table: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         measured.append(
             {"series": series, "x": x, "seconds": total["seconds"], "low": total["low"], "high": total["high"]}
         )
-    return pd.DataFrame(rects), pd.DataFrame(measured)
+    return pd.DataFrame(rects), pd.DataFrame(measured), pd.DataFrame(ideals)
 
 
 def waterfall_figure(table: pd.DataFrame):
@@ -80,7 +85,7 @@ def waterfall_figure(table: pd.DataFrame):
     drawn["series"] = drawn["framework"] + " / " + drawn["backend"] + variant.map(lambda v: f" ({v})" if v else "")
     sizes = sorted(set(drawn["gpus"]))
     drawn["x"] = drawn["gpus"].map(sizes.index)
-    rects, measured = stacked(drawn)
+    rects, measured, ideals = stacked(drawn)
     rects["term"] = pd.Categorical(rects["term"], categories=list(TERM_COLOURS))
     panels = rects["series"].nunique()
     left_out = sorted(set(table.loc[table["seconds"].isna(), "reason"]) - {""})
@@ -89,12 +94,15 @@ def waterfall_figure(table: pd.DataFrame):
         "scales it) and on it, in order, the growth of the typical rank's compute, imbalance (stragglers: the "
         "critical rank's compute above it), the exposed communication the critical rank waited for, data wait and "
         "the rest, each above the base's scaled; they stack to the measured epoch (black point, with the 95% "
-        "interval over seeds). Means over seeds. Faint boxes: a term below zero, drawn downwards."
+        "interval over seeds). Means over seeds. Faint boxes: a term below zero, drawn downwards. Dashed line: the ideal."
         + (f" Left out: {'; '.join(left_out)}." if left_out else "")
     )
     return (
         ggplot(rects, aes(xmin="xmin", xmax="xmax", ymin="ymin", ymax="ymax", y="ymax"))
         + geom_rect(aes(fill="term", alpha="alpha"))
+        + geom_segment(
+            ideals, aes(x="xmin", xend="xmax", y="seconds", yend="seconds"), linetype="dashed", inherit_aes=False
+        )
         + geom_errorbar(measured, aes(x="x", ymin="low", ymax="high"), width=0.2, inherit_aes=False)
         + geom_point(measured, aes(x="x", y="seconds"), size=2.2, inherit_aes=False)
         + scale_alpha_identity()
