@@ -1,6 +1,6 @@
 # From the cells' records (and imported earlier studies) to tables and figures in the report.
 # Every rule reads ANALYSIS_STAMP too: it changes with the project's code and the study's config,
-# so the tables and figures are redrawn after an upgrade (rules/common.smk: stamp_analysis).
+# so the tables and figures are redrawn after an upgrade (scalebench/config/planning.py: stamp_analysis).
 # With --config partial=true the inputs are only the cells that finished (see
 # analysis_cell_outputs in common.smk): the report then shows what exists and lists the rest.
 

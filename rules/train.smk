@@ -46,5 +46,6 @@ use rule train as train_variant with:
         f"{RUNS_VARIANT}/benchmark.tsv"
 
 
-# The cells, planned once the train rule's resources can be asked of SLURM (rules/common.smk).
-plan_study()
+# The study's plan, built once the train rule's resources can be asked of SLURM, and read by every
+# rule's functions from here on (rules/common.smk; scalebench/config/planning.py plans).
+PLAN = study_plan()

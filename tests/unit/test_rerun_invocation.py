@@ -113,3 +113,18 @@ def test_one_more_config_entry_joins_the_study_s_own_so_snakemake_reads_both():
         words = shlex.split(found.with_config(exclude).command(["t.jsonl"], force=True).split(" && ", 1)[1])
         args = get_argument_parser().parse_args(words[1:])
         assert parse_config(args.config) == expected and args.targets == ["t.jsonl"] and args.cores == 2
+
+
+def test_the_command_line_is_read_once_for_the_planner(tmp_path, monkeypatch):
+    """What planning reads of this start (config/planning.py): the executor, what is forced, the
+    targets (a cell outside the matrix is planned by them) and the rerun triggers, profiles included."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "profiles" / "default").mkdir(parents=True)
+    (tmp_path / "profiles" / "default" / "config.yaml").write_text("rerun-triggers: mtime\n")
+    (tmp_path / "Snakefile").write_text("")
+    target = "results/runs/torch/native/g8/s2/metrics.jsonl"
+    found = rerun.command(["snakemake", "--executor", "slurm", "-n", "--force", "--", target])
+    assert found == rerun.Command("slurm", (False, frozenset({target})), (target,), frozenset({"mtime"}))
+    asked = rerun.command(["snakemake", "-n", "--rerun-triggers", "mtime", "params", "software-env"])
+    assert (asked.executor, asked.targets, asked.rerun_triggers) == ("local", (), {"mtime", "params", "software-env"})
+    assert rerun.command(["python", "-m", "pytest"]) is None  # not Snakemake's command line: the API

@@ -99,9 +99,13 @@ def test_a_job_that_ran_keeps_its_retries(executor):
     assert executor.failed == [ran] and ran.attempt == 1  # Snakemake restarts it while attempt - 1 < restart_times
 
 
-def test_another_plugin_version_is_refused_naming_both():
+def test_another_plugin_version_is_refused_naming_both_and_nothing_is_patched():
+    from snakemake_executor_plugin_slurm import Executor
+
+    own = (Executor._report_job_error_threadsafe, Executor.run_jobs)
     with pytest.raises(slurm_plugin.PluginMismatch) as raised:
-        slurm_plugin.install(60, version="2.9.0")
+        slurm_plugin.install(60, by_priority=True, version="2.9.0")
+    assert (Executor._report_job_error_threadsafe, Executor.run_jobs) == own
     message = str(raised.value)
     assert (
         "written for 2.8.0, and 2.9.0 is installed" in message and "snakemake-executor-plugin-slurm==2.8.0" in message
@@ -109,3 +113,29 @@ def test_another_plugin_version_is_refused_naming_both():
     import importlib.metadata
 
     assert importlib.metadata.version(slurm_plugin.PLUGIN) == slurm_plugin.WRITTEN_FOR  # this environment's
+
+
+def test_with_a_drawn_order_the_plugin_submits_each_rounds_jobs_highest_priority_first():
+    """Snakemake hands a round's jobs to the plugin in the order of a set; the patch sorts them."""
+    from snakemake_executor_plugin_slurm import Executor
+
+    own = Executor.run_jobs
+    submitted = []
+    try:
+        Executor.run_jobs = lambda self, jobs: submitted.extend(job.name for job in jobs)
+        slurm_plugin.install(60)
+        Executor.run_jobs(None, [SimpleNamespace(name=n, priority=p) for n, p in (("b", 1), ("a", 3), ("c", 2))])
+        assert submitted == ["b", "a", "c"]  # without order.seed: as Snakemake handed them
+        slurm_plugin.install(60, by_priority=True)
+        slurm_plugin.install(60, by_priority=True)  # idempotent: wrapped once
+        submitted.clear()
+        jobs = [SimpleNamespace(name=n, priority=p) for n, p in (("b", 1), ("a", 3), ("c", 2), ("d", 3))]
+        Executor.run_jobs(None, jobs)
+        assert submitted == ["a", "d", "c", "b"]  # ties keep the order they came in
+        slurm_plugin.uninstall()
+        submitted.clear()
+        Executor.run_jobs(None, jobs)
+        assert submitted == ["b", "a", "c", "d"]
+    finally:
+        slurm_plugin.uninstall()
+        Executor.run_jobs = own

@@ -225,14 +225,34 @@ def _parsed(argv: list[str]) -> argparse.Namespace | None:
         return None
 
 
+@dataclass(frozen=True)
+class Command:
+    """What a Snakemake command line asks of this start, as Snakemake reads it (profiles included)."""
+
+    executor: str  # 'local' where none is named; a dry run names the one the real run would use
+    forced: tuple[bool, frozenset[str]]  # see forced()
+    targets: tuple[str, ...]  # the files and rules named to build
+    rerun_triggers: frozenset[str]  # Snakemake's names: mtime, params, input, software-env, code
+
+
+def command(argv: list[str]) -> Command | None:
+    """This start's command line read once; None where `argv` is not a Snakemake command line this
+    version parses (the API, a test runner)."""
+    args = _parsed(argv)
+    if args is None:
+        return None
+    names = set(args.forcerun or ()) | (set(args.targets or ()) if args.force else set())
+    triggers = frozenset(trigger.name.lower().replace("_", "-") for trigger in args.rerun_triggers)
+    return Command(
+        args.executor or "local", (bool(args.forceall), frozenset(names)), tuple(args.targets or ()), triggers
+    )
+
+
 def forced(argv: list[str]) -> tuple[bool, frozenset[str]]:
     """What this invocation forces: (everything, the rules and files named): --forceall; --forcerun's
     names; --force's targets."""
-    args = _parsed(argv)
-    if args is None:
-        return False, frozenset()
-    names = set(args.forcerun or ()) | (set(args.targets or ()) if args.force else set())
-    return bool(args.forceall), frozenset(names)
+    found = command(argv)
+    return found.forced if found else (False, frozenset())
 
 
 def executor(argv: list[str]) -> str | None:
@@ -240,7 +260,5 @@ def executor(argv: list[str]) -> str | None:
     line, a --profile (or SNAKEMAKE_PROFILE) and the workflow profile: 'local' where none names one;
     None where `argv` is not a Snakemake command line this version parses (the API, a test runner).
     A dry run (`-n`) names the executor the real run would use."""
-    args = _parsed(argv)
-    if args is None:
-        return None
-    return args.executor or "local"
+    found = command(argv)
+    return found.executor if found else None

@@ -1,7 +1,7 @@
 """What a cell's processes are told, and what each finds out for itself, as two typed objects.
 
-rules/common.smk builds the settings from the validated config
-(scalebench.config.train_settings) and passes them to the launcher as JSON;
+The planner writes each cell's settings from the validated config into its settings.json
+(scalebench.config.train_settings, config/planning.py), which the train rule passes to the launcher;
 launch.py and each rank turn that JSON into a RunSettings once: the study's
 settings, the same in every process. The field names are the config keys of
 config/schema.yaml, which documents each one (a unit test keeps the two equal).

@@ -2,19 +2,22 @@
 
 The JSON schema (config/schema.yaml) fills defaults and rejects unknown keys and
 bad values; the checks cover what a schema cannot express. Every error names the
-config key, and all of it runs before Snakemake builds a job. One module per job:
+config key, and all of it runs before Snakemake builds a job. A Snakemake start builds one
+plan (plan.py) in one place (planning.py), which the rules only read. One module per job:
 
 - coercion.py: `--config` strings to the schema's types;
 - registry_schema.py: the schema's backend enum and launch templates, from the registry;
 - validation.py: the schema, with defaults and removed keys;
 - checks.py: the checks across keys (and the labels of imported studies);
-- matrix.py: the cells, and those left out with the reason;
+- matrix.py: the matrix expanded once: the cells, and those left out with the reason;
+- plan.py: the study's plan, immutable, with a method per question the rules ask (cells, variants, left-out cells, verdicts, priorities);
+- planning.py: plan_study, the one place where planning acts (settings files, the SLURM pre-flight, the plugin's patch, the stamp, the warnings);
 - cell_settings.py: one cell's settings and what changed since it trained;
 - freshness.py: whether a finished cell still stands (each cell's settings.json), the analysis' stamp;
 - local_gpus.py: this machine's GPUs as a Snakemake resource, for a local run;
 - resources.py: a cell's SLURM job (nodes, tasks, GPUs, CPUs, memory, time);
 - slurm_check.py: the requests SLURM would refuse, found before any submission (`sbatch --test-only`);
-- slurm_plugin.py: the SLURM plugin patched for the version it was written for: a refusal ends its job, a busy controller is asked again;
+- slurm_plugin.py: the SLURM plugin patched for the version it was written for (another refused): a refusal ends its job, a busy controller is asked again, a round's jobs are submitted by priority;
 - run_order.py: the order the cells start in (order.seed, order.blocks): priorities, blocks.
 
 The rules and the analysis read the names below from here.

@@ -9,7 +9,7 @@ from pathlib import Path
 from scalebench import architecture, backends
 from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config.cell_settings import cell_model, cell_training
-from scalebench.config.matrix import cells, left_out
+from scalebench.config.matrix import Matrix, expand
 from scalebench.config.resources import node_layout, ranks_per_node_limit
 from scalebench.data.split import split_counts
 from scalebench.measures import backward_passes, batches_per_epoch
@@ -19,8 +19,9 @@ class ConfigError(ValueError):
     """A configuration problem, with the offending key in the message."""
 
 
-def check_semantics(config: dict) -> None:
-    """Raise ConfigError naming every key whose value the other keys rule out."""
+def check_semantics(config: dict) -> Matrix:
+    """Raise ConfigError naming every key whose value the other keys rule out; else the config's
+    matrix, expanded here once (once its axes are known to be sound) for every check and the plan."""
     problems: list[str] = []
     dataset, matrix, cluster = config["dataset"], config["matrix"], config["cluster"]
     height, width = dataset["image_size"]
@@ -34,10 +35,12 @@ def check_semantics(config: dict) -> None:
     axes = axis_problems(config)
     if axes:  # the cells below cannot be built without them
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems + axes))
+    expanded = expand(config)
+    runnable = expanded.cells()
     if dataset["source"] == "synthetic":
-        problems += synthetic_batch_problems(config)
-    problems += model_fit_problems(config)
-    problems += profile_problems(config)
+        problems += synthetic_batch_problems(config, runnable)
+    problems += model_fit_problems(config, runnable)
+    problems += profile_problems(config, runnable)
     if config["training"]["steps_per_epoch"] is not None and config["training"]["dataset_repeat"] > 1:
         problems.append(
             "config key 'training.steps_per_epoch': set together with training.dataset_repeat > 1; the "
@@ -56,10 +59,10 @@ def check_semantics(config: dict) -> None:
             "config key 'cluster.gpu_binding': task binds GPUs to tasks, but cluster.gpus_per_node is 0 "
             "(a CPU-only cluster); use node"
         )
-    problems += matrix_problems(config)
+    problems += matrix_problems(config, expanded)
     if not cluster["allow_uneven"]:
         # one-process backends never span nodes (left_out), so only the counts of other cells matter
-        for gpus in sorted({cell.gpus for cell in cells(config)}):
+        for gpus in sorted({cell.gpus for cell in runnable}):
             reason = uneven_nodes_problem(gpus, cluster)
             if reason:
                 problems.append(f"config key 'matrix.gpus': {reason} (or set cluster.allow_uneven: true)")
@@ -71,6 +74,7 @@ def check_semantics(config: dict) -> None:
     problems += legacy_label_problems(config["legacy"])
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return expanded
 
 
 def strong_cells(config: dict) -> bool:
@@ -110,7 +114,7 @@ def axis_problems(config: dict) -> list[str]:
     return problems
 
 
-def model_fit_problems(config: dict) -> list[str]:
+def model_fit_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
     """Every GPU cell's model and batch must fit a device of cluster.device_memory_gb (where given):
     the architecture's lower bound of what training needs (architecture.memory_floor_bytes),
     so only what certainly cannot fit is refused here; without the key the ranks check their
@@ -121,7 +125,7 @@ def model_fit_problems(config: dict) -> list[str]:
         return []
     key = "matrix.model_width" if "model_width" in config["matrix"] else "model.width"
     problems, seen = [], set()
-    for cell in cells(config):
+    for cell in runnable:
         width, trained = cell_model(config, cell)["width"], cell_training(config, cell)
         shards = cell.gpus if backends.spec(cell.framework, cell.backend).shards_state else 1
         itemsize = 4 if trained["precision"] == "fp32" else 2
@@ -139,7 +143,7 @@ def model_fit_problems(config: dict) -> list[str]:
     return problems
 
 
-def synthetic_batch_problems(config: dict) -> list[str]:
+def synthetic_batch_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
     """Every cell's batch per rank must fit in its shard of the synthetic training set."""
     dataset, problems = config["dataset"], []
     count = dataset["synthetic"]["count"]
@@ -150,7 +154,7 @@ def synthetic_batch_problems(config: dict) -> list[str]:
             f"{n_test} test and {n_val} validation pairs (dataset.test_fraction, dataset.val_fraction)"
         ]
     seen = set()
-    for cell in cells(config):
+    for cell in runnable:
         batch = cell_training(config, cell)["batch_per_gpu"]
         shard = n_train // cell.gpus
         if batch > shard and (batch, cell.gpus) not in seen:
@@ -178,7 +182,7 @@ def profiler_missing(framework: str) -> str:
     return ""
 
 
-def profile_problems(config: dict) -> list[str]:
+def profile_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
     """training.profile's window lies inside the run (its epoch within training.epochs, its steps
     within an epoch where the training set's size is known before preparation: synthetic data),
     and the profiler of every framework of the matrix is installed."""
@@ -191,7 +195,7 @@ def profile_problems(config: dict) -> list[str]:
             f"config key 'training.profile.epoch': {profile['epoch']} is after the run's last epoch "
             f"(training.epochs = {training['epochs']})"
         )
-    shortest = shortest_epoch(config)
+    shortest = shortest_epoch(config, runnable)
     if shortest is not None and profile["steps"] > shortest[0]:
         steps, cell = shortest
         problems.append(
@@ -205,7 +209,7 @@ def profile_problems(config: dict) -> list[str]:
     return problems
 
 
-def shortest_epoch(config: dict) -> tuple[int, Cell] | None:
+def shortest_epoch(config: dict, runnable: tuple[Cell, ...]) -> tuple[int, Cell] | None:
     """The fewest steps an epoch of any cell has and that cell, where the training set's size is
     known before it is prepared (synthetic data); else None."""
     dataset, training = config["dataset"], config["training"]
@@ -213,7 +217,7 @@ def shortest_epoch(config: dict) -> tuple[int, Cell] | None:
         return None
     pairs = split_counts(dataset["synthetic"]["count"], dataset["test_fraction"], dataset["val_fraction"])[0]
     epochs = []
-    for cell in cells(config):
+    for cell in runnable:
         resolved = cell_training(config, cell)
         passes = backward_passes(cell.framework, cell.backend, resolved)
         batches = batches_per_epoch(
@@ -286,10 +290,10 @@ def uneven_nodes_problem(gpus: int, cluster: dict) -> str | None:
     return None
 
 
-def matrix_problems(config: dict) -> list[str]:
+def matrix_problems(config: dict, expanded: Matrix) -> list[str]:
     """A backend listed for none of the listed frameworks, or one that leaves no cell to run."""
     matrix, problems = config["matrix"], []
-    runnable = cells(config)
+    runnable = expanded.cells()
     for backend in matrix["backends"]:
         if not any(backends.exists(framework, backend) for framework in matrix["frameworks"]):
             owners = ", ".join(backends.FRAMEWORK_NAMES[f] for f in backends.frameworks_of(backend))
@@ -298,7 +302,7 @@ def matrix_problems(config: dict) -> list[str]:
                 f"{matrix['frameworks']} (it is a {owners} backend; {backends.describe_registry()})"
             )
         elif not any(cell.backend == backend for cell in runnable):
-            why = "; ".join(e.describe() for e in left_out(config) if e.backend == backend)
+            why = "; ".join(e.describe() for e in expanded.left_out() if e.backend == backend)
             problems.append(
                 f"config key 'matrix.backends': no cell of {backend} can run with matrix.gpus {sorted(matrix['gpus'])} "
                 f"({why}); give matrix.gpus a count it can run, or remove {backend}"

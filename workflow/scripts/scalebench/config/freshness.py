@@ -6,7 +6,7 @@ looks like now: its params, its shell command, its set of input paths. For the t
 carry what a release or a move changes without changing a result (the resolved default of every
 key, the paths of the Python and of the checkout), so a new release would retrain, and first
 delete, every finished cell. profiles/default therefore keeps Snakemake to its modification-time
-rule (`rerun-triggers: mtime`), and the planner (rules/common.smk) decides the rest here, from
+rule (`rerun-triggers: mtime`), and the planner (config/planning.py) decides the rest here, from
 the record each cell wrote itself, telling Snakemake through one file per cell:
 
 - ``settings.json`` in the cell's folder: the settings the cell's job is started with, and an

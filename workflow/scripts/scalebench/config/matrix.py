@@ -98,31 +98,73 @@ def variants(config: dict) -> list[tuple[tuple[str, Any], ...]]:
     return combos
 
 
-def _every_cell(config: dict) -> Iterator[Cell]:
+def _every_cell(config: dict, combos: list[tuple[tuple[str, Any], ...]]) -> Iterator[Cell]:
     matrix = config["matrix"]
     for framework, backend, axes, gpus, seed in itertools.product(
-        matrix["frameworks"], matrix["backends"], variants(config), sorted(matrix["gpus"]), sorted(matrix["seeds"])
+        matrix["frameworks"], matrix["backends"], combos, sorted(matrix["gpus"]), sorted(matrix["seeds"])
     ):
         yield Cell(framework, backend, gpus, seed, axes)
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The matrix expanded once (`expand`): every combination in a stable order with why the config
+    leaves it out (None where it runs). A machine's GPUs and SLURM's refusals are laid over it
+    without expanding it again: the plan (config/plan.py) and the checks (config/checks.py) share one."""
+
+    combinations: tuple[tuple[Cell, str | None], ...]
+    variants: tuple[tuple[tuple[str, Any], ...], ...]
+    gpu_counts: tuple[int, ...]  # matrix.gpus, sorted
+    device: str  # training.device: with a machine's GPU count it decides what a local cell holds
+
+    def _problem(
+        self, cell: Cell, reason: str | None, machine_gpus: int | None, refused: Mapping[Cell, str] | None
+    ) -> str | None:
+        """cell_problem's answer for a combination whose config reason is `reason`."""
+        local = local_gpu_problem(self.device, cell.gpus, machine_gpus) if machine_gpus is not None else None
+        return reason or local or (refused or {}).get(cell)
+
+    def cells(self, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None) -> tuple[Cell, ...]:
+        """Every cell that runs (machine_gpus, refused: as cell_problem's), in the matrix's order."""
+        return tuple(
+            cell for cell, reason in self.combinations if self._problem(cell, reason, machine_gpus, refused) is None
+        )
+
+    def left_out(
+        self, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None
+    ) -> tuple[LeftOut, ...]:
+        """The cells that do not run, grouped by pair, variant and reason."""
+        reasons: dict[tuple, list[int]] = {}
+        for cell, reason in self.combinations:
+            why = self._problem(cell, reason, machine_gpus, refused)
+            if why:
+                counts_of = reasons.setdefault((cell.framework, cell.backend, cell.variant, why), [])
+                if cell.gpus not in counts_of:
+                    counts_of.append(cell.gpus)
+        return tuple(
+            LeftOut(framework, backend, tuple(gpus), reason, list(gpus) == list(self.gpu_counts), variant)
+            for (framework, backend, variant, reason), gpus in reasons.items()
+        )
+
+
+def expand(config: dict) -> Matrix:
+    """The matrix of a validated config, expanded: the one expansion a Snakemake start makes
+    (validation checks it, the plan reads it)."""
+    combos = variants(config)
+    return Matrix(
+        tuple((cell, cell_problem(config, cell)) for cell in _every_cell(config, combos)),
+        tuple(combos),
+        tuple(sorted(config["matrix"]["gpus"])),
+        config["training"]["device"],
+    )
 
 
 def left_out(config: dict, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None) -> list[LeftOut]:
     """The cells of the matrix that do not run, grouped by pair, variant and reason (machine_gpus,
     refused: as cell_problem's)."""
-    counts = sorted(config["matrix"]["gpus"])
-    reasons: dict[tuple, list[int]] = {}
-    for cell in _every_cell(config):
-        reason = cell_problem(config, cell, machine_gpus, refused)
-        if reason:
-            counts_of = reasons.setdefault((cell.framework, cell.backend, cell.variant, reason), [])
-            if cell.gpus not in counts_of:
-                counts_of.append(cell.gpus)
-    return [
-        LeftOut(framework, backend, tuple(gpus), reason, gpus == counts, variant)
-        for (framework, backend, variant, reason), gpus in reasons.items()
-    ]
+    return list(expand(config).left_out(machine_gpus, refused))
 
 
 def cells(config: dict, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None) -> list[Cell]:
     """Every cell of the matrix that runs (see left_out for the others), in a stable order."""
-    return [cell for cell in _every_cell(config) if cell_problem(config, cell, machine_gpus, refused) is None]
+    return list(expand(config).cells(machine_gpus, refused))

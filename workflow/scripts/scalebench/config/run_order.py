@@ -9,9 +9,10 @@ same seed gives the same order on every Python, and adding cells (another seed, 
 keeps the order of the others among themselves. With `order.blocks`, block k holds the cells of
 the k-th seed of matrix.seeds; blocks run one after another, each in its own random order.
 
-The rules read it twice: a train job's Snakemake priority (the first in the order the highest:
-Snakemake starts the ready jobs of the highest priority first whenever not all can start) and,
-with blocks, the previous block's cells as the job's inputs.
+The rules read it twice, through the plan (config/plan.py): a train job's Snakemake priority (the
+first in the order the highest: Snakemake starts the ready jobs of the highest priority first
+whenever not all can start) and, with blocks, the previous block's cells as the job's inputs. On
+SLURM the plugin submits each round's jobs in the order of their priority (config/slurm_plugin.py).
 """
 
 from __future__ import annotations
@@ -59,31 +60,3 @@ def previous_block(cell: Cell, cells: Iterable[Cell], seeds: list[int]) -> list[
     if block <= 1:
         return []
     return [other for other in cells if block_of(other.seed, seeds) == block - 1]
-
-
-def submit_in_priority_order() -> bool:
-    """Make the SLURM plugin submit the jobs Snakemake starts together in the order of their priority.
-
-    Snakemake's scheduler picks the ready jobs of the highest priority first, but hands the ones it
-    picks in one round (up to --max-jobs-per-timespan, 100 a second by default) to the executor in
-    the order of a set, and snakemake-executor-plugin-slurm (2.x) submits them in that order, so a
-    study's first 50 cells would reach SLURM's queue in no designed order. Sorting them first keeps
-    the drawn order to within neighbours (the plugin submits from two threads). False where the
-    plugin is not installed."""
-    try:
-        from snakemake_executor_plugin_slurm import Executor
-    except ImportError:
-        return False
-    if not getattr(Executor.run_jobs, "by_priority", False):
-        Executor.run_jobs = _by_priority(Executor.run_jobs)
-    return True
-
-
-def _by_priority(run_jobs):
-    """The plugin's run_jobs, handed its jobs highest priority first (sorted() keeps ties as they came)."""
-
-    def sorted_run_jobs(self, jobs):
-        return run_jobs(self, sorted(jobs, key=lambda job: -job.priority))
-
-    sorted_run_jobs.by_priority = True
-    return sorted_run_jobs

@@ -3,7 +3,7 @@
 A partition or account that does not exist, more nodes than the partition has, a GPU request
 on a cluster without GPU scheduling: sbatch refuses the job. Submitted one cell after
 another, each would be refused the same way and, reported to Snakemake as a failed job,
-resubmitted `retries` times. Instead, before any job is submitted, rules/common.smk groups the
+resubmitted `retries` times. Instead, before any job is submitted, the planner (config/planning.py) groups the
 cells that will be submitted by their sbatch request (partition, account, QoS, nodes, tasks,
 GPUs, CPUs, memory, time and cluster.extra: the options snakemake-executor-plugin-slurm's own
 get_submit_command and set_gres_string build from the train rule's resources) and asks

@@ -1,6 +1,6 @@
-"""The one change this project makes to snakemake-executor-plugin-slurm: what a failed sbatch means.
+"""The changes this project makes to snakemake-executor-plugin-slurm, in one place, for one version.
 
-The plugin submits each job from a thread of its own (`Executor.run_job`) and reports a failed
+What a failed sbatch means. The plugin submits each job from a thread of its own (`Executor.run_job`) and reports a failed
 sbatch as a job error without a SLURM job id (`_report_job_error_threadsafe`); Snakemake then
 resubmits the job while its attempt is below the rule's `retries`, a few seconds later. That is
 wrong both ways for a study: a refusal is refused again `retries` times, and a controller that is
@@ -14,8 +14,16 @@ without reporting an error, so the rule's `retries` stay for jobs that ran, unti
 logged. An error that is not sbatch's answer (an exception in the plugin's own checks) ends the
 job at its first attempt, as before.
 
-The wrapped method and the messages read are 2.8.0's: on another version of the plugin `install`
-raises instead of guessing, naming both versions.
+The order a round's jobs reach SLURM (`by_priority`, with order.seed: config/run_order.py). Snakemake's
+scheduler picks the ready jobs of the highest priority first, but hands the ones it picks in one
+round (up to --max-jobs-per-timespan, 100 a second by default) to the executor in the order of a
+set, and the plugin submits them in that order (`Executor.run_jobs`), so a study's first 50 cells
+would reach SLURM's queue in no designed order. Sorting them first keeps the drawn order to within
+neighbours (the plugin submits from two threads).
+
+The wrapped methods and the messages read are 2.8.0's: on another version of the plugin `install`
+patches nothing and raises instead of guessing, naming both versions; the planner (config/planning.py)
+stops the start with that message before any job.
 """
 
 from __future__ import annotations
@@ -75,10 +83,11 @@ def one_line(words: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def install(window_s: float, version: str | None = None) -> None:
+def install(window_s: float, by_priority: bool = False, version: str | None = None) -> None:
     """Wrap the plugin's report of a failed submission (see the module's docstring); `window_s`:
-    how long a job whose sbatch got no verdict is asked again (cluster.busy_retry_min). Raises
-    PluginMismatch on a plugin version other than WRITTEN_FOR. Idempotent; the window is updated."""
+    how long a job whose sbatch got no verdict is asked again (cluster.busy_retry_min); `by_priority`:
+    submit each round's jobs highest priority first. Raises PluginMismatch, patching nothing, on a
+    plugin version other than WRITTEN_FOR. Idempotent; the window is updated."""
     found = version or importlib.metadata.version(PLUGIN)
     if found != WRITTEN_FOR:
         raise PluginMismatch(
@@ -90,6 +99,8 @@ def install(window_s: float, version: str | None = None) -> None:
     from snakemake_executor_plugin_slurm import Executor
 
     _STATE.window_s = float(window_s)
+    if by_priority and not getattr(Executor.run_jobs, "by_priority", False):
+        Executor.run_jobs = _by_priority(Executor.run_jobs)
     original = Executor._report_job_error_threadsafe
     if getattr(original, "scalebench", False):
         return
@@ -107,13 +118,26 @@ def install(window_s: float, version: str | None = None) -> None:
 
 
 def uninstall() -> None:
-    """Put the plugin's own method back (tests)."""
+    """Put the plugin's own methods back (tests)."""
     from snakemake_executor_plugin_slurm import Executor
 
     wrapped = Executor._report_job_error_threadsafe
     if getattr(wrapped, "scalebench", False):
         Executor._report_job_error_threadsafe = wrapped.original
+    if getattr(Executor.run_jobs, "by_priority", False):
+        Executor.run_jobs = Executor.run_jobs.original
     _STATE.asks.clear()
+
+
+def _by_priority(run_jobs):
+    """The plugin's run_jobs, handed its jobs highest priority first (sorted() keeps ties as they came)."""
+
+    def sorted_run_jobs(self, jobs):
+        return run_jobs(self, sorted(jobs, key=lambda job: -job.priority))
+
+    sorted_run_jobs.by_priority = True
+    sorted_run_jobs.original = run_jobs
+    return sorted_run_jobs
 
 
 def ask_again(executor, job, message: str, now=time.monotonic) -> bool:

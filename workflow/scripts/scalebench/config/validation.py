@@ -13,6 +13,7 @@ import yaml
 
 from scalebench.config.checks import ConfigError, check_semantics
 from scalebench.config.coercion import coerce
+from scalebench.config.matrix import Matrix
 from scalebench.config.registry_schema import fill as fill_from_registry
 
 # Keys that existed once: validation refuses them by name, saying what replaced them.
@@ -82,12 +83,23 @@ def load_schema(path: str | Path) -> dict:
         return fill_from_registry(yaml.safe_load(handle))
 
 
-def validate(config: dict, schema: dict) -> dict:
-    """Return a copy of `config` with strings coerced (see coerce) and defaults filled in, or raise ConfigError."""
+def resolve(config: dict, schema: dict) -> dict:
+    """A copy of `config` with strings coerced (see coerce) and the schema's defaults filled in, or
+    ConfigError naming every key the schema refuses (no checks across keys: validate)."""
     resolved = coerce(copy.deepcopy(config), schema) if config else {}
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(resolved), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(_describe(e) for e in errors))
-    check_semantics(resolved)
     return resolved
+
+
+def validate_study(config: dict, schema: dict) -> tuple[dict, Matrix]:
+    """validate's config, and its matrix as the checks expanded it (the plan reads that one)."""
+    resolved = resolve(config, schema)
+    return resolved, check_semantics(resolved)
+
+
+def validate(config: dict, schema: dict) -> dict:
+    """Return a copy of `config` with strings coerced (see coerce) and defaults filled in, or raise ConfigError."""
+    return validate_study(config, schema)[0]

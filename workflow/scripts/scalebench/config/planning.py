@@ -1,0 +1,235 @@
+"""Planning a study: the one place where a Snakemake start acts on the world before its jobs.
+
+`plan_study` runs once per start (rules/train.smk calls it through rules/common.smk, once the train
+rule exists, before the analysis rules read the cells) and returns the plan (config/plan.py). In
+the process the user started, in this order:
+
+1. this machine's GPUs, for a local run (config/local_gpus.py): a bad CUDA_VISIBLE_DEVICES or a
+   declared count above the machine's is refused; a counted one becomes the local scheduler's limit;
+2. each cell's freshness (config/freshness.py): its settings.json written and dated so that Snakemake
+   retrains exactly the changed and incomplete cells, and a warning for each cell that will be
+   retrained, is being trained by a live job, or cannot be read; the same for a cell named on the
+   command line outside the matrix (the README's g8 cell on SLURM);
+3. on SLURM, the pre-flight: the plugin patched (config/slurm_plugin.py, which checks its version),
+   a rank larger than any node or an excluded node SLURM does not know refused, and `sbatch
+   --test-only` asked once per distinct request of the cells to submit (config/slurm_check.py):
+   the refused cells are left out;
+4. the run order's priorities (config/run_order.py), the left-out cells and their reasons said,
+   and Snakemake's rerun triggers other than mtime said (they would retrain finished cells);
+5. the analysis' stamp (config/freshness.py).
+
+In a job's own process (Snakemake reads the Snakefile again there) it plans nothing: the plan
+holds the config's cells and the outputs as they are (no verdicts, refusals or priorities: those
+order and shape the submissions, which only the process the user started makes), and no file is
+written, no program run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from scalebench import rerun
+from scalebench.backends import BACKENDS, FRAMEWORKS
+from scalebench.cell import RUNS_ROOT, VARIANT_REGEX, Cell
+from scalebench.config import local_gpus, slurm_check, slurm_plugin
+from scalebench.config.freshness import OUTPUTS, Verdict, code_digest, verdict, write_settings_file, write_stamp
+from scalebench.config.matrix import cell_problem
+from scalebench.config.plan import PlanError, Study, StudyPlan, finished_cells
+from scalebench.config.run_order import study_priorities
+
+ANALYSIS_STAMP = "results/summary/.analysis-inputs.json"
+# A train job's output named on the command line: results/runs/{framework}/{backend}[/{variant}]/g{gpus}/s{seed}/<output>
+CELL_TARGET = re.compile(
+    rf"{RUNS_ROOT}/(?P<framework>{'|'.join(FRAMEWORKS)})/(?P<backend>{'|'.join(BACKENDS)})"
+    rf"(?:/(?P<variant>{VARIANT_REGEX}))?/g(?P<gpus>\d+)/s(?P<seed>\d+)/(?:{'|'.join(map(re.escape, OUTPUTS))})"
+)
+
+
+@dataclass(frozen=True)
+class Start:
+    """This Snakemake start as rules/common.smk reads it from `workflow`: plain values, and the two
+    things only Snakemake can do (register a resource, evaluate the train rule's resources)."""
+
+    main_process: bool  # False in a job's own Snakemake
+    argv: tuple[str, ...]
+    basedir: str  # the checkout: the analysis' stamp digests its code
+    configfiles: tuple[str, ...]  # as Snakemake resolved them, for the stamp's invocation
+    snakefile: str
+    declared_gpus: int | None  # `--resources local_gpus=N`
+    cores_without_nodes: bool  # where argv is not Snakemake's (the API): cores given and no --jobs
+    register_gpus: Callable[[int], None]
+    train_resources: Callable[[Cell], tuple[Mapping[str, Any], int]]  # a cell's train job as SLURM gets it
+
+
+def plan_study(
+    study: Study, start: Start, env: Mapping[str, str] | None = None, out: TextIO | None = None
+) -> StudyPlan:
+    """The study's plan; in the process the user started, with every side effect of planning, in the
+    order the module's docstring gives (`env`: the environment, `out`: where warnings go). PlanError
+    where the start cannot go on (the message names what to change)."""
+    matrix = study.matrix
+    if not start.main_process:  # a job's own Snakemake: the config's cells, the outputs as they are
+        cells = matrix.cells()
+        return StudyPlan(study, None, cells, matrix.left_out(), finished=finished_cells(cells, {}))
+    env = os.environ if env is None else env
+    out = sys.stderr if out is None else out
+    command = rerun.command(list(start.argv))
+    executor = command.executor if command else None
+    machine = machine_gpus(start, executor, env)
+    cells = matrix.cells(machine)
+    verdicts = {cell: plan_cell(study, cell, out) for cell in cells}
+    for cell in named_cells(study, command.targets if command else (), machine, cells):
+        verdicts[cell] = plan_cell(study, cell, out)
+    refused: dict[Cell, str] = {}
+    if executor == "slurm":
+        refused = preflight(study, start, command, cells, verdicts, out)
+        cells = tuple(cell for cell in cells if cell not in refused)
+    left_out = matrix.left_out(machine, refused)
+    for entry in left_out:
+        print(entry.describe(), file=out)
+    warn_about_rerun_triggers(command, out)
+    stamp_analysis(study, start)
+    return StudyPlan(
+        study,
+        machine,
+        cells,
+        left_out,
+        refused,
+        verdicts,
+        finished_cells(cells, verdicts),
+        _order(study, cells),
+    )
+
+
+def machine_gpus(start: Start, executor: str | None, env: Mapping[str, str]) -> int | None:
+    """This machine's GPUs for a local run, None for a cluster run (there each cell is its own job).
+
+    `--resources local_gpus=N` wins; a local run without it counts the GPUs here and makes the count
+    the scheduler's limit, so the running cells never hold more GPUs than there are (which ones each
+    holds, launch.py takes: launch/local_pool.py). A count above the machine's, or a
+    CUDA_VISIBLE_DEVICES naming a GPU twice or one the machine lacks, is refused (PlanError). Where
+    argv is not Snakemake's own (the API), a run is local when it declares the count, or is given
+    cores and no --jobs (which every cluster executor needs).
+    """
+    declared = start.declared_gpus
+    local = executor == "local" if executor is not None else (declared is not None or start.cores_without_nodes)
+    if not local:
+        return None
+    problem = local_gpus.machine_problem(dict(env), declared)
+    if problem:
+        raise PlanError(problem)
+    if declared is not None:
+        return int(declared)
+    count = local_gpus.visible_gpus(dict(env))
+    start.register_gpus(count)
+    return count
+
+
+def plan_cell(study: Study, cell: Cell, out: TextIO) -> Verdict:
+    """Write the cell's settings.json, the train rule's settings input, dated so that Snakemake retrains
+    it exactly when it finished with other settings or its outputs are incomplete (config/freshness.py),
+    and say so with the reason."""
+    settings = study.settings(cell)
+    found = verdict(cell.folder, settings, study.default_settings(cell))
+    write_settings_file(cell.folder, settings, found)
+    warning = found.warning(cell.path, cell.folder)
+    if warning:
+        print(f"warning: {warning}", file=out)
+    return found
+
+
+def named_cells(
+    study: Study, targets: tuple[str, ...], machine_gpus: int | None, planned: tuple[Cell, ...]
+) -> list[Cell]:
+    """The cells whose train outputs the command line names outside the matrix (more GPUs on a
+    cluster, another seed), that can run: Snakemake builds their jobs, which read their settings.json.
+    A cell that cannot run is left to the train rule's input function, which refuses it by name."""
+    found: list[Cell] = []
+    for target in targets:
+        path = Path(target)
+        relative = os.path.relpath(path) if path.is_absolute() else os.path.normpath(path)
+        match = CELL_TARGET.fullmatch(relative)
+        if not match:
+            continue
+        try:
+            cell = study.cell(**{key: value or "" for key, value in match.groupdict().items()})
+        except PlanError:
+            continue
+        if cell in planned or cell in found:
+            continue
+        if cell_problem(study.config, cell, machine_gpus) is None:
+            found.append(cell)
+    return found
+
+
+def preflight(
+    study: Study,
+    start: Start,
+    command: rerun.Command | None,
+    cells: tuple[Cell, ...],
+    verdicts: Mapping[Cell, Verdict],
+    out: TextIO,
+) -> dict[Cell, str]:
+    """Before any train job is submitted to SLURM: the plugin patched, a rank that fits no node and an
+    excluded node SLURM does not know refused (PlanError), and the cells to submit (not finished, or
+    forced) whose request `sbatch --test-only` refuses, with sbatch's words. At submission a refusal
+    is not resubmitted and a busy controller is asked again (config/slurm_plugin.py)."""
+    config = study.config
+    cluster = config["cluster"]
+    window_s = cluster["busy_retry_min"] * 60
+    try:
+        slurm_plugin.install(window_s, by_priority=config["order"]["seed"] is not None)
+    except slurm_plugin.PluginMismatch as error:
+        raise PlanError(str(error)) from None
+    problem = slurm_check.node_cpus_problem(
+        cluster["cpus_per_rank"], cluster["partition"]
+    ) or slurm_check.unknown_nodes_problem(cluster["exclude"])
+    if problem:
+        raise PlanError(problem)
+    forced = slurm_check.forced_cells(cells, command.forced if command else (False, frozenset()))
+    finished = finished_cells(cells, verdicts)
+    to_submit = [cell for cell in cells if cell not in finished or cell in forced]
+    if not to_submit:
+        return {}
+    findings = slurm_check.check(to_submit, start.train_resources, window_s=window_s)
+    for note in findings.notes:
+        print(note, file=out)
+    return dict(findings.refused)
+
+
+def warn_about_rerun_triggers(command: rerun.Command | None, out: TextIO) -> None:
+    """profiles/default keeps Snakemake to modification times; its other triggers retrain finished
+    cells after an upgrade (a release's new defaults, a moved checkout or environment). Said once,
+    here, where the command line names them (under the API they are not known before the DAG)."""
+    extra = sorted(command.rerun_triggers - {"mtime"}) if command else []
+    if extra:
+        print(
+            f"warning: rerun triggers {', '.join(extra)} are on; profiles/default sets `rerun-triggers: mtime` "
+            "because with them Snakemake retrains finished cells after an upgrade or a move",
+            file=out,
+        )
+
+
+def stamp_analysis(study: Study, start: Start) -> None:
+    """The analysis' stamp: the project's code, the study's config and this invocation (the report's
+    rerun commands); rewritten only when one of them changes, so the tables and figures are redrawn
+    after an upgrade or a changed setting, and not otherwise."""
+    invocation = rerun.from_argv(list(start.argv), os.getcwd(), list(start.configfiles), start.snakefile)
+    content = {
+        "code": code_digest(start.basedir),
+        "config": study.config,
+        "invocation": dataclasses.asdict(invocation),
+    }
+    write_stamp(ANALYSIS_STAMP, content)
+
+
+def _order(study: Study, cells: tuple[Cell, ...]) -> dict[Cell, int]:
+    config = study.config
+    return study_priorities(cells, config["order"], config["matrix"]["seeds"])
