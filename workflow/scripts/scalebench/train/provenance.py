@@ -114,9 +114,13 @@ def rank_layout(
 
 # Settings of training that run.json's training record leaves out: they change no step (the
 # report's own choices, the TensorBoard curves, the step split's marks and the profile window:
-# measurements, which the same ops train through); loader and horovod go in where they apply, a
-# backend's options beside them.
-NOT_RECORDED = ("predictions", "target_iou", "tensorboard", "step_split", "profile")
+# measurements, which the same ops train through).
+NOT_RECORDED = ("predictions", "tensorboard", "step_split", "profile")
+# Sections recorded by the backends that have them, in their options (Backend.options): horovod.
+BACKEND_SECTIONS = ("horovod",)
+# training.loader's keys every framework applies; the rest (workers, pinning, prefetching) are
+# PyTorch's DataLoader's, recorded for PyTorch cells only.
+SHARED_LOADER_KEYS = ("placement", "device_memory_share")
 
 
 def training_record(
@@ -131,44 +135,30 @@ def training_record(
     compression: str,
     backend_options: dict,
 ) -> dict:
-    """run.json's "training": the settings the cell trained with, as it resolved them (the world
-    size's batch and rate, precision, gradient compression, determinism, threads, the backend's
-    options), so that a
-    cell describes itself without its train.log."""
+    """run.json's "training": the settings the cell trained with, as it resolved them, so that a
+    cell describes itself without its train.log. Every field of TrainingSettings goes in under its
+    own name (nested sections as objects), but those in NOT_RECORDED and BACKEND_SECTIONS; then
+    the values this rank resolved replace or join them (the world size's batch and rate, gradient
+    compression as the backend applied it, determinism, device, threads); the backend's options
+    beside them."""
     record = {
-        "epochs": training.epochs,
-        "dataset_repeat": training.dataset_repeat,
-        "steps_per_epoch": training.steps_per_epoch,  # None: one pass over the shard
-        "scaling": training.scaling,
-        "batch_per_gpu": training.batch_per_gpu,
-        "backward_passes_per_step": passes,  # batches per optimizer step: 1 unless the backend accumulates
-        "global_batch": measures.images_per_step(training.batch_per_gpu, replicas, passes),
-        "base_lr": training.base_lr,
-        "lr_scaling": training.lr_scaling,
-        "scaled_lr": scaled_lr(training, replicas),  # the rate after warm-up, before any decay
-        "warmup_epochs": training.warmup_epochs,
-        "decay_every": training.decay_every,
-        "decay_factor": training.decay_factor,
-        "precision": training.precision,
-        "compression": compression,  # the gradients' type in the reduction, as the backend applied it
-        "compile": training.compile,
-        "deterministic": deterministic,
-        "batch_norm": training.batch_norm,
-        "device": records.device_name(device_type),  # cuda or cpu, what training.device resolved to
-        "threads_per_rank": threads,
-        "collective_timeout_s": training.collective_timeout_s,
-        "max_loss": training.max_loss,
-        "eval_every": training.eval_every,
-        "stop_at_target": training.stop_at_target,
-        # the target decides where training ends only when it stops there; otherwise it is the report's
-        "target_iou": training.target_iou if training.stop_at_target else None,
-        "checkpoint_every": training.checkpoint_every,
+        name: value
+        for name, value in dataclasses.asdict(training).items()
+        if name not in NOT_RECORDED and name not in BACKEND_SECTIONS
     }
-    loader = dataclasses.asdict(training.loader)
-    if framework != "torch":  # the workers, pinning and prefetching are PyTorch's DataLoader's
-        loader = {key: loader[key] for key in ("placement", "device_memory_share")}
-    record["loader"] = loader
-    record["collectives"] = dataclasses.asdict(training.collectives)  # the benchmark before the first epoch
+    if framework != "torch":
+        record["loader"] = {key: record["loader"][key] for key in SHARED_LOADER_KEYS}
+    record.update(
+        backward_passes_per_step=passes,  # batches per optimizer step: 1 unless the backend accumulates
+        global_batch=measures.images_per_step(training.batch_per_gpu, replicas, passes),  # images per step
+        scaled_lr=scaled_lr(training, replicas),  # the rate after warm-up, before any decay
+        compression=compression,  # the gradients' type in the reduction, as the backend applied it
+        deterministic=deterministic,
+        device=records.device_name(device_type),  # cuda or cpu, what training.device resolved to
+        threads_per_rank=threads,
+        # the target decides where training ends only when it stops there; otherwise it is the report's
+        target_iou=training.target_iou if training.stop_at_target else None,
+    )
     return {**record, **backend_options}
 
 
