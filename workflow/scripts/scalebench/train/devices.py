@@ -21,6 +21,7 @@ import subprocess
 
 from scalebench.cluster import gpu_ids
 from scalebench.refusal import Refused
+from scalebench.settings import TrainingSettings
 
 
 class DeviceError(Refused, RuntimeError):
@@ -125,3 +126,24 @@ def memory_total_mb(device_type: str, index: int) -> float | None:
         return float(subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout.split()[0])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
+
+
+def out_of_memory_reason(
+    error: BaseException,
+    device: str,
+    device_type: str,
+    local_rank: int,
+    training: TrainingSettings,
+    image_size: tuple[int, int],
+) -> str:
+    """What ran out: the framework's words (what it was allocating), the device (its name, as the
+    framework reports it) and its memory, and the cell's batch and image size, so the reason alone
+    says what to change."""
+    height, width = image_size
+    total = memory_total_mb(device_type, local_rank)
+    memory = f"{total:.0f} MB" if total is not None else "memory unknown"
+    return (
+        f"{type(error).__name__}: {str(error).strip()} [device {device} with {memory}; "
+        f"batch_per_gpu {training.batch_per_gpu}, images {height}x{width}, "
+        f"precision {training.precision}]"
+    )

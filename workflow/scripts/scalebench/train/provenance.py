@@ -1,5 +1,6 @@
-"""run.json: where and with what a cell ran (hosts, devices, versions, SLURM job, git commit,
-the training settings as the cell resolved them)."""
+"""run.json's fields: where and with what a cell ran (hosts, devices, versions, SLURM job, git
+commit, the training settings as the cell resolved them), and a failed rank 0's record of its
+failure. run_record.py assembles them into run.json and writes it."""
 
 from __future__ import annotations
 
@@ -160,26 +161,6 @@ def training_record(
         target_iou=training.target_iou if training.stop_at_target else None,
     )
     return {**record, **backend_options}
-
-
-def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> None:
-    """Rank 0 at the end: one summary line and the cell's outcome in run.json."""
-    stopped = "  (stopped at the target IOU)" if final["stopped_at_target"] else ""
-    print(
-        f"final: status {final['status']}{stopped}  test loss {final['test_loss']}  IOU {final['iou']}  "
-        f"train {final['train_time_s']:.1f} s",
-        flush=True,
-    )
-    provenance.update(
-        status=final["status"],
-        end=records.now_iso(),
-        setup_s=final["setup_s"],
-        resumed_from_epoch=start_epoch or None,
-        epochs_completed=final["epochs_completed"],
-        stopped_at_target=final["stopped_at_target"],
-    )
-    provenance.update({key: final.get(key) for key in records.COST_FIELDS})
-    store.write_run(run_json, provenance)
 
 
 def record_failure(run_json: Path, cell: dict, error: BaseException) -> None:
