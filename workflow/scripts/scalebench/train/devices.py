@@ -12,6 +12,9 @@ never gives two tasks the same one. A rank only knows what it sees, so a task
 seeing one GPU under node binding (ranks would share it) and a task seeing some
 GPUs but neither its share nor the node's under task binding (which are its own
 cannot be told) are refused.
+
+A device that ran out of memory is described here too (out_of_memory_reason: its name and
+memory beside the cell's batch and image size), for the cell's oom outcome.
 """
 
 from __future__ import annotations
