@@ -3,6 +3,7 @@ fields, with its types, and the analysis reads nothing it does not define."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -62,18 +63,17 @@ def test_the_final_record_and_the_cost_are_the_defined_fields(tmp_path):
     check_written(RUN, json.loads((tmp_path / "run.json").read_text()), complete=False)
 
 
-@pytest.mark.parametrize(("framework", "backend"), [("torch", "horovod"), ("tensorflow", "native")])
-def test_the_training_record_is_the_defined_settings_and_the_backends_options(framework, backend):
+def training_record_of(training, framework: str, backend: str) -> tuple[dict, dict]:
+    """run.json's training record of a two-rank cell of `backend` with these settings, and the backend's options."""
     from scalebench.train import rank_env
     from scalebench.train.tf.native import MultiWorkerBackend
     from scalebench.train.torch.horovod import HorovodTorchBackend
 
-    run = RunSettings.from_json(cell_settings(framework, backend, 2), "data", "out")
     place = rank_env.detect({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
-    made = HorovodTorchBackend(place, run.training.horovod) if backend == "horovod" else MultiWorkerBackend(place)
+    made = HorovodTorchBackend(place, training.horovod) if backend == "horovod" else MultiWorkerBackend(place)
     options = made.options()
     record = provenance.training_record(
-        run.training,
+        training,
         framework=framework,
         device_type="gpu",
         replicas=2,
@@ -83,9 +83,43 @@ def test_the_training_record_is_the_defined_settings_and_the_backends_options(fr
         compression=made.gradient_compression,
         backend_options=options,
     )
+    return record, options
+
+
+def training_mismatch(record: dict, options: dict) -> tuple[list[str], list[str]]:
+    """(the training record's names that TRAINING does not define, TRAINING's names it lacks), a
+    backend's options aside: the record is built from TrainingSettings' fields, so a renamed or
+    added setting shows here, not as an empty column of the analysis."""
+    names = set(record) - set(options)
+    return sorted(names - set(TRAINING.names)), sorted(set(TRAINING.written()) - names)
+
+
+@pytest.mark.parametrize(("framework", "backend"), [("torch", "horovod"), ("tensorflow", "native")])
+def test_the_training_record_is_the_defined_settings_and_the_backends_options(framework, backend):
+    run = RunSettings.from_json(cell_settings(framework, backend, 2), "data", "out")
+    record, options = training_record_of(run.training, framework, backend)
     assert record["device"] == "cuda"
     check_written(TRAINING, {key: value for key, value in record.items() if key not in options})
+    assert training_mismatch(record, options) == ([], [])  # exactly the defined names (training is open)
     assert not set(options) & set(TRAINING.names), "a backend's option shadows a training setting"
+
+
+def test_a_renamed_training_setting_fails_against_the_definition():
+    """TrainingSettings' field renamed (eval_every -> validate_every): the record follows the
+    dataclass, and the comparison with records/definitions.py names both names."""
+    from scalebench.settings import TrainingSettings
+
+    training = RunSettings.from_json(cell_settings("torch", "native", 2), "data", "out").training
+    renamed_fields = [
+        ("validate_every" if known.name == "eval_every" else known.name, known.type)
+        for known in dataclasses.fields(TrainingSettings)
+    ]
+    Renamed = dataclasses.make_dataclass("TrainingSettings", renamed_fields, frozen=True)  # noqa: N806
+    values = {known.name: getattr(training, known.name) for known in dataclasses.fields(training)}
+    values["validate_every"] = values.pop("eval_every")
+    record, options = training_record_of(Renamed(**values), "torch", "native")
+    assert record["validate_every"] == training.eval_every and "eval_every" not in record
+    assert training_mismatch(record, options) == (["validate_every"], ["eval_every"])
 
 
 def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_defined_fields():

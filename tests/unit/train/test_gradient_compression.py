@@ -13,7 +13,7 @@ from scalebench import backends
 from scalebench.settings import ProcessFacts
 from scalebench.train import rank_env
 from scalebench.train.entry import create_framework
-from scalebench.train.loop import check_compression
+from scalebench.train.preflight import check_compression
 from scalebench.train.torch import fsdp, native
 
 # the backends that reduce gradients in fp16; every other one refuses training.compression: fp16

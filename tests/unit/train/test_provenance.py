@@ -12,7 +12,6 @@ from scalebench.train.tf.native import MultiWorkerBackend
 from scalebench.train.torch.horovod import HorovodTorchBackend
 
 TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
-ELSEWHERE = {"loader", "horovod"}  # recorded where the framework or backend has them
 
 
 def settings(framework: str, backend: str, replicas: int, **training) -> RunSettings:
@@ -76,11 +75,26 @@ def test_a_one_process_backend_gets_the_threads_of_every_device_it_drives():
     assert ProcessFacts.of_rank(slurm, {"SLURM_CPUS_PER_TASK": "6"}).threads == 6
 
 
-def test_every_setting_that_changes_training_is_recorded():
-    record = record_of(settings("tensorflow", "native", 1), MultiWorkerBackend(rank_env.detect({})))
+def test_every_setting_is_recorded_under_its_name_but_the_measurements_and_the_backends_sections():
+    """The record is built from TrainingSettings' fields: a new setting is recorded without a
+    second list to update; what joins them is what the rank resolved, and the backend's options."""
+    backend = MultiWorkerBackend(rank_env.detect({}))
+    record = record_of(settings("tensorflow", "native", 1), backend)
     fields = {f.name for f in dataclasses.fields(TrainingSettings)}
-    forgotten = fields - set(record) - ELSEWHERE - set(provenance.NOT_RECORDED)
-    assert not forgotten, f"add {sorted(forgotten)} to provenance.training_record (or to NOT_RECORDED)"
+    assert fields - set(record) == set(provenance.NOT_RECORDED) | set(provenance.BACKEND_SECTIONS)
+    assert set(record) - fields == {"backward_passes_per_step", "scaled_lr", *backend.options()}
+
+
+def test_the_resolved_values_replace_the_settings_of_the_same_name():
+    run = settings("torch", "native", 2, scaling="strong", global_batch=16, deterministic=None, threads_per_rank=None)
+    backend = HorovodTorchBackend(rank_env.detect(TWO_RANKS), run.training.horovod)
+    record = record_of(run, backend)
+    # the images per step as trained, the rank's threads, the determinism and device it resolved
+    assert (record["global_batch"], record["batch_per_gpu"]) == (16, 8)
+    assert record["threads_per_rank"] == 1 and record["deterministic"] is True and record["device"] == "cpu"
+    assert record["target_iou"] is None  # the report's target: it ends no training here
+    stopping = settings("torch", "native", 2, stop_at_target=True, target_iou=0.6, eval_every=1)
+    assert record_of(stopping, backend)["target_iou"] == 0.6
 
 
 def test_the_commit_is_the_checkouts_head_and_a_dirty_tree_says_so():

@@ -1,6 +1,8 @@
 """One rank of a training cell: the entry point, the one training loop and what it measures.
 
 The loop (loop.py) drives both frameworks through the Framework and Backend
-interfaces (interfaces.py); train/torch/ and train/tf/ hold the same file names
-for the same roles. A rank of one framework never imports the other.
+interfaces (interfaces.py) and delegates run-wide concerns to components
+(run_record.py, preflight.py, collectives.py, profiling.py, energy.py);
+train/torch/ and train/tf/ hold the same file names for the same roles. A rank
+of one framework never imports the other.
 """

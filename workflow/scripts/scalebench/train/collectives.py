@@ -1,9 +1,11 @@
 """The collective benchmark: a backend's own collectives, timed on the cell's ranks before training.
 
 Every rank of a cell with more than one replica runs it after setup and before the first
-epoch (loop.py), through the library the backend reduces its gradients with: the backend
-hands over a `Bench` (train/torch/collectives.py, train/tf/collectives.py build them), and
-this framework-free module times it the same way for all of them.
+epoch (the loop calls `benchmark`, off the epochs' clock and out of setup_s), through the library
+the backend reduces its gradients with: the backend hands over a `Bench`
+(train/torch/collectives.py, train/tf/collectives.py build them), and this framework-free
+module times it the same way for all of them. Rank 0 writes the cell's collectives.csv and a
+line in train.log; run.json gets the summary (`run_fields`).
 
 Method (nccl-tests, PARAM): float32 messages, the model's gradient bytes first, then a sweep
 from 4 bytes doubling up to max_bytes with the backend's bucket or fusion size among them; per size
@@ -34,10 +36,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from scalebench.collective_table import COLUMNS
+from scalebench.collective_table import COLUMNS, TABLE
 from scalebench.settings import CollectiveSettings
 from scalebench.train import faults
 
@@ -258,6 +261,35 @@ def measure(
     measured = any(row["latency_us"] is not None for row in rows)
     reason = "" if measured else next((row["reason"] for row in rows), "no operation")
     return Result(rows, bench.library, bench.fusion_bytes, bench.fusion_source, reason, clock() - started)
+
+
+class BenchmarkedRanks(Protocol):
+    """What `benchmark` asks of the backend (train/interfaces.py Backend, which imports this module)."""
+
+    rank: int
+    replicas: int
+
+    def collective_bench(self) -> Bench | str: ...
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray: ...
+
+
+def benchmark(backend: BenchmarkedRanks, settings: CollectiveSettings, gradient_bytes: int, folder: Path) -> Result:
+    """The cell's benchmark on every rank: the backend's Bench (or why it has none) measured, rank
+    0's collectives.csv in `folder` and its line in train.log. One replica has nothing to exchange."""
+    if backend.replicas < 2:
+        result = Result(reason="one replica: nothing to exchange")
+    else:
+        try:
+            bench = backend.collective_bench()
+        except Exception as error:  # the cell trains on; every rank learns of it in measure()
+            bench = f"failed: {type(error).__name__}: {error}"
+        result = measure(bench, settings, backend.replicas, backend.rank, gradient_bytes, backend.allreduce_max)
+        if backend.rank == 0:
+            write_table(result.rows, Path(folder) / TABLE)
+    if backend.rank == 0:
+        print(f"collectives: {describe(result)}", flush=True)
+    return result
 
 
 def at_gradient(rows: list[dict], op: str = "all_reduce") -> dict | None:

@@ -12,6 +12,9 @@ never gives two tasks the same one. A rank only knows what it sees, so a task
 seeing one GPU under node binding (ranks would share it) and a task seeing some
 GPUs but neither its share nor the node's under task binding (which are its own
 cannot be told) are refused.
+
+A device that ran out of memory is described here too (out_of_memory_reason: its name and
+memory beside the cell's batch and image size), for the cell's oom outcome.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import subprocess
 
 from scalebench.cluster import gpu_ids
 from scalebench.refusal import Refused
+from scalebench.settings import TrainingSettings
 
 
 class DeviceError(Refused, RuntimeError):
@@ -125,3 +129,24 @@ def memory_total_mb(device_type: str, index: int) -> float | None:
         return float(subprocess.run(query, capture_output=True, text=True, timeout=10, check=True).stdout.split()[0])
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):
         return None
+
+
+def out_of_memory_reason(
+    error: BaseException,
+    device: str,
+    device_type: str,
+    local_rank: int,
+    training: TrainingSettings,
+    image_size: tuple[int, int],
+) -> str:
+    """What ran out: the framework's words (what it was allocating), the device (its name, as the
+    framework reports it) and its memory, and the cell's batch and image size, so the reason alone
+    says what to change."""
+    height, width = image_size
+    total = memory_total_mb(device_type, local_rank)
+    memory = f"{total:.0f} MB" if total is not None else "memory unknown"
+    return (
+        f"{type(error).__name__}: {str(error).strip()} [device {device} with {memory}; "
+        f"batch_per_gpu {training.batch_per_gpu}, images {height}x{width}, "
+        f"precision {training.precision}]"
+    )

@@ -3,6 +3,8 @@
 One small meter per source, with one interface: start() before an epoch's clock starts,
 stop() after it stops, returning (joules, "") or (None, reason). A meter that cannot
 measure never raises and never reports 0: it says why, and the loop records None.
+`RankEnergy` is what the loop holds: this rank's meter, its part in each epoch's sum across
+ranks, and the final record's GPU-hours and energy.
 
 What each counts:
 - NvmlMeter: the GPUs this process drives (by CUDA_VISIBLE_DEVICES, as the framework numbers
@@ -26,6 +28,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 
+from scalebench import measures
 from scalebench.cluster import gpu_ids
 
 POWERCAP = Path("/sys/class/powercap")
@@ -276,3 +279,38 @@ def total(sums: list[float], root_reason: str) -> tuple[float | None, str]:
     if root_reason:
         return None, root_reason
     return None, f"{int(measuring - read)} of {int(measuring)} measuring ranks could not read their counter"
+
+
+class RankEnergy:
+    """One rank's part in the cell's energy: its meter around each epoch, whether its reading
+    counts in the sum (measures_node), and why the latest sum is empty (`reason`)."""
+
+    def __init__(self, device_type: str, gpu_indices: list[int], shared_gpu: bool, local_rank: int) -> None:
+        self.meter = meter_for(device_type, gpu_indices, shared_gpu)
+        self.counts = measures_node(device_type, local_rank)
+        self.reason = self.meter.reason  # why the cell's energy is empty ('' while measured)
+        self.read_reason = ""  # why this rank's last reading is empty
+
+    def start(self) -> None:
+        """After the epoch's synchronisation, before its clock: off the epoch's time."""
+        self.meter.start()
+
+    def stop(self) -> list[float]:
+        """After the epoch's clock: this rank's contribution to the epoch's sum across ranks."""
+        joules, self.read_reason = self.meter.stop()
+        return contribution(joules, self.counts)
+
+    def epoch_joules(self, sums: list[float]) -> float | None:
+        """The epoch's joules from the summed contributions (None: `reason` says why)."""
+        joules, self.reason = total(sums, self.read_reason)
+        return joules
+
+    def cost(self, epoch_records: list[dict], replicas: int, train_time_s: float) -> dict:
+        """The final record's GPU-hours and energy of the epochs (a resumed run's earlier ones included)."""
+        joules, reason = measures.cell_energy([record.get("energy_j") for record in epoch_records], self.reason)
+        return {
+            "gpu_hours": measures.gpu_hours(replicas, train_time_s),
+            "energy_j": joules,
+            "energy_source": self.meter.source or None,
+            "energy_reason": reason,
+        }

@@ -28,7 +28,8 @@ from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import binding, provenance, rank_env
 from scalebench.train.interfaces import Framework
-from scalebench.train.loop import TrainingLoop, check_launch
+from scalebench.train.loop import TrainingLoop
+from scalebench.train.preflight import check_launch
 
 FRAMEWORK_PACKAGES = {"torch": "scalebench.train.torch", "tensorflow": "scalebench.train.tf"}
 

@@ -19,6 +19,7 @@ import math
 
 from scalebench.refusal import Refused
 from scalebench.settings import TrainingSettings
+from scalebench.train.interfaces import Framework
 
 # training.precision -> the dtype the model's passes compute in (the frameworks' own names)
 COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -83,6 +84,17 @@ def check(problems: list[str]) -> None:
     found = [problem for problem in problems if problem]
     if found:
         raise ObservedMismatch("; ".join(found))
+
+
+def check_first_step(framework: Framework, training: TrainingSettings, scheduled_lr: float, epoch: int) -> dict:
+    """After the run's first step (0-based `epoch`): what the framework did, against what the cell
+    asked; a mismatch ends the cell refused, naming both. Returns the observed steps (for
+    run.json). Reads no device, except TensorFlow's rate variable, once in the run."""
+    steps = framework.observed_steps()
+    problems = step_problems(training, steps)
+    problems.append(lr_problem(framework.optimizer_lr(), scheduled_lr, epoch + 1, "after the first step"))
+    check(problems)
+    return steps
 
 
 def run_fields(steps: dict) -> dict:

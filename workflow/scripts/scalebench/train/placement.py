@@ -6,7 +6,7 @@ loader reads the batches from the memory-mapped arrays each step and moves them 
 Either way the conversion to float (scale, layout) happens on the device, in the same code.
 `auto` is `device` where the samples fit in training.loader.device_memory_share of the free
 memory of the device that has the least, else `host`; every rank of a cell takes the same
-decision, from the reduced figures (the loop reduces them: placement_figures, decide).
+decision, from the reduced figures (preflight.place_data reduces them: local_figures, decide).
 
 Framework-neutral: the frameworks measure their bytes and free memory, this module decides.
 """

@@ -1,7 +1,8 @@
 """training.profile: trace the first K steps of epoch E on every rank, into the cell's profile/ folder.
 
-The framework's profiler (Framework.start_trace: torch.profiler, TensorFlow's profiler) and the
-backend's own trace (Backend.start_timeline: Horovod's timeline) run for the window only. A trace
+The loop wraps each epoch's steps in `Window.around(epoch)`, a context manager. The framework's
+profiler (Framework.start_trace: torch.profiler, TensorFlow's profiler) and the backend's own
+trace (Backend.start_timeline: Horovod's timeline) run for the window only. A trace
 that cannot be started or written (a full disk, a folder that cannot be made) never fails the
 cell: the epoch's record says the trace is missing and why, and training goes on. The profiled
 epoch is marked in its record (``profiled``) and left out of the steady-state figures
@@ -10,6 +11,8 @@ epoch is marked in its record (``profiled``) and left out of the steady-state fi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from scalebench.settings import ProfileSettings
@@ -57,6 +60,17 @@ class Window:
             self.timeline = False
         else:
             self.timeline = True
+
+    @contextmanager
+    def around(self, epoch: int) -> Iterator[Window]:
+        """The window around one epoch's steps: opened before the first step where `epoch` is the
+        profiled one, closed after its K-th step (after_step) or, at the latest, when the steps end
+        (a window longer than the epoch: config checks refuse it where they can). An epoch that
+        raises leaves it open: the cell is ending, and writing a trace (or Horovod's timeline,
+        which every rank joins) must not hold up its error."""
+        self.start(epoch)
+        yield self
+        self.stop()
 
     def after_step(self, steps_done: int) -> None:
         """After each step: the window closes after its K-th."""

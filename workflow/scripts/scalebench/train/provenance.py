@@ -1,5 +1,6 @@
-"""run.json: where and with what a cell ran (hosts, devices, versions, SLURM job, git commit,
-the training settings as the cell resolved them)."""
+"""run.json's fields: where and with what a cell ran (hosts, devices, versions, SLURM job, git
+commit, the training settings as the cell resolved them), and a failed rank 0's record of its
+failure. run_record.py assembles them into run.json and writes it."""
 
 from __future__ import annotations
 
@@ -114,9 +115,13 @@ def rank_layout(
 
 # Settings of training that run.json's training record leaves out: they change no step (the
 # report's own choices, the TensorBoard curves, the step split's marks and the profile window:
-# measurements, which the same ops train through); loader and horovod go in where they apply, a
-# backend's options beside them.
-NOT_RECORDED = ("predictions", "target_iou", "tensorboard", "step_split", "profile")
+# measurements, which the same ops train through).
+NOT_RECORDED = ("predictions", "tensorboard", "step_split", "profile")
+# Sections recorded by the backends that have them, in their options (Backend.options): horovod.
+BACKEND_SECTIONS = ("horovod",)
+# training.loader's keys every framework applies; the rest (workers, pinning, prefetching) are
+# PyTorch's DataLoader's, recorded for PyTorch cells only.
+SHARED_LOADER_KEYS = ("placement", "device_memory_share")
 
 
 def training_record(
@@ -131,65 +136,31 @@ def training_record(
     compression: str,
     backend_options: dict,
 ) -> dict:
-    """run.json's "training": the settings the cell trained with, as it resolved them (the world
-    size's batch and rate, precision, gradient compression, determinism, threads, the backend's
-    options), so that a
-    cell describes itself without its train.log."""
+    """run.json's "training": the settings the cell trained with, as it resolved them, so that a
+    cell describes itself without its train.log. Every field of TrainingSettings goes in under its
+    own name (nested sections as objects), but those in NOT_RECORDED and BACKEND_SECTIONS; then
+    the values this rank resolved replace or join them (the world size's batch and rate, gradient
+    compression as the backend applied it, determinism, device, threads); the backend's options
+    beside them."""
     record = {
-        "epochs": training.epochs,
-        "dataset_repeat": training.dataset_repeat,
-        "steps_per_epoch": training.steps_per_epoch,  # None: one pass over the shard
-        "scaling": training.scaling,
-        "batch_per_gpu": training.batch_per_gpu,
-        "backward_passes_per_step": passes,  # batches per optimizer step: 1 unless the backend accumulates
-        "global_batch": measures.images_per_step(training.batch_per_gpu, replicas, passes),
-        "base_lr": training.base_lr,
-        "lr_scaling": training.lr_scaling,
-        "scaled_lr": scaled_lr(training, replicas),  # the rate after warm-up, before any decay
-        "warmup_epochs": training.warmup_epochs,
-        "decay_every": training.decay_every,
-        "decay_factor": training.decay_factor,
-        "precision": training.precision,
-        "compression": compression,  # the gradients' type in the reduction, as the backend applied it
-        "compile": training.compile,
-        "deterministic": deterministic,
-        "batch_norm": training.batch_norm,
-        "device": records.device_name(device_type),  # cuda or cpu, what training.device resolved to
-        "threads_per_rank": threads,
-        "collective_timeout_s": training.collective_timeout_s,
-        "max_loss": training.max_loss,
-        "eval_every": training.eval_every,
-        "stop_at_target": training.stop_at_target,
-        # the target decides where training ends only when it stops there; otherwise it is the report's
-        "target_iou": training.target_iou if training.stop_at_target else None,
-        "checkpoint_every": training.checkpoint_every,
+        name: value
+        for name, value in dataclasses.asdict(training).items()
+        if name not in NOT_RECORDED and name not in BACKEND_SECTIONS
     }
-    loader = dataclasses.asdict(training.loader)
-    if framework != "torch":  # the workers, pinning and prefetching are PyTorch's DataLoader's
-        loader = {key: loader[key] for key in ("placement", "device_memory_share")}
-    record["loader"] = loader
-    record["collectives"] = dataclasses.asdict(training.collectives)  # the benchmark before the first epoch
+    if framework != "torch":
+        record["loader"] = {key: record["loader"][key] for key in SHARED_LOADER_KEYS}
+    record.update(
+        backward_passes_per_step=passes,  # batches per optimizer step: 1 unless the backend accumulates
+        global_batch=measures.images_per_step(training.batch_per_gpu, replicas, passes),  # images per step
+        scaled_lr=scaled_lr(training, replicas),  # the rate after warm-up, before any decay
+        compression=compression,  # the gradients' type in the reduction, as the backend applied it
+        deterministic=deterministic,
+        device=records.device_name(device_type),  # cuda or cpu, what training.device resolved to
+        threads_per_rank=threads,
+        # the target decides where training ends only when it stops there; otherwise it is the report's
+        target_iou=training.target_iou if training.stop_at_target else None,
+    )
     return {**record, **backend_options}
-
-
-def finish(run_json: Path, provenance: dict, final: dict, start_epoch: int) -> None:
-    """Rank 0 at the end: one summary line and the cell's outcome in run.json."""
-    stopped = "  (stopped at the target IOU)" if final["stopped_at_target"] else ""
-    print(
-        f"final: status {final['status']}{stopped}  test loss {final['test_loss']}  IOU {final['iou']}  "
-        f"train {final['train_time_s']:.1f} s",
-        flush=True,
-    )
-    provenance.update(
-        status=final["status"],
-        end=records.now_iso(),
-        setup_s=final["setup_s"],
-        resumed_from_epoch=start_epoch or None,
-        epochs_completed=final["epochs_completed"],
-        stopped_at_target=final["stopped_at_target"],
-    )
-    provenance.update({key: final.get(key) for key in records.COST_FIELDS})
-    store.write_run(run_json, provenance)
 
 
 def record_failure(run_json: Path, cell: dict, error: BaseException) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -155,3 +156,27 @@ def rest_problem(rank: dict) -> str:
     if rest >= -allowed:
         return ""
     return f"rank {rank['rank']}: its measured parts exceed its epoch time by {-rest:.4f} s (allowed {allowed:.4f} s)"
+
+
+class Ranks(Protocol):
+    """What gather_epoch asks of the backend (train/interfaces.py Backend, which imports this module)."""
+
+    rank: int
+    world_size: int
+
+    def allreduce_sum(self, values: np.ndarray) -> np.ndarray: ...
+
+
+def gather_epoch(steps: StepTimes | None, elapsed: float, wait: float, ranks: Ranks, hosts: list[str]) -> dict:
+    """The epoch record's split fields: this rank's figures from its framework's marks (`steps`,
+    None with training.step_split off), every rank's gathered by one collective; rank 0 warns in
+    train.log of a rank whose remainder is below zero beyond the tolerance."""
+    if steps is None:
+        return unmeasured("training.step_split is off")
+    row = rank_row(elapsed, wait, steps)
+    table = ranks.allreduce_sum(placed(row, ranks.rank, ranks.world_size))
+    fields = epoch_fields(table, hosts, steps.comm_reason)
+    if ranks.rank == 0:
+        for problem in filter(None, map(rest_problem, fields["ranks"])):
+            print(f"warning: step split: {problem}", flush=True)
+    return fields

@@ -46,6 +46,10 @@ class Steps:
     With the step split (`split`), each train function also returns its replicas' marks
     (step_timing.py: the timestamps a, b, c, d); `delays` holds the test faults' seconds
     (faults.py), whose sleeps the functions get only where SCALEBENCH_FAULT names them.
+
+    The replica_* methods are what one replica runs (inside the backend's run_replicas); the
+    tf.function attributes built from them are what the framework calls. Their Python runs only
+    while TensorFlow traces them.
     """
 
     def __init__(
@@ -60,136 +64,148 @@ class Steps:
         gpu: bool = False,
         delays: dict[str, tf.Variable] | None = None,
     ):
-        variables = model.trainable_variables
+        self.model, self.optimizer, self.backend = model, optimizer, backend
+        self.variables = model.trainable_variables
+        self.loss_scaled, self.image_size = loss_scaled, image_size
+        self.split, self.gpu = split, gpu
+        self.delays = delays or {}
         # per trace of the replica's training step: its output's dtype, and whether it was traced
-        # for XLA (observed.py); Python in a tf.function runs only while TensorFlow traces it
+        # for XLA (observed.py)
         self.traced_dtypes: list[str] = []
         self.traced_for_xla: list[bool] = []
-        delays = delays or {}
-        self.split = split
-
-        def inputs(*batch):  # gathered and converted here, on the replica's device
-            return data.model_inputs(*batch, image_size=image_size)
-
-        def loss_and_gradients(*batch):
-            images, masks = inputs(*batch)
-            with tf.GradientTape() as tape:
-                logits = model(images, training=True)
-                loss = tf.reduce_mean(bce_terms(logits, masks))
-                scaled = optimizer.get_scaled_loss(loss) if loss_scaled else loss
-            self.traced_dtypes.append(logits.dtype.name)
-            self.traced_for_xla.append(compiled.in_xla_context())
-            return loss, tape.gradient(scaled, variables)
-
+        self.loss_and_gradients = self.replica_loss_and_gradients
         if compile_steps:  # XLA compiles the replica's own work; the reduction stays outside
-            loss_and_gradients = compiled.step_function(loss_and_gradients)
-
-        def delayed(name, gradients):
-            """`gradients` once the test fault `name` has slept (faults.py), where it is injected."""
-            if name not in delays:
-                return gradients
-            return step_timing.after([step_timing.sleep(delays[name], gradients)], gradients)
-
-        def reduce_and_apply(gradients):
-            """The reduced gradients applied; returns them and the updated variables (for the marks).
-            slow_comm sleeps first: after the mark that the gradients are computed, on every rank."""
-            gradients = delayed("comm", gradients)
-            reduced = gradients = backend.reduce_gradients(gradients)
-            if loss_scaled:
-                gradients = optimizer.get_unscaled_gradients(gradients)
-            # the backend has averaged the gradients over the replicas already
-            optimizer.apply_gradients(zip(gradients, variables), skip_gradients_aggregation=True)
-            return reduced, [v.read_value() for v in variables] if split else []
-
-        def start(batch):
-            """The mark a, and the batch made to wait for it (and for a straggler's delay)."""
-            if not split and "compute" not in delays:
-                return None, batch
-            started = step_timing.stamp(batch, gpu) if split else None
-            marks = [started] if split else []
-            if "compute" in delays:
-                marks.append(step_timing.sleep(delays["compute"], [*batch, *marks]))
-            return started, tuple(step_timing.after(marks, list(batch)))
-
-        def replica_train(*batch):
-            started, batch = start(batch)
-            loss, gradients = loss_and_gradients(*batch)
-            gradients = delayed("reduce", gradients)  # slow_reduce: before the mark, as PyTorch's hook
-            computed = step_timing.stamp(gradients, gpu) if split else None
-            reduced, updated = reduce_and_apply(gradients)
-            if not split:
-                return loss
-            return loss, tf.stack([started, computed, step_timing.stamp(reduced, gpu), step_timing.stamp(updated, gpu)])
-
+            self.loss_and_gradients = compiled.step_function(self.replica_loss_and_gradients)
         self.accumulates = backend.backward_passes_per_step > 1
         if self.accumulates:
-            if len(backend.replica_ids) != 1:
-                raise ValueError(f"backend {backend.name}: gradient accumulation needs one replica per process")
-            # the (loss-scaled) gradient sums of the current optimizer step; zero between steps
-            sums = [tf.Variable(tf.zeros_like(v), trainable=False, name="gradient_sum") for v in variables]
-
-            def replica_accumulate(*batch):
-                started, batch = start(batch)
-                loss, gradients = loss_and_gradients(*batch)
-                for total, gradient in zip(sums, gradients):
-                    total.assign_add(gradient)
-                if not split:
-                    return loss
-                computed = step_timing.stamp(gradients, gpu)
-                added = step_timing.stamp([total.read_value() for total in sums], gpu)
-                return loss, tf.stack([started, computed, computed, added])  # nothing reduced here
-
-            def apply(count):
-                # the loss scale is the same for every batch of a step: it changes only in apply_gradients
-                summed = [total.read_value() for total in sums]
-                started = step_timing.stamp(summed, gpu) if split else None
-                summed = delayed("reduce", step_timing.after([started], summed) if split else summed)
-                computed = step_timing.stamp(summed, gpu) if split else None
-                reduced, updated = reduce_and_apply([total / count for total in summed])
-                for total in sums:
-                    total.assign(tf.zeros_like(total))
-                if split:
-                    reduced_at, updated_at = step_timing.stamp(reduced, gpu), step_timing.stamp(updated, gpu)
-                    return [tf.stack([started, computed, reduced_at, updated_at])]
-                return []
-
-            self.accumulate = tf.function(lambda batches: backend.run_replicas(replica_accumulate, batches))
-            self.apply = tf.function(apply, input_signature=[tf.TensorSpec([], tf.float32)])
-
-        def replica_eval(*batch):
-            images, masks = inputs(*batch)
-            logits = tf.cast(model(images, training=False), tf.float32)
-            predicted, truth = logits > 0, masks > 0.5
-            count = lambda t: tf.reduce_sum(tf.cast(t, tf.float64))  # noqa: E731
-            return tf.stack(
-                [
-                    tf.reduce_sum(tf.cast(bce_terms(logits, masks), tf.float64)),
-                    tf.cast(tf.size(masks), tf.float64),
-                    count(predicted & truth),
-                    count(predicted | truth),
-                ]
-            )
-
-        def train(batches):
-            return backend.run_replicas(replica_train, batches)
-
-        def evaluate(*batch):
-            return backend.run_replicas(replica_eval, [batch])[0]
-
-        def replica_predict(images):
-            converted, _ = inputs(images, images)
-            return tf.cast(model(converted, training=False), tf.float32)
-
-        def predict(images):
-            return backend.run_replicas(replica_predict, [(images,)])[0]
-
+            self.build_accumulation()
         samples = tf.TensorSpec([None, *image_size], tf.uint8)  # uint8 images or masks
-        self.train = tf.function(train)
-        self.eval = tf.function(evaluate, input_signature=[samples, samples])
+        self.train = tf.function(self.run_train)
+        self.eval = tf.function(self.run_eval, input_signature=[samples, samples])
         # device placement: (stored images, stored masks, rows) gathered in the step
         words = tf.TensorSpec([None, image_size[0] * image_size[1] // 4], tf.float32)  # data.as_words
-        self.eval_gathered = tf.function(evaluate, input_signature=[words, words, tf.TensorSpec([None], tf.int64)])
-        self.predict = tf.function(predict, input_signature=[samples])
+        self.eval_gathered = tf.function(self.run_eval, input_signature=[words, words, tf.TensorSpec([None], tf.int64)])
+        self.predict = tf.function(self.run_predict, input_signature=[samples])
+
+    # --- one replica's training step
+
+    def inputs(self, *batch):
+        """The batch gathered and converted here, on the replica's device."""
+        return data.model_inputs(*batch, image_size=self.image_size)
+
+    def replica_loss_and_gradients(self, *batch):
+        images, masks = self.inputs(*batch)
+        with tf.GradientTape() as tape:
+            logits = self.model(images, training=True)
+            loss = tf.reduce_mean(bce_terms(logits, masks))
+            scaled = self.optimizer.get_scaled_loss(loss) if self.loss_scaled else loss
+        self.traced_dtypes.append(logits.dtype.name)
+        self.traced_for_xla.append(compiled.in_xla_context())
+        return loss, tape.gradient(scaled, self.variables)
+
+    def delayed(self, name: str, gradients):
+        """`gradients` once the test fault `name` has slept (faults.py), where it is injected."""
+        if name not in self.delays:
+            return gradients
+        return step_timing.after([step_timing.sleep(self.delays[name], gradients)], gradients)
+
+    def reduce_and_apply(self, gradients):
+        """The reduced gradients applied; returns them and the updated variables (for the marks).
+        slow_comm sleeps first: after the mark that the gradients are computed, on every rank."""
+        gradients = self.delayed("comm", gradients)
+        reduced = gradients = self.backend.reduce_gradients(gradients)
+        if self.loss_scaled:
+            gradients = self.optimizer.get_unscaled_gradients(gradients)
+        # the backend has averaged the gradients over the replicas already
+        self.optimizer.apply_gradients(zip(gradients, self.variables), skip_gradients_aggregation=True)
+        return reduced, [v.read_value() for v in self.variables] if self.split else []
+
+    def start(self, batch):
+        """The mark a, and the batch made to wait for it (and for a straggler's delay)."""
+        split, delays = self.split, self.delays
+        if not split and "compute" not in delays:
+            return None, batch
+        started = step_timing.stamp(batch, self.gpu) if split else None
+        marks = [started] if split else []
+        if "compute" in delays:
+            marks.append(step_timing.sleep(delays["compute"], [*batch, *marks]))
+        return started, tuple(step_timing.after(marks, list(batch)))
+
+    def replica_train(self, *batch):
+        started, batch = self.start(batch)
+        loss, gradients = self.loss_and_gradients(*batch)
+        gradients = self.delayed("reduce", gradients)  # slow_reduce: before the mark, as PyTorch's hook
+        computed = step_timing.stamp(gradients, self.gpu) if self.split else None
+        reduced, updated = self.reduce_and_apply(gradients)
+        if not self.split:
+            return loss
+        stamps = [started, computed, step_timing.stamp(reduced, self.gpu), step_timing.stamp(updated, self.gpu)]
+        return loss, tf.stack(stamps)
+
+    def run_train(self, batches):
+        return self.backend.run_replicas(self.replica_train, batches)
+
+    # --- gradient accumulation: accumulate each batch, apply once per optimizer step
+
+    def build_accumulation(self) -> None:
+        if len(self.backend.replica_ids) != 1:
+            raise ValueError(f"backend {self.backend.name}: gradient accumulation needs one replica per process")
+        # the (loss-scaled) gradient sums of the current optimizer step; zero between steps
+        self.sums = [tf.Variable(tf.zeros_like(v), trainable=False, name="gradient_sum") for v in self.variables]
+        self.accumulate = tf.function(lambda batches: self.backend.run_replicas(self.replica_accumulate, batches))
+        self.apply = tf.function(self.apply_sums, input_signature=[tf.TensorSpec([], tf.float32)])
+
+    def replica_accumulate(self, *batch):
+        started, batch = self.start(batch)
+        loss, gradients = self.loss_and_gradients(*batch)
+        for total, gradient in zip(self.sums, gradients):
+            total.assign_add(gradient)
+        if not self.split:
+            return loss
+        computed = step_timing.stamp(gradients, self.gpu)
+        added = step_timing.stamp([total.read_value() for total in self.sums], self.gpu)
+        return loss, tf.stack([started, computed, computed, added])  # nothing reduced here
+
+    def apply_sums(self, count):
+        # the loss scale is the same for every batch of a step: it changes only in apply_gradients
+        split, gpu = self.split, self.gpu
+        summed = [total.read_value() for total in self.sums]
+        started = step_timing.stamp(summed, gpu) if split else None
+        summed = self.delayed("reduce", step_timing.after([started], summed) if split else summed)
+        computed = step_timing.stamp(summed, gpu) if split else None
+        reduced, updated = self.reduce_and_apply([total / count for total in summed])
+        for total in self.sums:
+            total.assign(tf.zeros_like(total))
+        if split:
+            reduced_at, updated_at = step_timing.stamp(reduced, gpu), step_timing.stamp(updated, gpu)
+            return [tf.stack([started, computed, reduced_at, updated_at])]
+        return []
+
+    # --- evaluation and predictions
+
+    def replica_eval(self, *batch):
+        images, masks = self.inputs(*batch)
+        logits = tf.cast(self.model(images, training=False), tf.float32)
+        predicted, truth = logits > 0, masks > 0.5
+        count = lambda t: tf.reduce_sum(tf.cast(t, tf.float64))  # noqa: E731
+        return tf.stack(
+            [
+                tf.reduce_sum(tf.cast(bce_terms(logits, masks), tf.float64)),
+                tf.cast(tf.size(masks), tf.float64),
+                count(predicted & truth),
+                count(predicted | truth),
+            ]
+        )
+
+    def run_eval(self, *batch):
+        return self.backend.run_replicas(self.replica_eval, [batch])[0]
+
+    def replica_predict(self, images):
+        converted, _ = self.inputs(images, images)
+        return tf.cast(self.model(converted, training=False), tf.float32)
+
+    def run_predict(self, images):
+        return self.backend.run_replicas(self.replica_predict, [(images,)])[0]
 
 
 class TensorFlowFramework:

@@ -1,10 +1,10 @@
-"""What the loop refuses before training: a launch that does not fit the cell, a batch larger than a shard."""
+"""What a rank refuses before training (preflight.py): a launch that does not fit the cell, a batch larger than a shard."""
 
 from __future__ import annotations
 
 import pytest
 from scalebench.train import rank_env
-from scalebench.train.loop import LaunchMismatch, check_batch, check_launch
+from scalebench.train.preflight import LaunchMismatch, check_batch, check_launch
 from scalebench.train.tf.mirrored import MirroredBackend
 from scalebench.train.torch.native import DDPBackend
 

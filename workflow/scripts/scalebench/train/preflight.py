@@ -1,0 +1,110 @@
+"""What a rank checks and decides before its first step, so that a cell no retry can change ends
+refused at once, naming the key to change (refusal.py), and every rank starts alike.
+
+The checks: the launch fits the cell (entry.py, before any rank joins the others) and the
+backend has as many replicas as it asks for; the batch fits a shard of the training set; the
+backend applies the gradient compression asked for; the UNet at model.width and its batch can fit
+the fullest device of the cell; training.profile's window lies inside an epoch. The decision:
+where the samples live (training.loader.placement, placement.py), from figures every rank
+reduces once. The loop calls them in its setup; each is a collective where it reduces.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from scalebench import architecture
+from scalebench.refusal import Refused, SettingRefused
+from scalebench.settings import LoaderSettings, ProfileSettings, RunSettings
+from scalebench.train import placement
+from scalebench.train.interfaces import Backend, Framework
+
+
+class LaunchMismatch(Refused, RuntimeError):
+    """The launcher started the ranks differently from what the cell asks for."""
+
+
+def check_launch(place_world_size: int, source: str, backend: Backend, gpus: int) -> None:
+    """The launcher started as many processes as the cell needs (before any rank joins the others)."""
+    expected = backend.processes(gpus)
+    if place_world_size == expected:
+        return
+    message = f"{source} = {place_world_size} ranks, but the cell asks for {gpus} GPUs"
+    if expected != gpus:  # a backend that drives several devices from one process
+        message += (
+            f", which {backend.name} drives from {expected} process(es): the cell's launcher template must "
+            "start that many (e.g. '{python} {program}')"
+        )
+    raise LaunchMismatch(message)
+
+
+def check_replicas(backend: Backend, gpus: int) -> None:
+    """Once the backend has joined the ranks: it trains as many replicas as the cell has GPUs."""
+    if backend.replicas != gpus:
+        raise LaunchMismatch(f"{backend.name} has {backend.replicas} replicas, the cell asks for {gpus}")
+
+
+def check_compression(backend: Backend, compression: str) -> None:
+    """The backend reduces gradients with the compression the cell asked for (entry.py refuses a
+    backend that has none before it starts; this catches one that forgot to apply it)."""
+    if backend.gradient_compression != compression:
+        raise RuntimeError(
+            f"training.compression: the cell asks for {compression}, but backend {backend.name} "
+            f"reduces its gradients with {backend.gradient_compression}"
+        )
+
+
+def check_batch(batch: int, train_pairs: int, replicas: int) -> None:
+    shard = train_pairs // replicas
+    if batch > shard:
+        raise SettingRefused(
+            f"training.batch_per_gpu = {batch} is larger than the shard of the training set "
+            f"({train_pairs} pairs / {replicas} ranks = {shard})"
+        )
+
+
+def check_profile(profile: ProfileSettings | None, steps: int) -> None:
+    """training.profile's window lies inside an epoch (config checks refuse it first where the
+    dataset's size is known before it is prepared: synthetic data)."""
+    if profile is not None and profile.steps > steps:
+        raise SettingRefused(
+            f"training.profile.steps = {profile.steps} is more than the {steps} steps an epoch of this cell has"
+        )
+
+
+def check_model_fits(run: RunSettings, framework: Framework) -> None:
+    """Refuse, before the model is built, a width whose model and batch certainly cannot fit the
+    fullest device of the cell (architecture.memory_floor_bytes: a lower bound; the free memory
+    the smallest among the ranks): the user's model.width, not a failure a retry could change."""
+    backend, training = framework.backend, run.training
+    free = framework.free_device_bytes()
+    fewest = -float(backend.allreduce_max(np.array([-(np.inf if free is None else free)], dtype=np.float64))[0])
+    shards = backend.world_size if backend.shards_parameters else 1
+    itemsize = 2 if training.autocast_dtype else 4
+    batch = training.batch_per_gpu
+    needed = architecture.memory_floor_bytes(run.model_width, batch, run.image_size, itemsize, shards)
+    if needed > fewest:
+        key = "matrix.model_width" if "model_width" in dict(run.cell.axes) else "model.width"
+        raise SettingRefused(
+            f"{key} = {run.model_width}: the UNet's {architecture.parameter_count(run.model_width):,} parameters "
+            f"and a batch of {batch} need at least {needed / 2**30:.2f} GiB on each device (weights, gradients "
+            f"and Adam's moments, and the convolutions' outputs), more than the {fewest / 2**30:.2f} GiB free "
+            "on the fullest device of the cell: use a smaller width or batch"
+        )
+
+
+def place_data(
+    loader: LoaderSettings, framework: Framework, train_indices: list[int], eval_shards: list[list[int]]
+) -> placement.DataPlacement:
+    """training.loader.placement for every rank alike: with auto, from the largest need and the
+    smallest free memory among the ranks; device that cannot fit is refused before any step."""
+    backend = framework.backend
+    figures = [0.0, 0.0, 0.0]
+    if loader.placement != "host":
+        needed = framework.input_bytes(train_indices, eval_shards)
+        figures = placement.local_figures(needed, framework.free_device_bytes())
+    reduced = backend.allreduce_max(np.array(figures, dtype=np.float64)).tolist()
+    decided = placement.decide(loader.placement, reduced, loader.device_memory_share, backend.device_type)
+    if backend.rank == 0:
+        print(f"data placement: {decided.kind} ({decided.reason})", flush=True)
+    return decided
