@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import shlex
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
-from conftest import tiny_config
+from conftest import SCRIPTS, tiny_config
 from scalebench import config as sb_config
 from scalebench.cluster.slurm import Allocation, port_for_job
 from scalebench.launch.launcher import (
@@ -125,3 +129,29 @@ def test_a_one_process_backend_refuses_an_allocation_of_several_nodes():
         launch_processes("torch", "dp", 8, slurm(["gpu01", "gpu02"]))
     with pytest.raises(LaunchError, match="fsdp is not a backend of tensorflow"):
         launch_processes("tensorflow", "fsdp", 2, slurm(["gpu01"]))
+
+
+def test_a_launch_stopped_by_sigterm_fails_even_where_its_launcher_exits_0(tmp_path):
+    # a launcher that, like horovodrun, ends quietly on SIGTERM: the job must not end ok with its cell unfinished
+    ready = tmp_path / "ready"
+    script = tmp_path / "launcher.sh"
+    script.write_text(f"trap 'exit 0' TERM\ntouch {ready}\nwhile true; do sleep 0.1; done\n")
+    launcher = f"sh {script}"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; from scalebench.launch.launcher import run; sys.exit(run({launcher!r}, {{}}))",
+        ],
+        env={"PYTHONPATH": str(SCRIPTS), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # run() installs its handlers right after the launcher starts
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 128 + signal.SIGTERM, out
+    assert "stopped by signal 15; the launcher exited 0 all the same" in out

@@ -148,10 +148,15 @@ def rank_environment(
 
 
 def run(command: str, env: dict[str, str]) -> int:
-    """Run the launcher in its own process group; kill the whole group when done."""
+    """Run the launcher in its own process group; kill the whole group when done. A run stopped by
+    SIGTERM or SIGINT (SLURM's time limit, scancel, a requeue, Ctrl-C) exits 128 + the signal's
+    number whatever the launcher said: horovodrun ends its ranks on SIGTERM and may exit 0, and a
+    job that ends ok with its cell unfinished would be taken for a finished cell."""
     process = subprocess.Popen(shlex.split(command), env=env, start_new_session=True)
+    received: list[int] = []
 
     def forward(signum: int, frame: object) -> None:
+        received.append(signum)
         try:
             os.killpg(process.pid, signum)
         except ProcessLookupError:
@@ -166,6 +171,9 @@ def run(command: str, env: dict[str, str]) -> int:
         os.killpg(process.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+    if received and code == 0:
+        print(f"launch: stopped by signal {received[0]}; the launcher exited 0 all the same", flush=True)
+        return 128 + received[0]
     return code
 
 
