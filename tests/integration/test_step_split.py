@@ -89,8 +89,10 @@ def path_growth(epochs: list[dict], name: str, fault_epoch: int, base_epoch: int
 
 
 def assert_about(growth: float, delay: float) -> None:
-    """The split grew by about the injected delay: not nothing, not double."""
-    assert 0.6 * delay <= growth <= 1.4 * delay + 0.05, f"grew {growth:.3f} s per step for a delay of {delay} s"
+    """The split grew by about the injected delay: not nothing, not double (a loaded 2-core machine
+    has moved one step's compute by 0.26 s against the epoch without the delay: the upper bound stays
+    below twice the delay with that margin)."""
+    assert 0.6 * delay <= growth <= 1.6 * delay + 0.05, f"grew {growth:.3f} s per step for a delay of {delay} s"
 
 
 def assert_not_grown(growth: float, delay: float) -> None:

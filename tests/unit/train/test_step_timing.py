@@ -105,13 +105,15 @@ def marked_step(model: torch.nn.Module, marks: torch_marks.StepMarks) -> None:
 def test_the_compute_end_callback_runs_before_ddp_waits_for_its_reduction(one_rank_group):
     # DDP's reducer queues its finalize, which waits for every bucket's reduction, when the last
     # bucket is ready: after the loss's hook queued ours. A reduction that completes 0.3 s late is
-    # then exposed communication (c - b); were our callback after DDP's wait, it would be ~0.
+    # then exposed communication (c - b); were our callback after DDP's wait, it would be ~0. The
+    # 0.3 s count from the bucket's hook, a moment before b (a loaded machine widened it to 12 ms):
+    # the bound is the delay less a margin that no scheduling can eat, and far above ~0.
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 4))
     model.register_comm_hook(None, lambda state, bucket: late_future(0.3, bucket.buffer()))
     marks = torch_marks.StepMarks(torch.device("cpu"), "not timed here")
     marked_step(model, marks)
     (exposed,) = marks.times().exposed_s
-    assert exposed >= 0.3 and marks.times().comm_total_s is None
+    assert exposed >= 0.2 and marks.times().comm_total_s is None
 
 
 def test_the_compute_end_callback_runs_before_fsdps_final_reduce_scatters(one_rank_group, monkeypatch):
