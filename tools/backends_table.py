@@ -3,6 +3,7 @@
 
     python tools/backends_table.py            # print the table
     python tools/backends_table.py --write    # update docs/backends.md and report/workflow.rst between the markers
+                                              # (what each backend is; the cells a matrix leaves out and the bases)
 
 A unit test checks that both hold the current text, so a new registry entry reaches the docs
 and the report with this command and nothing else.
@@ -13,23 +14,55 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from generated_text import write_between  # noqa: E402
+from scalebench import backends  # noqa: E402
 from scalebench.backends import about, markdown_table  # noqa: E402
 
 DOC = ROOT / "docs" / "backends.md"
 START, END = "<!-- backends-table:start -->", "<!-- backends-table:end -->"
 REPORT = ROOT / "report" / "workflow.rst"
 ABOUT_START, ABOUT_END = "{# backends-about:start #}", "{# backends-about:end #}"
+LEFT_OUT_START, LEFT_OUT_END = "{# backends-left-out:start #}", "{# backends-left-out:end #}"
 
 
 def report_about() -> str:
     """The report's Jinja dict of what each backend is (the template reads only the config)."""
     entries = "".join(f"  {json.dumps(name)}: {json.dumps(text)},\n" for name, text in about().items())
     return "{% set about = {\n" + entries + "} %}"
+
+
+def joined(names: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def report_left_out() -> str:
+    """The report's paragraph on the cells a matrix leaves out and each series' base GPU count, from
+    the registry's facts (the smallest world, one process per node, devices without GPUs)."""
+    entries = {name: entry for framework in backends.REGISTRY.values() for name, entry in framework.items()}
+    smallest = {name: entry.min_ranks for name, entry in entries.items() if entry.min_ranks > 1}
+    cases = ["a backend the framework does not have"]
+    cases += [f"{name} on fewer than {ranks} GPUs" for name, ranks in smallest.items()]
+    one_process = [name for name, entry in entries.items() if entry.one_process]
+    if one_process:
+        cases.append(f"{joined(one_process)} beyond one node")
+    cases += [
+        f"{name} on more than {entry.cpu_devices} CPU device{'s' if entry.cpu_devices != 1 else ''}"
+        for name, entry in entries.items()
+        if entry.cpu_devices is not None
+    ]
+    bases = "".join(f", or {ranks} for {name}" for name, ranks in smallest.items())
+    text = (
+        f"Each backend runs with the listed frameworks that have it; the cells the matrix leaves out "
+        f"({', '.join(cases)}) are listed with the reason in the table *failed, missing and left-out cells*. "
+        f"Speedups are relative to the smallest GPU count each framework and backend ran (1{bases})."
+    )
+    return "\n".join(textwrap.wrap(text, 100))
 
 
 def main() -> int:
@@ -41,6 +74,7 @@ def main() -> int:
         return 0
     write_between(DOC, START, END, markdown_table(), newlines=True)
     write_between(REPORT, ABOUT_START, ABOUT_END, report_about(), newlines=False)
+    write_between(REPORT, LEFT_OUT_START, LEFT_OUT_END, report_left_out(), newlines=False)
     return 0
 
 

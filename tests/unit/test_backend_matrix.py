@@ -60,6 +60,23 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     assert "| PyTorch | `ring` | Ring | ring allreduce |" in backends.markdown_table()
     assert "`launchers.slurm.torch_ring`" in config_reference.table()
     assert '"ring": "PyTorch ring allreduce"' in backends_table.report_about()
+    assert (
+        backends.describe_registry()
+        == "PyTorch: native, horovod, fsdp, dp, ring; TensorFlow: native, horovod, mirrored"
+    )
+
+
+def test_a_new_entry_s_limits_reach_the_report_s_sentences(monkeypatch):
+    sys.path.insert(0, str(REPO / "tools"))
+    import backends_table
+
+    pairs = dataclasses.replace(
+        backends.NATIVE_TORCH, name="pairs", min_ranks=4, min_ranks_reason="pairs of pairs", one_process=True
+    )
+    monkeypatch.setitem(backends.REGISTRY["torch"], "pairs", pairs)
+    text = " ".join(backends_table.report_left_out().split())
+    assert "fsdp on fewer than 2 GPUs, pairs on fewer than 4 GPUs, dp, pairs and mirrored beyond one node," in text
+    assert "(1, or 2 for fsdp, or 4 for pairs)." in text
 
 
 def test_a_backend_name_has_one_legend_entry_in_every_framework(monkeypatch):
@@ -78,7 +95,9 @@ def test_the_docs_and_the_report_hold_the_registry_s_current_text():
     import backends_table
 
     about = backends_table.report_about()
-    assert about in (REPO / "report" / "workflow.rst").read_text(), "run: python tools/backends_table.py --write"
+    report = (REPO / "report" / "workflow.rst").read_text()
+    assert about in report, "run: python tools/backends_table.py --write"
+    assert backends_table.report_left_out() in report, "run: python tools/backends_table.py --write"
     assert all(f'"{name}":' in about for name in backends.BACKENDS)
 
 
@@ -99,14 +118,12 @@ def test_both_frameworks_with_every_backend_run_each_backend_where_it_exists(sch
     }
     assert sorted(c.gpus for c in sb_config.cells(config) if c.backend == "fsdp") == [2, 4]
     lines = [entry.describe() for entry in sb_config.left_out(config)]
+    registry = f"(the backends: {backends.describe_registry()})"  # a new entry changes it, not this test
     assert lines == [
         "left out: torch/fsdp g1: fsdp needs at least 2 ranks (with one there is nothing to shard)",
-        "left out: torch/mirrored: mirrored is not a PyTorch backend "
-        "(the backends: PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored)",
-        "left out: tensorflow/fsdp: fsdp is not a TensorFlow backend "
-        "(the backends: PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored)",
-        "left out: tensorflow/dp: dp is not a TensorFlow backend "
-        "(the backends: PyTorch: native, horovod, fsdp, dp; TensorFlow: native, horovod, mirrored)",
+        f"left out: torch/mirrored: mirrored is not a PyTorch backend {registry}",
+        f"left out: tensorflow/fsdp: fsdp is not a TensorFlow backend {registry}",
+        f"left out: tensorflow/dp: dp is not a TensorFlow backend {registry}",
     ]
 
 
