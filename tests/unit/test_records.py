@@ -21,7 +21,7 @@ from scalebench.settings import RunSettings
 from scalebench.train import binding, collectives, flops, metrics, observed, profiling, provenance, site, step_timing
 from scalebench.train.step_timing import StepTimes
 
-PROVENANCE = {"model_flops_per_image": 1e9, "peak_tflops": 100.0, "world_size": 2}
+PROVENANCE = {"model_flops_per_image": 1e9, "peak_tflops": 100.0, "replicas": 2}
 
 
 def check_written(definition: Record, record: dict, complete: bool = True) -> None:
@@ -75,7 +75,7 @@ def training_record_of(training, framework: str, backend: str) -> tuple[dict, di
     record = provenance.training_record(
         training,
         framework=framework,
-        device_type="gpu",
+        device_type="cuda",
         replicas=2,
         threads=1,
         deterministic=True,
@@ -138,11 +138,23 @@ def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_de
     check_written(COMPILED, run["compiled"])
 
 
-def test_the_device_is_cuda_in_every_record_and_an_old_gpu_reads_as_cuda():
-    assert records.device_name("gpu") == records.device_name("cuda") == "cuda"
-    assert records.device_name("cpu") == "cpu"
-    run = records.read_run({"device": "gpu", "training": {"device": "gpu"}})
-    assert run["device"] == "cuda" and run["training"]["device"] == "cuda"
+def test_an_old_records_words_and_names_read_as_todays():
+    """The compatibility reader (records.read_run): an old TensorFlow record's device gpu reads as
+    cuda (run.json's and its training section's), an old world_size (which counted replicas) as
+    replicas; today's words and a record that holds both names keep today's."""
+    old = records.read_run({"device": "gpu", "training": {"device": "gpu"}, "world_size": 4, "processes": 1})
+    assert old["device"] == "cuda" and old["training"]["device"] == "cuda"
+    assert old["replicas"] == 4 and "world_size" not in dict(old)
+    with pytest.raises(UndefinedField):
+        old.get("world_size")  # the analysis asks for today's name only
+    today = records.read_run({"device": "cpu", "training": {"device": "cuda"}, "replicas": 2, "world_size": 9})
+    assert (today["device"], today["training"]["device"], today["replicas"]) == ("cpu", "cuda", 2)
+
+
+def test_the_docs_say_what_each_renamed_field_was_called():
+    text = (REPO / "docs" / "records.md").read_text()
+    assert "| `replicas` | int |" in text and "`world_size`" in text
+    assert "`gpu` reads as `cuda`" in text
 
 
 def test_the_analysis_refuses_a_name_no_record_defines():

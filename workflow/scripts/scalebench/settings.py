@@ -72,7 +72,7 @@ class TrainingSettings:
     scaling: str  # weak or strong
     global_batch: int | None  # images per step of a strong-scaling cell (unused in weak scaling)
     base_lr: float  # Adam's rate for one rank
-    lr_scaling: str  # linear, sqrt or none: how the rate grows with the world size
+    lr_scaling: str  # linear, sqrt or none: how the rate grows with the replicas
     warmup_epochs: int  # linear warm-up from base_lr to the scaled rate (0 = none)
     decay_every: int  # multiply the rate by decay_factor every this many epochs (0 = never)
     decay_factor: float

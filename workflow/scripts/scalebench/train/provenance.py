@@ -155,7 +155,7 @@ def training_record(
         scaled_lr=scaled_lr(training, replicas),  # the rate after warm-up, before any decay
         compression=compression,  # the gradients' type in the reduction, as the backend applied it
         deterministic=deterministic,
-        device=records.device_name(device_type),  # cuda or cpu, what training.device resolved to
+        device=device_type,  # cuda or cpu, what training.device resolved to
         threads_per_rank=threads,
         # the target decides where training ends only when it stops there; otherwise it is the report's
         target_iou=training.target_iou if training.stop_at_target else None,
