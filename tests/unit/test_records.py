@@ -3,6 +3,7 @@ fields, with its types, and the analysis reads nothing it does not define."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -120,6 +121,53 @@ def test_a_renamed_training_setting_fails_against_the_definition():
     record, options = training_record_of(Renamed(**values), "torch", "native")
     assert record["validate_every"] == training.eval_every and "eval_every" not in record
     assert training_mismatch(record, options) == (["validate_every"], ["eval_every"])
+
+
+def test_the_training_definitions_take_each_settings_meaning_and_type_from_the_schema():
+    """A setting's field is the schema's key (its first sentence, its type, what null means); only
+    what the rank resolves keeps a meaning written in records/definitions.py."""
+    from scalebench import config_keys
+    from scalebench.records import definitions
+
+    keys = config_keys.key("training")["properties"]
+    resolved = {field.name for field in definitions.RESOLVED}
+    for name, node in keys.items():
+        if name in definitions.NOT_RECORDED or name in definitions.BACKEND_SECTIONS:
+            assert name not in TRAINING.names
+        elif name in resolved:
+            assert TRAINING.by_name[name] in definitions.RESOLVED
+        else:
+            known = TRAINING.by_name[name]
+            assert known.meaning.startswith(f"training.{name}: {config_keys.first_sentence(node['description'])}")
+            assert known.type == config_keys.record_type(node) and bool(known.empty) == config_keys.nullable(node)
+    assert TRAINING.by_name["steps_per_epoch"].empty.startswith(
+        "training.steps_per_epoch null: one pass over the shard"
+    )
+    assert TRAINING.by_name["collective_timeout_s"].unit == "s"
+
+
+def test_a_key_added_to_the_schema_is_defined_in_the_training_record_with_its_own_words():
+    from scalebench import config_keys
+    from scalebench.records import definitions
+
+    schema = copy.deepcopy(config_keys.declared())
+    keys = schema["properties"]["training"]["properties"]
+    keys["warmup_steps"] = {
+        "description": "Steps of linear warm-up (e.g. 100). More words.",
+        "type": ["integer", "null"],
+    }
+    keys["epochs"]["description"] = "Epochs to train, each a pass over the shard."
+    fields = {field.name: field for field in definitions.training_fields(schema)}
+    assert fields["warmup_steps"] == Field(
+        "warmup_steps",
+        "int",
+        "",
+        "training.warmup_steps: Steps of linear warm-up (e.g. 100).",
+        "training.warmup_steps is null",
+    )
+    assert fields["epochs"].meaning == "training.epochs: Epochs to train, each a pass over the shard."
+    keys["device"]["description"] = "Changed."  # a resolved value keeps its own meaning
+    assert definitions.training_fields(schema)[list(fields).index("device")].meaning.startswith("cuda or cpu")
 
 
 def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_defined_fields():
