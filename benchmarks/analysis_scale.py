@@ -121,7 +121,7 @@ def write_cell(
     if fate == "truncated":
         text = text[: len(text) // 2]
     (folder / "metrics.jsonl").write_text(text)
-    run = {**cell, "status": status, "world_size": gpus, "hosts": [f"node{i}" for i in range(max(1, gpus // 4))]}
+    run = {**cell, "status": status, "replicas": gpus, "hosts": [f"node{i}" for i in range(max(1, gpus // 4))]}
     run.update(versions={"torch": "2.13.0", "cuda": "12.8"}, python="3.11.7", slurm={"job_id": "1234"})
     if settings is not None:
         run["settings"] = settings

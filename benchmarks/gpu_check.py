@@ -138,7 +138,7 @@ def run_cell(
                 "tf32",
                 "deterministic",
                 "precision",
-                "world_size",
+                "replicas",
                 "shared_gpu",
                 "model_flops_per_image",
                 "model_width",
@@ -203,7 +203,7 @@ def check_loader(root, data, options, results) -> None:
 def check_shared(root, data, options, results) -> None:
     shared = run_cell(root, "two_ranks_one_gpu", data, options, gpus=2, env={"SCALEBENCH_SHARE_GPU": "1"})
     run = shared["run"]
-    if run["world_size"] != 2 or not run["shared_gpu"] or len(run["devices"] or []) != 2:
+    if run["replicas"] != 2 or not run["shared_gpu"] or len(run["devices"] or []) != 2:
         raise CheckFailed(f"two ranks sharing the GPU: run.json says {run}")
     print("  two ranks on one GPU trained to the end through torchrun and Gloo (functional only)", flush=True)
     results["shared"] = [shared]

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 from scalebench.records.definitions import RECORDS  # noqa: E402
-from scalebench.records.fields import Record  # noqa: E402
+from scalebench.records.fields import Field, Record  # noqa: E402
 
 PAGE = ROOT / "docs" / "records.md"
 HEAD = """# The records a cell writes
@@ -28,8 +28,9 @@ Each cell's folder holds `metrics.jsonl` (one epoch record per line, then the fi
 and the analysis (runs.csv, epochs.csv) reads through it, so a field renamed on one side fails a
 test instead of reading as empty. A field that could not be measured is empty (`null`), never 0;
 the last column says when it is empty and which field says why. Records written by earlier
-versions still read: a field they lack reads as not measured, with the reason in runs.csv, and
-fields marked *old* appear only in them.
+versions still read: a field they lack reads as not measured, with the reason in runs.csv,
+fields marked *old* appear only in them, and a field or word renamed since reads under today's
+name (the compatibility reader, `records.read_run`; the list is at the end of this page).
 
 This page is generated: `python tools/records_reference.py --write`.
 """
@@ -47,12 +48,41 @@ def section(record: Record) -> str:
     for field in record.fields:
         meaning = f"*old*: {field.meaning}" if field.old else field.meaning
         part = f" (below: {field.part.name})" if field.part is not None else ""
-        lines.append(f"| `{field.name}` | {field.type} | {field.unit} | {cell(meaning)}{part} | {cell(field.empty)} |")
+        lines.append(
+            f"| `{field.name}` | {field.type} | {field.unit} | {cell(meaning)}{part}{renamed(field)} | {cell(field.empty)} |"
+        )
+    return "\n".join(lines)
+
+
+def renamed(field: Field) -> str:
+    """What earlier versions wrote instead, for the meaning column."""
+    said = [f"`{old}` reads as `{today}`" for old, today in field.old_words]
+    if field.was:
+        said.insert(0, f"earlier records call it `{field.was}`")
+    return f" ({'; '.join(said)})" if said else ""
+
+
+def changes() -> str:
+    """The renamed fields and words of every record, each with the record it is in."""
+    lines = [
+        "## Renamed since earlier versions",
+        "",
+        "One name for one thing: a field that meant another thing than its name says elsewhere in the code "
+        "was renamed, and a word was made the one the rest of the records use. Records written before read "
+        "under today's names (`records.read_run`), so finished studies stay readable.",
+        "",
+    ]
+    for record in RECORDS:
+        for field in record.fields:
+            if field.was:
+                lines.append(f"- {record.where}: `{field.was}` is now `{field.name}` ({field.meaning}).")
+            for old, today in field.old_words:
+                lines.append(f"- {record.where}: `{field.name}` `{old}` reads as `{today}`.")
     return "\n".join(lines)
 
 
 def page() -> str:
-    return "\n\n".join([HEAD.rstrip(), *(section(record) for record in RECORDS)]) + "\n"
+    return "\n\n".join([HEAD.rstrip(), *(section(record) for record in RECORDS), changes()]) + "\n"
 
 
 def main() -> int:

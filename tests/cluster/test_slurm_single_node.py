@@ -33,7 +33,7 @@ def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
         for gpus in (1, 2):
             cell = f"{framework}/{backend}/g{gpus}/s1"
             run = read_run(tmp_path, cell)
-            assert run["status"] == "ok" and run["world_size"] == gpus, run
+            assert run["status"] == "ok" and run["replicas"] == gpus, run
             # the ranks ran inside the SLURM job the plugin submitted for this cell
             assert run["slurm"]["job_id"] in jobs[f"{framework}_{backend}_{gpus}_1"], (run["slurm"], jobs)
             log = (tmp_path / "results" / "runs" / cell / "train.log").read_text()
@@ -58,7 +58,7 @@ def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_pat
     jobs = slurm_jobs(tmp_path)
     for cell in cells:
         run = read_run(tmp_path, cell.path)
-        assert run["status"] == "ok" and run["world_size"] == cell.gpus, run
+        assert run["status"] == "ok" and run["replicas"] == cell.gpus, run
         assert run["slurm"]["job_id"] in jobs[f"{cell.framework}_{cell.backend}_{cell.gpus}_1"], (run["slurm"], jobs)
         log = (tmp_path / cell.folder / "train.log").read_text()
         if cell.backend in ("dp", "mirrored"):

@@ -22,7 +22,7 @@ def test_two_rank_cell_of_each_backend_puts_one_rank_on_each_node(two_nodes, tmp
     assert result.returncode == 0, describe(result, tmp_path)
     for framework, backend in pairs:
         run = read_run(tmp_path, f"{framework}/{backend}/g2/s1")
-        assert run["status"] == "ok" and run["world_size"] == 2, run
+        assert run["status"] == "ok" and run["replicas"] == 2, run
         # each rank reports SLURM's node name (both nodes share this machine's hostname)
         assert run["hosts"] == ["sbnode1", "sbnode2"] and run["nodes"] == 2, run
         slurm = run["slurm"]

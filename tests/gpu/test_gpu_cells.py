@@ -56,7 +56,7 @@ def test_two_ranks_share_the_gpu_only_when_allowed(prepared_data, tmp_path):
     assert_refused(result, tmp_path / "refused", f"need {needed} GPUs but torch")
     run, records, log = train(prepared_data, tmp_path / "shared", gpus=needed, env={"SCALEBENCH_SHARE_GPU": "1"})
     assert run, log[-3000:]
-    assert run["status"] == "ok" and run["world_size"] == needed and run["shared_gpu"] is True
+    assert run["status"] == "ok" and run["replicas"] == needed and run["shared_gpu"] is True
     assert run["versions"]["distributed"] == "torch.distributed gloo"  # NCCL refuses two ranks on one GPU
 
 

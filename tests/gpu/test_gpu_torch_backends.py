@@ -27,7 +27,7 @@ def test_dp_drives_every_visible_gpu_from_one_process_in_bfloat16(prepared_data,
     gpus = torch.cuda.device_count()
     run, records, log = train("dp", gpus, prepared_data, tmp_path, epochs=2, precision="bf16")
     assert run, log[-3000:]
-    assert run["status"] == "ok" and run["device"] == "cuda" and (run["processes"], run["world_size"]) == (1, gpus)
+    assert run["status"] == "ok" and run["device"] == "cuda" and (run["processes"], run["replicas"]) == (1, gpus)
     assert run["training"]["dp"]["device_ids"] == list(range(gpus))
     assert run["compute_dtype"] == "bfloat16"  # gathered from the replicas' threads (autocast is per thread)
     assert run["versions"]["distributed"] == f"torch.nn.DataParallel over {gpus} GPU(s)"
@@ -66,7 +66,7 @@ def test_dp_on_two_gpus_finds_a_late_reduction_of_its_replicas_gradients(prepare
     run, records, log = train(
         "dp", 2, prepared_data, tmp_path, env=fault, epochs=3, dataset_repeat=2, checkpoint_every=0
     )
-    assert run and run["status"] == "ok" and (run["processes"], run["world_size"]) == (1, 2), log[-3000:]
+    assert run and run["status"] == "ok" and (run["processes"], run["replicas"]) == (1, 2), log[-3000:]
     base, delayed = ([r for r in records if r["type"] == "epoch"][i]["ranks"][0] for i in (1, 2))
     grew = {part: (delayed[part] - base[part]) / delayed["steps"] for part in ("comm_exposed_s", "compute_s")}
     assert 0.6 * DELAY_S <= grew["comm_exposed_s"] <= 1.4 * DELAY_S + 0.05, grew

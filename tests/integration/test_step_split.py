@@ -266,7 +266,7 @@ def one_process_cell(framework: str, backend: str, gpus: int, data: Path, out: P
     result = launch_cell(settings, data, out, SCALEBENCH_FAULT=fault)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     epochs, _, run = read_records(out)
-    assert run["status"] == "ok" and run["processes"] == 1 and run["world_size"] == gpus
+    assert run["status"] == "ok" and run["processes"] == 1 and run["replicas"] == gpus
     for epoch in epochs:
         (rank,) = epoch["ranks"]
         parts = rank["compute_s"] + rank["comm_exposed_s"] + rank["data_wait_s"] + rank["rest_s"]

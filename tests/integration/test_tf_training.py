@@ -60,7 +60,7 @@ def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_r
     assert (final_a["iou"], final_a["test_loss"]) == (final_b["iou"], final_b["test_loss"])
     assert final_a["iou"] > 3 * foreground_iou(prepared_data)
     assert epochs_a[-1]["loss"] < epochs_a[0]["loss"]
-    assert run_a["status"] == "ok" and run_a["world_size"] == 2 and run_a["parameters"] == 486409
+    assert run_a["status"] == "ok" and run_a["replicas"] == 2 and run_a["parameters"] == 486409
     assert (
         "MultiWorkerMirrored" in run_a["versions"]["distributed"]
         or "CollectiveAllReduce" in run_a["versions"]["distributed"]
@@ -164,7 +164,7 @@ def test_out_of_memory_is_a_benchmark_outcome(prepared_data, tmp_path):
     assert run["status"] == "oom" and final["status"] == "oom" and len(epochs) == 1
 
 
-def test_world_size_mismatch_stops_before_the_model(prepared_data, tmp_path):
+def test_a_process_count_mismatch_stops_before_the_model(prepared_data, tmp_path):
     settings = cell_settings("tensorflow", "native", 2)
     env = tool_env(
         RANK="0",
@@ -209,7 +209,7 @@ def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_worke
     np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference], rtol=1e-6)
     np.testing.assert_allclose(final["test_loss"], reference_final["test_loss"], rtol=1e-6)
     assert final["iou"] > 3 * foreground_iou(prepared_data)
-    assert run["status"] == "ok" and (run["world_size"], run["processes"]) == (2, 1)
+    assert run["status"] == "ok" and (run["replicas"], run["processes"]) == (2, 1)
     assert run["versions"]["distributed"] == "tf.distribute MirroredStrategy local"
     training = run["training"]
     assert (training["tf_strategy"], training["tf_replica_devices"]) == ("MirroredStrategy", "logical CPU")

@@ -70,7 +70,7 @@ def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path):
     np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(tmp_path / "native"), **PARITY)
     epochs, final, run = read_records(tmp_path / "fsdp")
     assert epochs[1]["val_iou"] is not None and final["status"] == "ok"  # evaluation of a sharded model
-    assert run["status"] == "ok" and (run["world_size"], run["processes"]) == (2, 2)
+    assert run["status"] == "ok" and (run["replicas"], run["processes"]) == (2, 2)
     assert run["parameters"] == UNET_PARAMETERS
     assert "FSDP2" in run["versions"]["distributed"] and run["training"]["fsdp"]["reshard_after_forward"]
     assert run["training"]["global_batch"] == 2 * 4
@@ -132,7 +132,10 @@ def _load(path: Path) -> dict:
 
 def test_fsdp_of_one_rank_is_refused_before_training(prepared_data, tmp_path):
     result = train(settings_for("fsdp", 1), prepared_data, tmp_path)
-    assert_refused(result, tmp_path, "backend fsdp shards the model across ranks, but this cell has matrix.gpus = 1")
+    # the registry entry's reason (BackendSpec.min_ranks_reason), the one the planner gives too
+    assert_refused(
+        result, tmp_path, "matrix.gpus = 1: fsdp needs at least 2 ranks (with one there is nothing to shard)"
+    )
 
 
 def test_dp_of_one_gpu_on_the_cpu_trains_as_ddp_of_one_rank(prepared_data, tmp_path):
@@ -141,12 +144,13 @@ def test_dp_of_one_gpu_on_the_cpu_trains_as_ddp_of_one_rank(prepared_data, tmp_p
         assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert losses(tmp_path / "dp") == losses(tmp_path / "native")  # one device: the same module, the same data
     _, _, run = read_records(tmp_path / "dp")
-    assert (run["world_size"], run["processes"], run["device"]) == (1, 1, "cpu")
+    assert (run["replicas"], run["processes"], run["device"]) == (1, 1, "cpu")
     assert run["training"]["dp"] == {"processes": 1, "device_ids": None}
     assert "plain module" in run["versions"]["distributed"]
 
 
 def test_dp_over_two_devices_on_the_cpu_is_refused_before_training(prepared_data, tmp_path):
     result = train(settings_for("dp", 2), prepared_data, tmp_path)
-    assert_refused(result, tmp_path, "DataParallel splits a batch over GPUs; on the CPU there is one device")
+    # the registry entry's reason (BackendSpec.cpu_reason), the one the planner gives too
+    assert_refused(result, tmp_path, "matrix.gpus = 2: dp splits a batch over GPUs only; on the CPU it has one device")
     assert "use backend native" in result.stderr

@@ -58,7 +58,7 @@ def test_two_rank_ddp_is_deterministic_and_learns(prepared_data, tmp_path):
     assert [e["loss"] for e in epochs_a] == [e["loss"] for e in epochs_b]
     assert final_a["iou"] == final_b["iou"]
     assert final_a["iou"] > 3 * foreground_iou(prepared_data)
-    assert run_a["status"] == "ok" and run_a["world_size"] == 2 and run_a["parameters"] == 486409
+    assert run_a["status"] == "ok" and run_a["replicas"] == 2 and run_a["parameters"] == 486409
     assert epochs_a[-1]["loss"] < epochs_a[0]["loss"]
     # predictions of the first test images are saved for the report's picture panel
     assert len(list((tmp_path / "a" / "predictions").glob("test_*.png"))) == 2
@@ -92,7 +92,7 @@ def test_records_follow_the_contract(prepared_data, tmp_path):
     )
     for key in (
         "hosts",
-        "world_size",
+        "replicas",
         "ranks_per_node",
         "devices",
         "versions",

@@ -3,6 +3,7 @@ fields, with its types, and the analysis reads nothing it does not define."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -21,7 +22,7 @@ from scalebench.settings import RunSettings
 from scalebench.train import binding, collectives, flops, metrics, observed, profiling, provenance, site, step_timing
 from scalebench.train.step_timing import StepTimes
 
-PROVENANCE = {"model_flops_per_image": 1e9, "peak_tflops": 100.0, "world_size": 2}
+PROVENANCE = {"model_flops_per_image": 1e9, "peak_tflops": 100.0, "replicas": 2}
 
 
 def check_written(definition: Record, record: dict, complete: bool = True) -> None:
@@ -75,7 +76,7 @@ def training_record_of(training, framework: str, backend: str) -> tuple[dict, di
     record = provenance.training_record(
         training,
         framework=framework,
-        device_type="gpu",
+        device_type="cuda",
         replicas=2,
         threads=1,
         deterministic=True,
@@ -122,6 +123,53 @@ def test_a_renamed_training_setting_fails_against_the_definition():
     assert training_mismatch(record, options) == (["validate_every"], ["eval_every"])
 
 
+def test_the_training_definitions_take_each_settings_meaning_and_type_from_the_schema():
+    """A setting's field is the schema's key (its first sentence, its type, what null means); only
+    what the rank resolves keeps a meaning written in records/definitions.py."""
+    from scalebench import config_keys
+    from scalebench.records import definitions
+
+    keys = config_keys.key("training")["properties"]
+    resolved = {field.name for field in definitions.RESOLVED}
+    for name, node in keys.items():
+        if name in definitions.NOT_RECORDED or name in definitions.BACKEND_SECTIONS:
+            assert name not in TRAINING.names
+        elif name in resolved:
+            assert TRAINING.by_name[name] in definitions.RESOLVED
+        else:
+            known = TRAINING.by_name[name]
+            assert known.meaning.startswith(f"training.{name}: {config_keys.first_sentence(node['description'])}")
+            assert known.type == config_keys.record_type(node) and bool(known.empty) == config_keys.nullable(node)
+    assert TRAINING.by_name["steps_per_epoch"].empty.startswith(
+        "training.steps_per_epoch null: one pass over the shard"
+    )
+    assert TRAINING.by_name["collective_timeout_s"].unit == "s"
+
+
+def test_a_key_added_to_the_schema_is_defined_in_the_training_record_with_its_own_words():
+    from scalebench import config_keys
+    from scalebench.records import definitions
+
+    schema = copy.deepcopy(config_keys.declared())
+    keys = schema["properties"]["training"]["properties"]
+    keys["warmup_steps"] = {
+        "description": "Steps of linear warm-up (e.g. 100). More words.",
+        "type": ["integer", "null"],
+    }
+    keys["epochs"]["description"] = "Epochs to train, each a pass over the shard."
+    fields = {field.name: field for field in definitions.training_fields(schema)}
+    assert fields["warmup_steps"] == Field(
+        "warmup_steps",
+        "int",
+        "",
+        "training.warmup_steps: Steps of linear warm-up (e.g. 100).",
+        "training.warmup_steps is null",
+    )
+    assert fields["epochs"].meaning == "training.epochs: Epochs to train, each a pass over the shard."
+    keys["device"]["description"] = "Changed."  # a resolved value keeps its own meaning
+    assert definitions.training_fields(schema)[list(fields).index("device")].meaning.startswith("cuda or cpu")
+
+
 def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_defined_fields():
     cell = {"framework": "torch", "backend": "native", "gpus": 2, "seed": 1, "axes": []}
     run = provenance.start_record(cell, "abc")
@@ -138,11 +186,23 @@ def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_de
     check_written(COMPILED, run["compiled"])
 
 
-def test_the_device_is_cuda_in_every_record_and_an_old_gpu_reads_as_cuda():
-    assert records.device_name("gpu") == records.device_name("cuda") == "cuda"
-    assert records.device_name("cpu") == "cpu"
-    run = records.read_run({"device": "gpu", "training": {"device": "gpu"}})
-    assert run["device"] == "cuda" and run["training"]["device"] == "cuda"
+def test_an_old_records_words_and_names_read_as_todays():
+    """The compatibility reader (records.read_run): an old TensorFlow record's device gpu reads as
+    cuda (run.json's and its training section's), an old world_size (which counted replicas) as
+    replicas; today's words and a record that holds both names keep today's."""
+    old = records.read_run({"device": "gpu", "training": {"device": "gpu"}, "world_size": 4, "processes": 1})
+    assert old["device"] == "cuda" and old["training"]["device"] == "cuda"
+    assert old["replicas"] == 4 and "world_size" not in dict(old)
+    with pytest.raises(UndefinedField):
+        old.get("world_size")  # the analysis asks for today's name only
+    today = records.read_run({"device": "cpu", "training": {"device": "cuda"}, "replicas": 2, "world_size": 9})
+    assert (today["device"], today["training"]["device"], today["replicas"]) == ("cpu", "cuda", 2)
+
+
+def test_the_docs_say_what_each_renamed_field_was_called():
+    text = (REPO / "docs" / "records.md").read_text()
+    assert "| `replicas` | int |" in text and "`world_size`" in text
+    assert "`gpu` reads as `cuda`" in text
 
 
 def test_the_analysis_refuses_a_name_no_record_defines():

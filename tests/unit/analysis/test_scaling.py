@@ -135,7 +135,7 @@ def test_different_seeds_use_the_log_ratio_interval_and_one_seed_none():
     assert "no interval where only one seed ran" in interval_summary(table)
 
 
-def test_without_a_one_gpu_cell_the_smallest_world_size_is_the_base():
+def test_without_a_one_gpu_cell_the_smallest_gpu_count_is_the_base():
     table = scaling(
         runs_table(
             [

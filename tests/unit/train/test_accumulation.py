@@ -44,7 +44,7 @@ def test_batches_per_epoch_is_what_the_loaders_yield(samples, replicas, batch):
         assert len(tf_data.distributed_order(samples, replicas, rank, 1, 0)) // batch == expected
 
 
-def test_fixed_steps_give_every_replica_their_batches_at_any_world_size():
+def test_fixed_steps_give_every_replica_their_batches_at_any_replica_count():
     # training.steps_per_epoch: the steps' batches (times the passes of an accumulating backend)
     assert [batches_per_epoch(28, replicas, 4, steps_per_epoch=10) for replicas in (1, 2, 8)] == [10, 10, 10]
     assert batches_per_epoch(28, 2, 4, steps_per_epoch=10, passes=3) == 30

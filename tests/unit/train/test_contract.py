@@ -1,5 +1,6 @@
 """Both frameworks fill in the same contract: the same shared roles, the Framework methods, and one
-Backend module per entry of the backend registry (scalebench/backends.py), nothing else."""
+Backend module per entry of the backend registry (scalebench/backends.py), named there by its dotted
+path and imported as named; every fact of an entry is read from it, restated by no class."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import inspect
 import pytest
 from conftest import SCRIPTS
 from scalebench import backends
+from scalebench.train import entry
 from scalebench.train.entry import FRAMEWORK_PACKAGES
 from scalebench.train.interfaces import Backend, Framework
 
@@ -32,21 +34,60 @@ SHARED_ROLES = {
 # a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
 HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}
 PAIRS = [(framework, backend) for framework, names in backends.REGISTRY.items() for backend in names]
+# the facts of a registry entry (its name aside, which with `framework` says which entry a class is),
+# and the names classes restated them under before they read them from the entry
+FACTS = {f.name for f in dataclasses.fields(backends.BackendSpec)} - {"name"}
+FORMER_RESTATEMENTS = {"shards_parameters"}
 
 
 def files_of(framework: str) -> set[str]:
     return {p.name for p in (TRAIN / FOLDERS[framework]).glob("*.py")}
 
 
+def named_files(framework: str) -> set[str]:
+    """The files of the framework's folder that its registry entries name as their modules."""
+    package = FRAMEWORK_PACKAGES[framework] + "."
+    return {
+        backends.module(framework, name).removeprefix(package) + ".py"
+        for name in backends.REGISTRY[framework]
+        if backends.module(framework, name).startswith(package)
+    }
+
+
 @pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
-def test_each_framework_has_every_shared_role_and_one_module_per_registered_backend(framework):
+def test_each_framework_has_every_shared_role_and_only_the_backend_modules_its_entries_name(framework):
     files = files_of(framework)
     assert SHARED_ROLES <= files, f"{framework} lacks {sorted(SHARED_ROLES - files)}"
     modules = files - SHARED_ROLES - HELPERS[framework]
-    assert modules == {f"{name}.py" for name in backends.REGISTRY[framework]}, (
-        f"{FOLDERS[framework]}/ holds backend modules {sorted(modules)}; scalebench/backends.py registers "
-        f"{sorted(backends.REGISTRY[framework])}"
+    assert modules == named_files(framework), (
+        f"{FOLDERS[framework]}/ holds backend modules {sorted(modules)}; the registry's entries name "
+        f"{sorted(named_files(framework))} (BackendSpec.modules)"
     )
+    for name in backends.REGISTRY[framework]:  # in the framework's package, and none of its roles
+        path = backends.module(framework, name)
+        assert path.startswith(FRAMEWORK_PACKAGES[framework] + "."), f"{framework}/{name}: {path}"
+        assert path.rsplit(".", 1)[1] + ".py" not in SHARED_ROLES | HELPERS[framework], f"{framework}/{name}: {path}"
+
+
+def test_every_entry_names_a_module_for_each_framework_that_has_it_and_no_other():
+    for backend in backends.BACKENDS:
+        having = set(backends.frameworks_of(backend))
+        for framework in having:
+            assert set(backends.spec(framework, backend).modules) <= having, f"{framework}/{backend}"
+            assert framework in backends.spec(framework, backend).modules, f"{framework}/{backend} names no module"
+
+
+def test_the_rank_imports_the_module_the_entry_names_whatever_the_backend_is_called(monkeypatch):
+    """A backend named like a role file (model) whose entry names DDP's module gets DDP's module,
+    not train/torch/model.py: the rank never builds a module's name from the backend's."""
+    native = importlib.import_module("scalebench.train.torch.native")
+    assert entry.backend_module("torch", "native") is native
+    model = dataclasses.replace(backends.NATIVE_TORCH, name="model", label="model", colour="#000000")
+    monkeypatch.setitem(backends.REGISTRY["torch"], "model", model)
+    assert entry.backend_module("torch", "model") is native
+    moved = dataclasses.replace(backends.NATIVE_TORCH, modules={"torch": "scalebench.train.torch.dp"})
+    monkeypatch.setitem(backends.REGISTRY["torch"], "native", moved)
+    assert entry.backend_module("torch", "native") is importlib.import_module("scalebench.train.torch.dp")
 
 
 def test_the_entry_point_knows_the_registrys_frameworks():
@@ -65,7 +106,7 @@ def test_each_framework_implements_every_method_of_the_interface(framework):
 
 @pytest.mark.parametrize(("framework", "backend"), PAIRS, ids=[f"{f}-{b}" for f, b in PAIRS])
 def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(framework, backend):
-    module = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.{backend}")
+    module = importlib.import_module(backends.module(framework, backend))
     classes = [
         c
         for _, c in inspect.getmembers(module, inspect.isclass)
@@ -78,9 +119,49 @@ def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(frame
     for name in (*overridden, "collective_bench"):
         assert getattr(backend_class, name) is not getattr(Backend, name), f"{backend_class.__name__}.{name}"
     assert (backend_class.framework, backend_class.name) == (framework, backend)  # its registry entry
-    # how many processes it needs is the registry's fact (BackendSpec.one_process), stated nowhere else
-    assert backend_class.processes is Backend.processes, f"{backend_class.__name__} overrides processes"
     assert callable(module.create)
+    assert inspect.signature(module.create).return_annotation in (backend_class.__name__, backend_class)
+
+
+def restated_facts(kind: type) -> list[str]:
+    """The registry facts `kind` states itself (a class attribute or property of its own), or its own `spec`."""
+    return sorted(set(vars(kind)) & (FACTS | FORMER_RESTATEMENTS | {"spec"}))
+
+
+def backend_classes() -> list[type]:
+    """Every Backend subclass of the registered modules (and the classes they build on), after importing them."""
+    for framework, backend in PAIRS:
+        importlib.import_module(backends.module(framework, backend))
+    found, todo = [], [Backend]
+    while todo:
+        for sub in todo.pop().__subclasses__():
+            if sub.__module__.startswith("scalebench.") and sub not in found:
+                found.append(sub)
+                todo.append(sub)
+    return found
+
+
+def test_no_backend_class_restates_a_fact_of_its_registry_entry():
+    classes = backend_classes()
+    assert {c.__name__ for c in classes} >= {"DDPBackend", "FSDPBackend", "DataParallelBackend", "MirroredBackend"}
+    for kind in classes:
+        assert not restated_facts(kind), f"{kind.__name__} restates {restated_facts(kind)}: read them from self.spec"
+
+    class Restating(classes[0]):  # the check finds a class that states a fact itself
+        shards_state = True
+        shards_parameters = True
+
+    assert restated_facts(Restating) == ["shards_parameters", "shards_state"]
+
+
+def test_a_backend_reads_its_facts_from_its_entry(monkeypatch):
+    from scalebench.train import rank_env
+    from scalebench.train.torch.fsdp import FSDPBackend
+
+    backend = FSDPBackend(rank_env.detect({}))
+    assert backend.spec is backends.FSDP and backend.spec.shards_state
+    monkeypatch.setitem(backends.REGISTRY["torch"], "fsdp", dataclasses.replace(backends.FSDP, shards_state=False))
+    assert not backend.spec.shards_state  # the entry, changed: the class follows with no other edit
 
 
 def test_whether_horovod_accumulates_is_the_registry_s_fact(monkeypatch):

@@ -106,11 +106,11 @@ def test_the_memory_of_a_task_s_only_gpu_is_asked_of_that_gpu(monkeypatch):
 
     monkeypatch.setattr(devices.subprocess, "run", nvidia_smi)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # SLURM's own numbering for this task's GPU
-    assert devices.memory_total_mb("gpu", 2) == 81559.0  # local rank 2 uses cuda:0, which is GPU 2
+    assert devices.memory_total_mb("cuda", 2) == 81559.0  # local rank 2 uses cuda:0, which is GPU 2
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
-    devices.memory_total_mb("gpu", 3)
+    devices.memory_total_mb("cuda", 3)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b")  # nvidia-smi takes a UUID as the id too
-    devices.memory_total_mb("gpu", 1)
+    devices.memory_total_mb("cuda", 1)
     assert asked == ["--id=2", "--id=3", "--id=GPU-b"]
 
 
@@ -131,7 +131,7 @@ def test_device_cpu_stays_on_the_cpu_beside_a_gpu(fake_cuda):
     assert fake_cuda["current"] == []
 
 
-@pytest.mark.parametrize(("device_type", "collective"), [("gpu", "nccl"), ("cpu", "gloo")])
+@pytest.mark.parametrize(("device_type", "collective"), [("cuda", "nccl"), ("cpu", "gloo")])
 def test_ddp_uses_nccl_on_gpus_and_gloo_on_the_cpu(monkeypatch, device_type, collective):
     chosen = []
     monkeypatch.setattr(native.dist, "init_process_group", lambda backend, **_: chosen.append(backend))
@@ -166,7 +166,7 @@ def test_ranks_share_a_gpu_only_when_asked_and_then_reduce_through_gloo(fake_cud
     chosen = []  # NCCL refuses two ranks on one device: the shared check reduces through Gloo
     monkeypatch.setattr(native.dist, "init_process_group", lambda backend, **_: chosen.append(backend))
     backend = native.DDPBackend(rank_env.detect({}))
-    backend.device_type, backend.share_gpu = "gpu", shared[1].share_gpu  # as the framework sets them
+    backend.device_type, backend.share_gpu = "cuda", shared[1].share_gpu  # as the framework sets them
     backend.setup(shared[0])
     assert chosen == ["gloo"] and backend.device is None
 
@@ -175,10 +175,10 @@ def test_tensorflow_prefetches_to_the_gpu_of_a_one_replica_process(monkeypatch):
     from scalebench.train.tf import framework as tf_framework
     from scalebench.train.tf import runtime as tf_runtime
 
-    assert tf_runtime.input_device("gpu", 1) == "/gpu:0"  # configure() left only this rank's GPU visible
-    assert tf_runtime.input_device("gpu", 2) is None  # MirroredStrategy copies host batches to each replica
+    assert tf_runtime.input_device("cuda", 1) == "/gpu:0"  # configure() left only this rank's GPU visible
+    assert tf_runtime.input_device("cuda", 2) is None  # MirroredStrategy copies host batches to each replica
     assert tf_runtime.input_device("cpu", 1) is None
-    monkeypatch.setattr(tf_runtime, "configure", lambda *args: "gpu")  # a faked GPU
+    monkeypatch.setattr(tf_runtime, "configure", lambda *args: [0])  # a faked GPU: its index
     monkeypatch.setattr(tf_runtime, "set_determinism", lambda *args: None)
     backend = native.DDPBackend(rank_env.detect({}))  # only its place and counts are used here
     monkeypatch.setattr(backend, "setup", lambda run: None)
@@ -201,8 +201,8 @@ def test_horovod_without_nccl_refuses_a_gpu_cell_unless_allowed():
 
     assert not hvd.nccl_built()
     with pytest.raises(RuntimeError, match=r"needs Horovod built with NCCL.*HOROVOD_GPU_OPERATIONS=NCCL"):
-        check_gpu_reductions(hvd, "gpu", allowed=False)
-    check_gpu_reductions(hvd, "gpu", allowed=True)
+        check_gpu_reductions(hvd, "cuda", allowed=False)
+    check_gpu_reductions(hvd, "cuda", allowed=True)
     check_gpu_reductions(hvd, "cpu", allowed=False)
 
 

@@ -157,7 +157,7 @@ def test_nvml_missing_or_failing_is_empty_with_the_reason(monkeypatch):
 
 
 def test_ranks_sharing_a_gpu_are_not_measured():
-    meter = energy.meter_for("gpu", [0], shared_gpu=True)
+    meter = energy.meter_for("cuda", [0], shared_gpu=True)
     assert meter.stop()[0] is None and "share a GPU" in meter.reason
 
 
@@ -172,4 +172,4 @@ def test_sum_across_ranks_is_known_only_when_every_measuring_rank_read():
     one_failed = reduce(energy.contribution(10.0, True), energy.contribution(None, True))
     assert energy.total(one_failed, "") == (None, "1 of 2 measuring ranks could not read their counter")
     assert energy.total(reduce(energy.contribution(None, True)), "no pynvml") == (None, "no pynvml")
-    assert energy.measures_node("cpu", 1) is False and energy.measures_node("gpu", 1) is True
+    assert energy.measures_node("cpu", 1) is False and energy.measures_node("cuda", 1) is True

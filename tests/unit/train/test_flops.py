@@ -19,7 +19,7 @@ def test_flops_match_torch_flop_counter(size):
     assert train_flops_per_image(*size) == both.get_total_flops()
 
 
-def test_mfu_uses_the_longest_matching_device_name():
+def test_mfu_uses_the_longest_matching_device_model():
     table = {"H100": {"fp32": 67, "bf16": 989}, "H100 PCIe": {"fp32": 51}}
     assert peak_tflops("NVIDIA H100 PCIe", "fp32", table) == 51
     assert peak_tflops("NVIDIA H100 80GB HBM3", "bf16", table) == 989

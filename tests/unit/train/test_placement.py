@@ -18,13 +18,13 @@ def reduced(*ranks: tuple[int, int | None]) -> list[float]:
 
 
 def test_auto_puts_samples_on_the_device_where_they_fit_in_the_share_of_free_memory():
-    chosen = decide("auto", reduced((100 * MIB, 1000 * MIB)), 0.25, "gpu")
+    chosen = decide("auto", reduced((100 * MIB, 1000 * MIB)), 0.25, "cuda")
     assert (chosen.kind, chosen.device_bytes) == ("device", 100 * MIB)
     assert "fit in 0.25 of the 1,000.0 MiB free" in chosen.reason
 
 
 def test_auto_keeps_samples_on_the_host_beyond_the_share_and_says_why():
-    chosen = decide("auto", reduced((300 * MIB, 1000 * MIB)), 0.25, "gpu")
+    chosen = decide("auto", reduced((300 * MIB, 1000 * MIB)), 0.25, "cuda")
     assert (chosen.kind, chosen.device_bytes) == ("host", 0)
     assert "exceed 0.25 of the 1,000.0 MiB free" in chosen.reason and "device_memory_share" in chosen.reason
 
@@ -33,24 +33,24 @@ def test_a_mixed_node_decides_once_from_the_rank_with_the_least_free_memory():
     # rank 1's device has little free: every rank goes to the host, though rank 0's would fit
     figures = reduced((100 * MIB, 8000 * MIB), (120 * MIB, 300 * MIB))
     assert figures[0] == 120 * MIB and -figures[2] == 300 * MIB
-    assert decide("auto", figures, 0.25, "gpu").kind == "host"
-    assert decide("auto", reduced((100 * MIB, 8000 * MIB), (120 * MIB, 600 * MIB)), 0.25, "gpu").kind == "device"
+    assert decide("auto", figures, 0.25, "cuda").kind == "host"
+    assert decide("auto", reduced((100 * MIB, 8000 * MIB), (120 * MIB, 600 * MIB)), 0.25, "cuda").kind == "device"
 
 
 def test_unknown_free_memory_on_any_rank_keeps_auto_on_the_host():
-    chosen = decide("auto", reduced((1, 8000 * MIB), (1, None)), 0.25, "gpu")
+    chosen = decide("auto", reduced((1, 8000 * MIB), (1, None)), 0.25, "cuda")
     assert chosen.kind == "host" and "unknown" in chosen.reason
-    assert decide("device", reduced((1, None)), 0.25, "gpu").kind == "device"  # asked for: not checked
+    assert decide("device", reduced((1, None)), 0.25, "cuda").kind == "device"  # asked for: not checked
 
 
 def test_device_that_does_not_fit_is_refused_naming_the_key_the_bytes_and_the_free_memory():
     with pytest.raises(PlacementError) as refused:
-        decide("device", reduced((900 * MIB, 8000 * MIB), (900 * MIB, 800 * MIB)), 0.25, "gpu")
+        decide("device", reduced((900 * MIB, 8000 * MIB), (900 * MIB, 800 * MIB)), 0.25, "cuda")
     message = str(refused.value)
     assert "config key 'training.loader.placement'" in message
     assert f"({900 * MIB} bytes)" in message and f"({800 * MIB} bytes) free" in message
     # device ignores the share: it needs only to fit
-    assert decide("device", reduced((700 * MIB, 800 * MIB)), 0.25, "gpu").kind == "device"
+    assert decide("device", reduced((700 * MIB, 800 * MIB)), 0.25, "cuda").kind == "device"
 
 
 def test_host_needs_no_figures():

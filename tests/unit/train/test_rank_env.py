@@ -28,7 +28,7 @@ def srun_env(**extra: str) -> dict[str, str]:
 
 
 def place(info: rank_env.RankInfo) -> tuple:
-    return info.rank, info.local_rank, info.world_size, info.local_world_size, info.launcher
+    return info.rank, info.local_rank, info.processes, info.local_processes, info.launcher
 
 
 def test_srun_rank_reads_slurm_variables_and_the_exported_rendezvous():
@@ -51,7 +51,7 @@ def test_srun_rank_on_the_short_node_of_an_uneven_layout_gets_its_true_local_siz
         SLURM_STEP_TASKS_PER_NODE="4(x2),2",
     )
     assert place(rank_env.detect(env)) == (9, 1, 10, 2, "srun")
-    assert rank_env.detect({**env, "SLURM_NODEID": "0"}).local_world_size == 4
+    assert rank_env.detect({**env, "SLURM_NODEID": "0"}).local_processes == 4
 
 
 def test_unreadable_tasks_per_node_is_refused():
@@ -78,9 +78,9 @@ def test_horovod_variables_are_read_before_srun_and_after_torchrun():
         ({}, "the launcher"),
     ],
 )
-def test_world_size_names_its_source(env, source):
+def test_the_process_count_names_its_source(env, source):
     info = rank_env.detect(env)
-    assert info.world_size_source == source == rank_env.WORLD_SIZE_SOURCES[info.launcher]
+    assert info.processes_source == source == rank_env.PROCESSES_SOURCES[info.launcher]
 
 
 def test_one_process_without_launcher_is_rank_0_of_1():

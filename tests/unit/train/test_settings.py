@@ -4,11 +4,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 
 import pytest
 from conftest import REPO, cell_settings, sb_config
-from scalebench.settings import HorovodSettings, LoaderSettings, ProcessFacts, RunSettings, TrainingSettings
+from scalebench import config_keys
+from scalebench.settings import (
+    CollectiveSettings,
+    HorovodSettings,
+    LoaderSettings,
+    ProcessFacts,
+    ProfileSettings,
+    RunSettings,
+    TrainingSettings,
+)
 from scalebench.train.entry import cell_hash
+
+SECTIONS = [
+    (TrainingSettings, ("training",)),
+    (LoaderSettings, ("training", "loader")),
+    (HorovodSettings, ("training", "horovod")),
+    (CollectiveSettings, ("training", "collectives")),
+    (ProfileSettings, ("training", "profile")),
+]
+# a dataclass field's Python type as the JSON-schema types it may have
+JSON_TYPES = {int: "integer", float: "number", bool: "boolean", str: "string", type(None): "null", dict: "object"}
 
 
 def schema_keys(*path: str) -> set[str]:
@@ -18,16 +39,35 @@ def schema_keys(*path: str) -> set[str]:
     return set(node["properties"])
 
 
-@pytest.mark.parametrize(
-    ("kind", "path"),
-    [
-        (TrainingSettings, ("training",)),
-        (LoaderSettings, ("training", "loader")),
-        (HorovodSettings, ("training", "horovod")),
-    ],
-)
+@pytest.mark.parametrize(("kind", "path"), SECTIONS, ids=[kind.__name__ for kind, _ in SECTIONS])
 def test_dataclass_fields_are_the_schema_keys(kind, path):
     assert {f.name for f in dataclasses.fields(kind)} == schema_keys(*path)
+
+
+def hint_types(hint: object) -> set[str]:
+    parts = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return {"object" if dataclasses.is_dataclass(part) else JSON_TYPES[part] for part in parts}
+
+
+def schema_types(node: dict) -> set[str]:
+    return set(config_keys.types(node)) | ({"null"} if config_keys.nullable(node) else set())
+
+
+@pytest.mark.parametrize(("kind", "path"), SECTIONS, ids=[kind.__name__ for kind, _ in SECTIONS])
+def test_each_settings_field_has_its_keys_type_in_the_schema(kind, path):
+    """The typed settings are checked against the schema key by key: a key's type changed on one
+    side only (an integer made a number, null allowed) fails here, naming it."""
+    hints = typing.get_type_hints(kind)
+    section = config_keys.key(".".join(path))["properties"]
+    for name, node in section.items():
+        assert hint_types(hints[name]) == schema_types(node), f"{'.'.join(path)}.{name}: {hints[name]} vs {node}"
+
+
+def test_the_type_check_finds_a_key_whose_type_differs():
+    assert hint_types(int | None) == schema_types({"type": ["integer", "null"]})
+    assert hint_types(int) != schema_types({"type": ["integer", "null"]})
+    assert hint_types(float) != schema_types({"type": "integer"})
+    assert hint_types(str) == schema_types({"enum": ["a", "b"]})
 
 
 def test_a_cell_settings_become_typed_once():

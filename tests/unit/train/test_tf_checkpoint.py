@@ -75,5 +75,5 @@ def test_fp16_on_cpu_is_refused_and_bf16_is_the_cpu_policy():
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
         runtime.keras_policy("float16", "cpu")
     assert runtime.keras_policy("bfloat16", "cpu") == "mixed_bfloat16"
-    assert runtime.keras_policy("float16", "gpu") == "mixed_float16"
+    assert runtime.keras_policy("float16", "cuda") == "mixed_float16"
     assert runtime.keras_policy(None, "cpu") is None

@@ -9,12 +9,15 @@ import numpy as np
 import pytest
 import torch
 from conftest import cell_settings
+from scalebench import backends
 from scalebench.measures import batches_per_epoch
+from scalebench.refusal import SettingRefused
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import rank_env
 from scalebench.train.accumulation import ONE_BATCH_STEP
 from scalebench.train.devices import DeviceError
 from scalebench.train.placement import DataPlacement
+from scalebench.train.preflight import check_launch, check_replicas
 from scalebench.train.torch import data, dp, framework, fsdp, runtime
 from scalebench.train.torch.model import UNet
 
@@ -33,24 +36,32 @@ def run_settings(backend: str, gpus: int, binding: str = "node", **training) -> 
     return RunSettings.from_json(settings, "data", "out")
 
 
-def test_fsdp_with_one_gpu_is_refused_naming_the_key():
-    with pytest.raises(ValueError, match=r"backend fsdp .* matrix.gpus = 1: .* use backend native"):
-        fsdp.create(run_settings("fsdp", 1), rank_env.detect({}))
-    backend = fsdp.create(run_settings("fsdp", 2), rank_env.detect({}))
-    assert backend.shards_parameters and backend.checkpoint_on_all_ranks and backend.processes(2) == 2
+def test_fsdp_with_one_gpu_is_refused_naming_the_key_with_its_entrys_reason():
+    place = rank_env.detect({})
+    with pytest.raises(SettingRefused, match=r"^matrix.gpus = 1: fsdp needs at least 2 ranks \(with one there"):
+        check_launch(1, place.processes_source, fsdp.create(run_settings("fsdp", 1), place), 1)
+    backend = fsdp.create(run_settings("fsdp", 2), place)
+    check_launch(2, place.processes_source, backend, 2)
+    assert backend.spec.shards_state and backend.checkpoint_on_all_ranks
 
 
 def test_dp_is_one_process_with_a_replica_per_gpu():
     backend = dp.create(run_settings("dp", 4), rank_env.detect({}))
-    assert backend.processes(4) == 1
-    assert (backend.world_size, backend.replicas, backend.replica_ids) == (1, 4, [0, 1, 2, 3])
+    check_launch(1, "the launcher", backend, 4)  # one process for the cell's four GPUs: its entry's one_process
+    assert (backend.processes, backend.replicas, backend.replica_ids) == (1, 4, [0, 1, 2, 3])
 
 
-def test_dp_beyond_one_device_on_the_cpu_is_refused_before_training():
+def test_dp_beyond_one_device_on_the_cpu_is_refused_before_training_with_its_entrys_reason(monkeypatch):
     backend = dp.create(run_settings("dp", 2), rank_env.detect({}))
     backend.device_type = "cpu"
-    with pytest.raises(ValueError, match=r"DataParallel splits a batch over GPUs; on the CPU there is one device"):
-        backend.setup(run_settings("dp", 2))
+    backend.setup(run_settings("dp", 2))
+    with pytest.raises(SettingRefused, match=r"matrix.gpus = 2: dp splits a batch over GPUs only; on the CPU it has"):
+        check_replicas(backend, 2)
+    backend.device_type = "cuda"  # on GPUs it drives them all
+    check_replicas(backend, 2)
+    backend.device_type = "cpu"  # the entry, changed: the rank follows it
+    monkeypatch.setitem(backends.REGISTRY["torch"], "dp", dataclasses.replace(backends.DP, cpu_devices=None))
+    check_replicas(backend, 2)
 
 
 def test_dp_of_one_gpu_on_the_cpu_trains_the_plain_module():
@@ -187,7 +198,7 @@ def test_dp_takes_every_gpu_of_its_cell_from_the_first(fake_cuda, monkeypatch):
     torch_framework.start(run)
     # the model is built on the first GPU, current for every allocation
     assert torch_framework.device == torch.device("cuda", 0) and fake_cuda["current"] == [torch.device("cuda", 0)]
-    assert backend.device_type == "gpu" and backend.options() == {"dp": {"processes": 1, "device_ids": [0, 1, 2, 3]}}
+    assert backend.device_type == "cuda" and backend.options() == {"dp": {"processes": 1, "device_ids": [0, 1, 2, 3]}}
     model = UNet()
     wrapped, _ = backend.distribute(model, torch.optim.Adam(model.parameters()))
     assert isinstance(wrapped, torch.nn.DataParallel)

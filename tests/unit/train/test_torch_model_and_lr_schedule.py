@@ -24,7 +24,7 @@ def test_unet_parameter_count_is_fixed_by_the_architecture():
 
 
 @pytest.mark.parametrize(("rule", "expected"), [("linear", 0.008), ("sqrt", 0.001 * 8**0.5), ("none", 0.001)])
-def test_lr_scales_with_world_size(rule, expected):
+def test_lr_scales_with_the_replicas(rule, expected):
     assert scaled_lr(training_settings(**{**TRAINING, "lr_scaling": rule}), 8) == pytest.approx(expected)
 
 

@@ -26,7 +26,7 @@ class FakeBackend:
     """Rank `rank` of two, every collective answered as if the other rank said the same."""
 
     name = "native"
-    replicas = world_size = local_world_size = 2
+    replicas = processes = local_processes = 2
     local_rank = 0
     device_type = "cpu"
     backward_passes_per_step = 1
@@ -82,7 +82,7 @@ class FakeFramework:
             "versions": {"torch": "2"},
         }
 
-    def device_name(self) -> str:
+    def device_model(self) -> str:
         return "cpu (x86_64)"
 
     def observed_steps(self) -> dict:
@@ -121,7 +121,7 @@ def test_rank_0_writes_run_json_at_the_start_with_the_cell_its_ranks_and_its_set
     run = written(record)
     assert run["status"] == "running" and run["config_hash"] == "hash" and run["framework"] == "torch"
     assert run["versions"] == {"torch": "2", "backend_library": "1.0"}  # the framework's and the backend's
-    assert (run["world_size"], run["threads_per_rank"], run["data_placement"]) == (2, 3, "host")
+    assert (run["replicas"], run["threads_per_rank"], run["data_placement"]) == (2, 3, "host")
     assert run["rank_hosts"] == record.hosts and len(record.hosts) == 2 and run["site"] == {"node": "n1"}
     assert run["training"]["threads_per_rank"] == 3 and run["training"]["global_batch"] == 8
     assert not RUN.undefined(run)
@@ -251,7 +251,7 @@ class FakeMeter(energy.Meter):
 
 def test_a_ranks_energy_adds_its_reading_and_the_cost_sums_the_epochs(monkeypatch):
     monkeypatch.setattr(energy, "meter_for", lambda *args: FakeMeter(5.0))
-    ranks = energy.RankEnergy("gpu", [0], False, 0)
+    ranks = energy.RankEnergy("cuda", [0], False, 0)
     part = ranks.stop()
     assert part == [5.0, 1.0, 1.0] and ranks.epoch_joules([10.0, 2.0, 2.0]) == 10.0 and ranks.reason == ""
     cost = ranks.cost([{"energy_j": 10.0}, {"energy_j": 12.0}], 2, 3600.0)
@@ -260,7 +260,7 @@ def test_a_ranks_energy_adds_its_reading_and_the_cost_sums_the_epochs(monkeypatc
 
 def test_a_rank_that_could_not_read_leaves_the_epoch_empty_with_its_reason(monkeypatch):
     monkeypatch.setattr(energy, "meter_for", lambda *args: FakeMeter(None, "counter unreadable"))
-    ranks = energy.RankEnergy("gpu", [0], False, 0)
+    ranks = energy.RankEnergy("cuda", [0], False, 0)
     summed = [value * 2 for value in ranks.stop()]
     assert ranks.epoch_joules(summed) is None and ranks.reason == "counter unreadable"
     assert ranks.cost([{"energy_j": None}], 1, 0.0)["energy_reason"] == "counter unreadable"

@@ -1,17 +1,20 @@
 """Which distributed backends exist for which framework, and how each starts its processes.
 
-The one registry: adding a backend is its module train/<framework>/<name>.py and one entry
-here. Everything else derives from the entry: the schema's matrix.backends enum and the
+The one registry: adding a backend is its module (one per framework) and one entry here that
+names it by its dotted path (`modules`), which is the module the rank imports (train/entry.py).
+Every fact about a backend is its entry's, and the planner and the ranks' classes read it here
+(Backend.spec). Everything else derives from the entry: the schema's matrix.backends enum and the
 launch templates per executor (filled in when the schema is loaded, config/registry_schema.py),
 config validation (which pairs of the matrix run), the rules' wildcard constraints, the
 launcher (how many processes a cell starts), the SLURM resources, the report's legend labels
 and colours (report/style.py), the docs' backends table (tools/backends_table.py) and the
-contract test (one module per entry). Plain Python, no framework imported.
+contract test (each entry's modules define its class; no class restates a fact of its entry).
+Plain Python, no framework imported.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
@@ -20,11 +23,15 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 class BackendSpec:
     name: str
     summary: str  # what it is, for messages
+    # its module in each framework that has it, as a dotted path: the rank imports exactly that
+    # (train/entry.py), so a backend's name never has to be a file name beside the framework's own
+    modules: dict[str, str] = field(default_factory=dict)
     # one process drives every device of its (single) node: nn.DataParallel, MirroredStrategy
     one_process: bool = False
-    min_ranks: int = 1  # the smallest world size the backend can run
+    min_ranks: int = 1  # the fewest GPUs (replicas) a cell of it can have: the planner leaves out, a rank refuses
     min_ranks_reason: str = ""
-    # the most devices it can drive without GPUs (None: as many as the node has ranks), and why
+    # the most devices it can drive without GPUs (None: as many as the node has ranks), and why: the
+    # planner leaves out, a CPU rank refuses (train/preflight.py)
     cpu_devices: int | None = None
     cpu_reason: str = ""
     # why it cannot reduce gradients in fp16 (training.compression: fp16); "" where it can
@@ -33,7 +40,8 @@ class BackendSpec:
     compile_reason: str = ""
     # it adds up training.horovod.backward_passes_per_step batches' gradients before each reduction
     accumulates: bool = False
-    # its ranks share the model's weights, gradients and optimizer state (each holds 1/world of them)
+    # its ranks share the model's weights, gradients and optimizer state (each holds 1/processes of
+    # them): the planner's memory check (config/checks.py) and the rank's (train/preflight.py) read it
     shards_state: bool = False
     # the report's legend: its name and colour (one per backend name, in every framework)
     label: str = ""
@@ -44,6 +52,12 @@ class BackendSpec:
     @property
     def launch_kind(self) -> str:
         return self.launch or (ONE_PROCESS if self.one_process else PER_DEVICE)
+
+    def module(self, framework: str) -> str:
+        """The dotted path of its module in `framework`."""
+        if framework not in self.modules:
+            raise KeyError(f"backend {self.name} names no module for {framework} (BackendSpec.modules)")
+        return self.modules[framework]
 
 
 # How a cell's processes start, per executor (the defaults of config key launchers.<executor>.
@@ -89,10 +103,17 @@ TF_COLLECTIVES_REASON = (
 )
 
 # native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's: one label
-NATIVE_TORCH = BackendSpec("native", "DistributedDataParallel, one process per GPU", label="native", colour="#1b6ca8")
+NATIVE_TORCH = BackendSpec(
+    "native",
+    "DistributedDataParallel, one process per GPU",
+    modules={"torch": "scalebench.train.torch.native"},
+    label="native",
+    colour="#1b6ca8",
+)
 NATIVE_TF = BackendSpec(
     "native",
     "MultiWorkerMirroredStrategy, one process per GPU",
+    modules={"tensorflow": "scalebench.train.tf.native"},
     compression_reason=TF_COLLECTIVES_REASON,
     label="native",
     colour="#1b6ca8",
@@ -100,6 +121,7 @@ NATIVE_TF = BackendSpec(
 HOROVOD = BackendSpec(
     "horovod",
     "Horovod allreduce, one process per GPU",
+    modules={"torch": "scalebench.train.torch.horovod", "tensorflow": "scalebench.train.tf.horovod"},
     accumulates=True,
     label="Horovod",
     colour="#d95f02",
@@ -108,6 +130,7 @@ HOROVOD = BackendSpec(
 FSDP = BackendSpec(
     "fsdp",
     "FullyShardedDataParallel, one process per GPU, parameters and gradients sharded across ranks",
+    modules={"torch": "scalebench.train.torch.fsdp"},
     min_ranks=2,
     min_ranks_reason="fsdp needs at least 2 ranks (with one there is nothing to shard)",
     shards_state=True,
@@ -117,6 +140,7 @@ FSDP = BackendSpec(
 DP = BackendSpec(
     "dp",
     "nn.DataParallel, one process driving every GPU of one node",
+    modules={"torch": "scalebench.train.torch.dp"},
     one_process=True,
     cpu_devices=1,
     cpu_reason="dp splits a batch over GPUs only; on the CPU it has one device",
@@ -134,6 +158,7 @@ DP = BackendSpec(
 MIRRORED = BackendSpec(
     "mirrored",
     "MirroredStrategy, one process driving every GPU of one node (logical CPU devices without GPUs)",
+    modules={"tensorflow": "scalebench.train.tf.mirrored"},
     one_process=True,
     compression_reason=TF_COLLECTIVES_REASON,
     label="Mirrored",
@@ -184,6 +209,11 @@ def exists(framework: str, backend: str) -> bool:
 
 def spec(framework: str, backend: str) -> BackendSpec:
     return REGISTRY[framework][backend]
+
+
+def module(framework: str, backend: str) -> str:
+    """The dotted path of `backend`'s module in `framework` (what the rank imports)."""
+    return spec(framework, backend).module(framework)
 
 
 def frameworks_of(backend: str) -> list[str]:

@@ -4,7 +4,7 @@ The planner writes each cell's settings from the validated config into its setti
 (scalebench.config.train_settings, config/planning.py), which the train rule passes to the launcher;
 launch.py and each rank turn that JSON into a RunSettings once: the study's
 settings, the same in every process. The field names are the config keys of
-config/schema.yaml, which documents each one (a unit test keeps the two equal).
+config/schema.yaml, which documents each one (unit tests keep their names and types equal).
 What depends on where a process runs (its threads, whether it must have a GPU,
 whether ranks may share one) is a ProcessFacts, which each process resolves from
 its own environment: the launcher's is not its ranks'.
@@ -72,7 +72,7 @@ class TrainingSettings:
     scaling: str  # weak or strong
     global_batch: int | None  # images per step of a strong-scaling cell (unused in weak scaling)
     base_lr: float  # Adam's rate for one rank
-    lr_scaling: str  # linear, sqrt or none: how the rate grows with the world size
+    lr_scaling: str  # linear, sqrt or none: how the rate grows with the replicas
     warmup_epochs: int  # linear warm-up from base_lr to the scaled rate (0 = none)
     decay_every: int  # multiply the rate by decay_factor every this many epochs (0 = never)
     decay_factor: float

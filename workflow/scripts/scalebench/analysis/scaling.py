@@ -133,7 +133,7 @@ def ideal_factor(cells: pd.DataFrame, base: pd.DataFrame, gpus: int, base_gpus: 
     return base_gpus / gpus * epoch_work(cells) / epoch_work(base)
 
 
-def base_world_size(good: pd.DataFrame) -> float:
+def base_gpus_of(good: pd.DataFrame) -> float:
     """The base of one framework and backend: the smallest GPU count among its usable cells (NaN: none)."""
     return int(good["gpus"].min()) if len(good) else math.nan
 
@@ -146,7 +146,7 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
         model = fit_series(group, per_node)
         model_series = series_columns(model, backtest(group, model, per_node))
         good = usable(group)
-        base_gpus = base_world_size(good)
+        base_gpus = base_gpus_of(good)
         base = good[good["gpus"] == base_gpus]
         for gpus, cells in group.groupby("gpus", sort=True):
             used = good[good["gpus"] == gpus]

@@ -29,7 +29,7 @@ import math
 
 import pandas as pd
 
-from scalebench.analysis.scaling import GROUP, base_world_size, ideal_factor, t_interval, usable
+from scalebench.analysis.scaling import GROUP, base_gpus_of, ideal_factor, t_interval, usable
 from scalebench.analysis.step_split import CRITICAL_PATH
 
 # term: the critical path's part (runs.csv) it is the growth of
@@ -53,7 +53,7 @@ def waterfall(runs: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict] = []
     for series, group in runs.groupby(GROUP, sort=True, dropna=False):
         good = usable(group)
-        base_gpus = base_world_size(good)
+        base_gpus = base_gpus_of(good)
         if isinstance(base_gpus, float):  # NaN: no usable cell
             continue
         base = good[good["gpus"] == base_gpus]

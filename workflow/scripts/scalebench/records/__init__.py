@@ -1,6 +1,6 @@
 """A cell's records: reading and appending metrics.jsonl, the final record that both its ranks and
 launch.py write (the launcher ends an out-of-memory or refused cell with it: outcome.py), the
-timestamps and the device's name. Each record's fields are defined in records/definitions.py;
+timestamps, and run.json's compatibility reader (read_run). Each record's fields are defined in records/definitions.py;
 the epoch records and the progress line are the ranks' own (train/metrics.py)."""
 
 from __future__ import annotations
@@ -18,20 +18,12 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def device_name(device: str) -> str:
-    """The device as every record names it: cuda for a GPU in both frameworks (training.device's
-    word), else cpu; an old TensorFlow record's gpu reads as cuda."""
-    return "cuda" if device in ("gpu", "cuda") else device
-
-
 def read_run(run: dict) -> ReadRecord:
-    """A parsed run.json for reading through its definition, in today's words (device: cuda)."""
-    run = dict(run)
-    if "device" in run:
-        run["device"] = device_name(run["device"])
-    if isinstance(run.get("training"), dict) and "device" in run["training"]:
-        run["training"] = {**run["training"], "device": device_name(run["training"]["device"])}
-    return definitions.RUN.read(run)
+    """A parsed run.json for reading through its definition, in today's names and words (the
+    compatibility reader: records/definitions.py says what each field was called or said before,
+    `was` and `old_words`; e.g. an old TensorFlow record's device gpu reads as cuda, an old
+    world_size as replicas)."""
+    return definitions.RUN.read(definitions.RUN.today(run))
 
 
 # What a finished cell's run.json says at the end; refused: it cannot run as set up there, and says why.

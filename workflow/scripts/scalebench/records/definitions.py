@@ -2,11 +2,33 @@
 split) and final record, and run.json (with its training settings, collective benchmark summary,
 observed compilation and SLURM job). docs/records.md is generated from here
 (tools/records_reference.py); the writers' builders are checked against it and the analysis
-reads through it (fields.Record.read)."""
+reads through it (fields.Record.read).
+
+A field that holds a config setting as the cell was given it takes its type, unit and meaning
+from config/schema.yaml (`setting`, scalebench/config_keys.py): the key is declared there and in
+its typed settings class (settings.py), and stated nowhere else. Only what a rank resolved or
+computed (the global batch, the scaled rate, the device as resolved, ...) has a meaning written
+here."""
 
 from __future__ import annotations
 
+from scalebench import config_keys
 from scalebench.records.fields import Field, Record
+
+
+def setting(path: str, name: str = "", schema: dict | None = None) -> Field:
+    """The field holding config key `path` (e.g. training.epochs) as the cell's settings gave it,
+    under `name` (the key's last part by default): type, unit, meaning and when it is empty are
+    config/schema.yaml's."""
+    node = config_keys.key(path, schema)
+    return Field(
+        name or path.rsplit(".", 1)[-1],
+        config_keys.record_type(node),
+        config_keys.unit(path),
+        config_keys.meaning(path, schema),
+        config_keys.when_null(path, schema) if config_keys.nullable(node) else "",
+    )
+
 
 RANK = Record(
     "rank",
@@ -171,41 +193,54 @@ FINAL = Record(
     ),
 )
 
+# The training settings run.json's `training` leaves out: they change no step (the report's own
+# choices, the TensorBoard curves, the step split's marks and the profile window: measurements,
+# which the same ops train through). train/provenance.py training_record reads these.
+NOT_RECORDED = ("predictions", "tensorboard", "step_split", "profile")
+# Sections recorded by the backends that have them, in their options (Backend.options): horovod.
+BACKEND_SECTIONS = ("horovod",)
+
+# What a rank resolved or computed, in run.json's `training` beside the settings: a field here
+# replaces the setting of its name (the value as resolved, not as asked), or joins them.
+RESOLVED = (
+    Field("global_batch", "int", "", "images per optimizer step over all replicas, as the cell's scaling made it"),
+    Field("backward_passes_per_step", "int", "", "batches per optimizer step: 1 unless the backend accumulates"),
+    Field("scaled_lr", "float", "", "the rate after warm-up, before any decay"),
+    Field("compression", "str", "", "the gradients' type in the reduction, as the backend applied it"),
+    Field("deterministic", "bool", "", "deterministic kernels, as resolved"),
+    Field("device", "str", "", "cuda or cpu, what training.device resolved to", old_words=(("gpu", "cuda"),)),
+    Field("threads_per_rank", "int", "", "threads each rank ran with"),
+    Field("target_iou", "float", "", "training.target_iou where training stops there", "stop_at_target off"),
+    Field(
+        "loader",
+        "object",
+        "",
+        "training.loader as the framework applies it (placement and share; PyTorch's workers too)",
+    ),
+)
+
+
+def training_fields(schema: dict | None = None) -> tuple[Field, ...]:
+    """run.json's `training` fields: every key of the schema's training section in its order (but
+    NOT_RECORDED and BACKEND_SECTIONS), each the setting's field or, where the rank resolves it,
+    RESOLVED's of its name; then the resolved values that are no setting."""
+    keys = config_keys.key("training", schema)["properties"]
+    resolved = {field.name: field for field in RESOLVED}
+    fields = [
+        resolved.get(name) or setting(f"training.{name}", schema=schema)
+        for name in keys
+        if name not in NOT_RECORDED and name not in BACKEND_SECTIONS
+    ]
+    return (*fields, *(field for field in RESOLVED if field.name not in keys))
+
+
 TRAINING = Record(
     "training",
     "run.json's `training`",
-    "The settings the cell trained with, as it resolved them (train/provenance.py training_record); "
-    "a backend's own options beside them (horovod, dp, fsdp, tf_strategy, ...).",
-    (
-        Field("epochs", "int", "", "training.epochs"),
-        Field("dataset_repeat", "int", "", "training.dataset_repeat"),
-        Field("steps_per_epoch", "int", "", "training.steps_per_epoch", "one pass over the shard"),
-        Field("scaling", "str", "", "weak or strong"),
-        Field("batch_per_gpu", "int", "", "images per replica and batch"),
-        Field("backward_passes_per_step", "int", "", "batches per optimizer step: 1 unless the backend accumulates"),
-        Field("global_batch", "int", "", "images per optimizer step over all replicas"),
-        Field("base_lr", "float", "", "training.base_lr"),
-        Field("lr_scaling", "str", "", "training.lr_scaling"),
-        Field("scaled_lr", "float", "", "the rate after warm-up, before any decay"),
-        Field("warmup_epochs", "int", "", "training.warmup_epochs"),
-        Field("decay_every", "int", "", "training.decay_every"),
-        Field("decay_factor", "float", "", "training.decay_factor"),
-        Field("precision", "str", "", "fp32, bf16 or fp16"),
-        Field("compression", "str", "", "the gradients' type in the reduction, as the backend applied it"),
-        Field("compile", "bool", "", "training.compile"),
-        Field("deterministic", "bool", "", "deterministic kernels, as resolved"),
-        Field("batch_norm", "bool", "", "training.batch_norm"),
-        Field("device", "str", "", "cuda or cpu, what training.device resolved to (old records: gpu for cuda)"),
-        Field("threads_per_rank", "int", "", "threads each rank ran with"),
-        Field("collective_timeout_s", "float", "s", "training.collective_timeout_s", "no timeout set"),
-        Field("max_loss", "float", "", "training.max_loss"),
-        Field("eval_every", "int", "", "training.eval_every"),
-        Field("stop_at_target", "bool", "", "training.stop_at_target"),
-        Field("target_iou", "float", "", "training.target_iou where training stops there", "stop_at_target off"),
-        Field("checkpoint_every", "int", "", "training.checkpoint_every"),
-        Field("loader", "object", "", "training.loader as resolved (placement and share; PyTorch's workers too)"),
-        Field("collectives", "object", "", "training.collectives: the benchmark before the first epoch"),
-    ),
+    "The settings the cell trained with, as it resolved them (train/provenance.py training_record): every "
+    "training setting but those that change no step, its meaning from config/schema.yaml, and the values the "
+    "rank resolved; a backend's own options beside them (horovod, dp, fsdp, tf_strategy, ...).",
+    training_fields(),
     open=True,
 )
 
@@ -284,22 +319,24 @@ RUN = Record(
         Field("end", "str", "UTC", "when the cell ended", "still running"),
         Field("parameters", "int", "", "the model's parameters"),
         Field("gradient_bytes", "int", "bytes", "bytes of the gradients a step reduces (float32)"),
-        Field("device", "str", "", "cuda or cpu: the device the ranks trained on (old TensorFlow records: gpu)"),
+        Field("device", "str", "", "cuda or cpu: the device the ranks trained on", old_words=(("gpu", "cuda"),)),
         Field("layout", "str", "", "the tensors' memory layout (channels_last)"),
         Field("tf32", "bool", "", "TF32 matmuls enabled", "not a GPU"),
         Field("deterministic", "bool", "", "deterministic kernels, as resolved"),
         Field("versions", "object", "", "the framework's, CUDA's, NCCL's and the backend's versions"),
-        Field("world_size", "int", "", "replicas"),
+        Field(
+            "replicas", "int", "", "the model copies that trained in sync: one per GPU of the cell", was="world_size"
+        ),
         Field("processes", "int", "", "processes (ranks)"),
         Field("ranks_per_node", "int", "", "processes per node"),
         Field("threads_per_rank", "int", "", "threads each rank ran with"),
         Field("gpu_required", "bool", "", "every rank had to see its own GPU"),
         Field("shared_gpu", "bool", "", "ranks shared one GPU (a functional test, not a measurement)"),
         Field("data_key", "str", "", "the prepared arrays' folder (named by the dataset settings)"),
-        Field("model_width", "int", "", "model.width: the UNet's channel multiplier"),
-        Field("collective_timeout_s", "float", "s", "training.collective_timeout_s", "no timeout set"),
-        Field("network_interface", "str", "", "cluster.network_interface", "not set"),
-        Field("precision", "str", "", "fp32, bf16 or fp16"),
+        setting("model.width", "model_width"),
+        setting("training.collective_timeout_s"),
+        setting("cluster.network_interface"),
+        setting("training.precision"),
         Field("data_placement", "str", "", "device or host: where the samples lived"),
         Field("data_device_bytes", "int", "bytes", "bytes of samples each device held (0 with host placement)"),
         Field("data_placement_reason", "str", "", "why the samples lived there"),
@@ -308,7 +345,7 @@ RUN = Record(
         Field("hosts", "list", "", "the ranks' nodes, sorted, once each"),
         Field("nodes", "int", "", "how many nodes"),
         Field("rank_hosts", "list", "", "each rank's node, in rank order"),
-        Field("devices", "list", "", "each rank's device name, in rank order"),
+        Field("devices", "list", "", "each rank's device model (its framework's name for it), in rank order"),
         Field("model_flops_per_image", "float", "FLOP", "the model's training FLOPs per image"),
         Field("cpu_binding", "str", "", "cluster.cpu_binding as applied", "cpu_binding_reason"),
         Field("cpu_bound_by", "str", "", "who bound the ranks' cores (srun, the launcher)", "cpu_binding_reason"),

@@ -27,7 +27,9 @@ TYPES = {
 class Field:
     """One field of a record. `empty`: when it may be None and what says why (a reason field's name
     or the rule), '' where a written record always holds a value; `old`: only records written by
-    earlier versions hold it (the analysis reads it for them); `part`: the nested record it holds (or a list of)."""
+    earlier versions hold it (the analysis reads it for them); `part`: the nested record it holds (or a list of).
+    `was`: the name earlier versions wrote it under, and `old_words`: (earlier word, today's) pairs
+    of its values; Record.today reads both as today's (records.read_run, the compatibility reader)."""
 
     name: str
     type: str
@@ -36,6 +38,8 @@ class Field:
     empty: str = ""
     old: bool = False
     part: Record | None = None
+    was: str = ""
+    old_words: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -84,6 +88,27 @@ class Record:
     def read(self, record: Mapping | None) -> ReadRecord:
         """The record for reading: a name its definition lacks raises UndefinedField."""
         return ReadRecord(self, record or {})
+
+    def today(self, record: Mapping) -> dict:
+        """A written record in today's names and words, its nested parts too: a field an earlier
+        version wrote under another name (`was`) under its own, and an earlier word of its value
+        (`old_words`) as today's. A record that holds both names keeps today's."""
+        found = dict(record)
+        for known in self.fields:
+            if known.was and known.was in found:
+                value = found.pop(known.was)
+                found.setdefault(known.name, value)
+            if known.name not in found:
+                continue
+            value = found[known.name]
+            words = dict(known.old_words)
+            if isinstance(value, str) and value in words:
+                found[known.name] = words[value]
+            elif known.part is not None and isinstance(value, Mapping):
+                found[known.name] = known.part.today(value)
+            elif known.part is not None and isinstance(value, list):
+                found[known.name] = [known.part.today(item) if isinstance(item, Mapping) else item for item in value]
+        return found
 
 
 class UndefinedField(KeyError):

@@ -34,7 +34,7 @@ from scalebench.analysis.collect import OWN_SOURCE, STATUSES
 from scalebench.analysis.scaling import (
     GROUP,
     METRICS,
-    base_world_size,
+    base_gpus_of,
     epoch_work,
     interval_summary,
     known,
@@ -58,7 +58,7 @@ def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     base mean) / its time. The base world size is that of the timings, as in scaling.csv."""
     rows = []
     for _, all_usable in usable(runs).groupby(GROUP, dropna=False):
-        base_gpus = base_world_size(all_usable)
+        base_gpus = base_gpus_of(all_usable)
         group = all_usable[known(all_usable, metric)]
         base = group[group["gpus"] == base_gpus]
         by_seed = base.dropna(subset=["seed"]).set_index("seed")[metric]

@@ -92,14 +92,14 @@ def decide(
         allowed, by = mine, "rank"  # srun bound nothing: take this local rank's share of what the task sees
     # under task binding each rank sees only its own GPU: the ranks could not agree on a plan from that
     same_view = by == "launch.py" or gpu_binding == "node"
-    near = near_cores(place.local_world_size, per_process, env, topology() if same_view else None)
-    shares = cpu_binding.share(allowed, place.local_world_size, share, near)
+    near = near_cores(place.local_processes, per_process, env, topology() if same_view else None)
+    shares = cpu_binding.share(allowed, place.local_processes, share, near)
     if shares is None:
         return (
             Binding(
                 setting,
                 None,
-                f"{place.local_world_size} process(es) of {share} core(s) each do not fit the {len(allowed)} "
+                f"{place.local_processes} process(es) of {share} core(s) each do not fit the {len(allowed)} "
                 f"core(s) {cpu_binding.format_cpus(allowed)}",
             ),
             None,

@@ -118,7 +118,7 @@ def memory_total_mb(device_type: str, index: int) -> float | None:
     """The memory of a rank's device in MB, for an out-of-memory reason: the GPU's (nvidia-smi, either
     framework) or the host's; None where it cannot be read."""
     try:
-        if device_type != "gpu":
+        if device_type != "cuda":
             return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
         query = [
             "nvidia-smi",

@@ -251,13 +251,13 @@ class NvmlMeter(Meter):
 def measures_node(device_type: str, local_rank: int) -> bool:
     """Whether this rank's energy counts: every GPU rank (its own GPUs); on CPUs the first rank
     of each node, since RAPL's counters are the node's, not a rank's."""
-    return device_type == "gpu" or local_rank == 0
+    return device_type == "cuda" or local_rank == 0
 
 
 def meter_for(device_type: str, gpu_indices: list[int], shared_gpu: bool) -> Meter:
     """This rank's meter: NVML on its own GPUs (none where ranks share one: it would count
     twice), RAPL on a CPU rank."""
-    if device_type == "gpu":
+    if device_type == "cuda":
         if shared_gpu:
             return Unavailable("ranks share a GPU (SCALEBENCH_SHARE_GPU=1): its energy would count twice", "nvml")
         return NvmlMeter(gpu_indices)

@@ -4,8 +4,9 @@
 
 The launcher (torchrun, srun or horovodrun; see scalebench/launch) starts one
 of these per rank. Every rank runs the same code; rank 0 writes the records.
-The framework is imported here by name, so a rank of one framework never
-imports the other.
+The framework and the backend are imported here by name, so a rank of one
+framework never imports the other: the framework's module from FRAMEWORK_PACKAGES,
+the backend's as its registry entry names it (scalebench/backends.py, modules).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import ModuleType
 
 from scalebench import backends, outcome
 from scalebench.cluster import network
@@ -44,8 +46,14 @@ def cell_hash(settings: dict, data_dir: str) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def backend_module(framework: str, backend: str) -> ModuleType:
+    """The module of `backend` in `framework`: the dotted path its registry entry names, never a
+    name built from the backend's (which would share a namespace with the framework's own files)."""
+    return importlib.import_module(backends.module(framework, backend))
+
+
 def create_framework(run: RunSettings, process: ProcessFacts, place: rank_env.RankInfo) -> Framework:
-    """The framework of the cell with its backend (modules train/<framework>/framework.py, <backend>.py)."""
+    """The framework of the cell (train/<framework>/framework.py) with its backend (backend_module)."""
     problem = backends.compression_problem(run.cell.framework, run.cell.backend, run.training.compression)
     if problem:  # config validation refuses such a cell first; a rank started by hand is refused here
         raise SettingRefused(f"training.compression: {problem}")
@@ -54,10 +62,9 @@ def create_framework(run: RunSettings, process: ProcessFacts, place: rank_env.Ra
     )
     if problem:
         raise SettingRefused(f"training.compile: {problem}")
-    package = FRAMEWORK_PACKAGES[run.cell.framework]
-    backend_module = importlib.import_module(f"{package}.{run.cell.backend}")
-    framework_module = importlib.import_module(f"{package}.framework")
-    return framework_module.create(run, backend_module.create(run, place), process)
+    backend = backend_module(run.cell.framework, run.cell.backend).create(run, place)
+    framework_module = importlib.import_module(f"{FRAMEWORK_PACKAGES[run.cell.framework]}.framework")
+    return framework_module.create(run, backend, process)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         network.check_node()  # cluster.network_interface exists on this rank's node
         framework = create_framework(run, process, place)
-        check_launch(place.world_size, place.world_size_source, framework.backend, run.cell.gpus)
+        check_launch(place.processes, place.processes_source, framework.backend, run.cell.gpus)
         status = TrainingLoop(run, framework, cell_hash(run.source, args.data), started).train()
         return 0 if status in ("ok", "diverged") else 1
     except outcome.CellOutOfMemory as error:

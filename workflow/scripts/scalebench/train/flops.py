@@ -43,18 +43,18 @@ def mfu(images_per_s: float, flops_per_image: int, peak_tflops: float | None, de
     return images_per_s / devices * flops_per_image / (peak_tflops * 1e12)
 
 
-def matching_device(device_name: str, table: dict) -> str | None:
+def matching_device(device_model: str, table: dict) -> str | None:
     """The key of config's cluster.peak_tflops table that names this device: keys match as
     substrings of the device name (e.g. "H100"), the longest first ("H100 PCIe" before "H100")."""
     for key in sorted(table, key=len, reverse=True):
-        if key.lower() in device_name.lower():
+        if key.lower() in device_model.lower():
             return key
     return None
 
 
-def peak_tflops(device_name: str, precision: str, table: dict) -> float | None:
+def peak_tflops(device_model: str, precision: str, table: dict) -> float | None:
     """The device's peak TFLOP/s for this precision (fp32, tf32, bf16 or fp16), or None."""
-    key = matching_device(device_name, table)
+    key = matching_device(device_model, table)
     return table[key].get(precision) if key else None
 
 
@@ -66,12 +66,12 @@ def precision_key(autocast_dtype: str | None, tf32: bool) -> str:
     return "tf32" if tf32 else "fp32"
 
 
-def peak_fields(device_name: str, on_gpu: bool, precision: str, table: dict) -> dict:
+def peak_fields(device_model: str, on_gpu: bool, precision: str, table: dict) -> dict:
     """run.json's record of the peak MFU is measured against; warns (never guesses) when unknown."""
-    key = matching_device(device_name, table)
+    key = matching_device(device_model, table)
     peak = table[key].get(precision) if key else None
     if on_gpu and peak is None:
-        missing = f"no {precision} peak for {key}" if key else f"no entry matches '{device_name}'"
+        missing = f"no {precision} peak for {key}" if key else f"no entry matches '{device_model}'"
         print(f"warning: MFU stays empty: cluster.peak_tflops has {missing}", flush=True)
     return {"peak_device": key, "peak_precision": precision, "peak_tflops": peak}
 

@@ -29,7 +29,7 @@ def check_build(hvd) -> None:
 def check_gpu_reductions(hvd, device_type: str, allowed: bool) -> None:
     """A GPU cell needs a Horovod built with NCCL: without it every gradient is copied to the host
     and reduced over TCP (TensorFlow's Horovod ops even run on the CPU), a different benchmark."""
-    if device_type == "gpu" and not hvd.nccl_built() and not allowed:
+    if device_type == "cuda" and not hvd.nccl_built() and not allowed:
         raise HorovodBuildError(
             "backend horovod: this GPU cell needs Horovod built with NCCL, but this build has none "
             "(its reductions would go through the host over TCP): rebuild it with "
@@ -74,10 +74,10 @@ class HorovodBackend(Backend):
             os.environ.setdefault("HOROVOD_TIMELINE", DYNAMIC_TIMELINE)
         hvd.init()
         self.rank, self.local_rank = hvd.rank(), hvd.local_rank()
-        self.world_size, self.local_world_size = hvd.size(), hvd.local_size()
-        self.replicas, self.replica_ids = self.world_size, [self.rank]
+        self.processes, self.local_processes = hvd.size(), hvd.local_size()
+        self.replicas, self.replica_ids = self.processes, [self.rank]
         print(
-            f"rank {self.rank}/{self.world_size}: horovod (gloo={hvd.gloo_enabled()}, "
+            f"rank {self.rank}/{self.processes}: horovod (gloo={hvd.gloo_enabled()}, "
             f"mpi={hvd.mpi_enabled()}, nccl={hvd.nccl_built()}) on {self.device_type}",
             flush=True,
         )
@@ -101,7 +101,7 @@ class HorovodBackend(Backend):
         import horovod
 
         distributed = "horovod"
-        if self.device_type == "gpu" and not self.hvd.nccl_built():
+        if self.device_type == "cuda" and not self.hvd.nccl_built():
             distributed += " (CPU-staged reductions: training.horovod.allow_cpu_reductions)"
         return {"horovod": horovod.__version__, "horovod_nccl": bool(self.hvd.nccl_built()), "distributed": distributed}
 
@@ -111,7 +111,7 @@ class HorovodBackend(Backend):
     def collective_library(self) -> str:
         """What its allreduce goes through on this rank: NCCL for GPU tensors where built with it, else Gloo (or MPI)."""
         hvd = self.hvd
-        if self.device_type == "gpu" and hvd.nccl_built():
+        if self.device_type == "cuda" and hvd.nccl_built():
             return "horovod nccl"
         return "horovod mpi" if hvd.mpi_enabled() else "horovod gloo"
 

@@ -107,8 +107,8 @@ class TrainingLoop:
         preflight.check_batch(self.training.batch_per_gpu, len(self.manifest["train"]), self.backend.replicas)
 
     def shard(self, indices: list[int]) -> list[int]:
-        """This process's share of evaluation samples: every world_size-th, none dropped or repeated."""
-        return indices[self.backend.rank :: self.backend.world_size]
+        """This process's share of evaluation samples: one in every `processes` (from its rank), none dropped or repeated."""
+        return indices[self.backend.rank :: self.backend.processes]
 
     def eval_shards(self) -> list[list[int]]:
         """The samples this process evaluates: its validation shard (where training validates) and test shard."""
@@ -181,7 +181,7 @@ class TrainingLoop:
             print(f"diverged: {error}", flush=True)
             return "diverged"
         except framework.out_of_memory as error:
-            device = framework.device_name()
+            device = framework.device_model()
             reason = devices.out_of_memory_reason(
                 error, device, backend.device_type, backend.local_rank, self.training, self.run.image_size
             )
@@ -276,7 +276,7 @@ class TrainingLoop:
 
     def evaluate(self, indices: list[int]) -> tuple[float, float]:
         """Loss and IOU over all of `indices` (the validation or the test pairs): process r takes
-        every world_size-th sample (none dropped or repeated), and the sums are reduced across processes."""
+        samples r, r + processes, ... (none dropped or repeated), and the sums are reduced across processes."""
         self.framework.sync_buffers()
         sums = self.backend.allreduce_sum(self.framework.evaluate(self.shard(indices)))
         loss, pixels, intersection, union = sums.tolist()

@@ -102,7 +102,7 @@ def epoch_record(
         "val_loss": None,
         "resumed": resumed,
         **flops.throughput_fields(
-            images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"], provenance["world_size"]
+            images_per_s, provenance["model_flops_per_image"], provenance["peak_tflops"], provenance["replicas"]
         ),
     }
 

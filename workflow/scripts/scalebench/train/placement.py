@@ -70,7 +70,7 @@ def decide(setting: str, reduced: list[float], share: float, device_type: str) -
     needed, unknown, minus_free = reduced
     needed = int(needed)
     free = None if unknown else int(-minus_free)
-    where = "GPU" if device_type == "gpu" else "process's share of the node's memory"
+    where = "GPU" if device_type == "cuda" else "process's share of the node's memory"
     if setting == "host":
         return DataPlacement("host", 0, "training.loader.placement: host")
     if setting == "device":

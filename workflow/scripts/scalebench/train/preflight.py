@@ -1,8 +1,9 @@
 """What a rank checks and decides before its first step, so that a cell no retry can change ends
 refused at once, naming the key to change (refusal.py), and every rank starts alike.
 
-The checks: the launch fits the cell (entry.py, before any rank joins the others) and the
-backend has as many replicas as it asks for; the batch fits a shard of the training set; the
+The checks: the launch fits the cell and the cell its backend's registry entry (entry.py, before
+any rank joins the others: the processes it needs, its smallest world) and the backend has as many
+replicas as it asks for, no more than it can drive on a CPU; the batch fits a shard of the training set; the
 backend applies the gradient compression asked for; the UNet at model.width and its batch can fit
 the fullest device of the cell; training.profile's window lies inside an epoch. The decision:
 where the samples live (training.loader.placement, placement.py), from figures every rank
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from scalebench import architecture
+from scalebench import architecture, backends
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import LoaderSettings, ProfileSettings, RunSettings
 from scalebench.train import placement
@@ -24,12 +25,17 @@ class LaunchMismatch(Refused, RuntimeError):
     """The launcher started the ranks differently from what the cell asks for."""
 
 
-def check_launch(place_world_size: int, source: str, backend: Backend, gpus: int) -> None:
-    """The launcher started as many processes as the cell needs (before any rank joins the others)."""
-    expected = backend.processes(gpus)
-    if place_world_size == expected:
+def check_launch(started: int, source: str, backend: Backend, gpus: int) -> None:
+    """The launcher started as many processes as the cell needs, and the cell has as many GPUs as
+    the backend's registry entry needs (min_ranks), before any rank joins the others. The planner
+    leaves such cells out; a rank started by hand is refused here, with the entry's reason."""
+    spec = backend.spec
+    if gpus < spec.min_ranks:
+        raise SettingRefused(f"matrix.gpus = {gpus}: {spec.min_ranks_reason}")
+    expected = backends.processes(backend.framework, backend.name, gpus)
+    if started == expected:
         return
-    message = f"{source} = {place_world_size} ranks, but the cell asks for {gpus} GPUs"
+    message = f"{source} = {started} ranks, but the cell asks for {gpus} GPUs"
     if expected != gpus:  # a backend that drives several devices from one process
         message += (
             f", which {backend.name} drives from {expected} process(es): the cell's launcher template must "
@@ -39,9 +45,16 @@ def check_launch(place_world_size: int, source: str, backend: Backend, gpus: int
 
 
 def check_replicas(backend: Backend, gpus: int) -> None:
-    """Once the backend has joined the ranks: it trains as many replicas as the cell has GPUs."""
+    """Once the backend has joined the ranks: it trains as many replicas as the cell has GPUs, and
+    on a CPU rank no more than its registry entry can drive there (cpu_devices: dp's one device)."""
     if backend.replicas != gpus:
         raise LaunchMismatch(f"{backend.name} has {backend.replicas} replicas, the cell asks for {gpus}")
+    limit = backend.spec.cpu_devices
+    if backend.device_type == "cpu" and limit is not None and gpus > limit:
+        raise SettingRefused(
+            f"matrix.gpus = {gpus}: {backend.spec.cpu_reason}, and this rank has no GPU (training.device, or "
+            f"none on its node): use backend native, or {backend.name} on a GPU node"
+        )
 
 
 def check_compression(backend: Backend, compression: str) -> None:
@@ -79,7 +92,7 @@ def check_model_fits(run: RunSettings, framework: Framework) -> None:
     backend, training = framework.backend, run.training
     free = framework.free_device_bytes()
     fewest = -float(backend.allreduce_max(np.array([-(np.inf if free is None else free)], dtype=np.float64))[0])
-    shards = backend.world_size if backend.shards_parameters else 1
+    shards = backend.processes if backend.spec.shards_state else 1  # the planner reads the same entry
     itemsize = 2 if training.autocast_dtype else 4
     batch = training.batch_per_gpu
     needed = architecture.memory_floor_bytes(run.model_width, batch, run.image_size, itemsize, shards)

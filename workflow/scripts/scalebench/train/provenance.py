@@ -17,6 +17,7 @@ from scalebench import measures, records
 from scalebench.architecture import CHANNELS
 from scalebench.files import WriteFailed
 from scalebench.records import store
+from scalebench.records.definitions import BACKEND_SECTIONS, NOT_RECORDED
 from scalebench.settings import TrainingSettings
 from scalebench.train import flops
 from scalebench.train.lr_schedule import scaled_lr
@@ -113,12 +114,6 @@ def rank_layout(
     }
 
 
-# Settings of training that run.json's training record leaves out: they change no step (the
-# report's own choices, the TensorBoard curves, the step split's marks and the profile window:
-# measurements, which the same ops train through).
-NOT_RECORDED = ("predictions", "tensorboard", "step_split", "profile")
-# Sections recorded by the backends that have them, in their options (Backend.options): horovod.
-BACKEND_SECTIONS = ("horovod",)
 # training.loader's keys every framework applies; the rest (workers, pinning, prefetching) are
 # PyTorch's DataLoader's, recorded for PyTorch cells only.
 SHARED_LOADER_KEYS = ("placement", "device_memory_share")
@@ -139,9 +134,9 @@ def training_record(
     """run.json's "training": the settings the cell trained with, as it resolved them, so that a
     cell describes itself without its train.log. Every field of TrainingSettings goes in under its
     own name (nested sections as objects), but those in NOT_RECORDED and BACKEND_SECTIONS; then
-    the values this rank resolved replace or join them (the world size's batch and rate, gradient
-    compression as the backend applied it, determinism, device, threads); the backend's options
-    beside them."""
+    the values this rank resolved replace or join them (records/definitions.py RESOLVED: the
+    replicas' batch and rate, gradient compression as the backend applied it, determinism,
+    device, threads); the backend's options beside them."""
     record = {
         name: value
         for name, value in dataclasses.asdict(training).items()
@@ -155,7 +150,7 @@ def training_record(
         scaled_lr=scaled_lr(training, replicas),  # the rate after warm-up, before any decay
         compression=compression,  # the gradients' type in the reduction, as the backend applied it
         deterministic=deterministic,
-        device=records.device_name(device_type),  # cuda or cpu, what training.device resolved to
+        device=device_type,  # cuda or cpu, what training.device resolved to
         threads_per_rank=threads,
         # the target decides where training ends only when it stops there; otherwise it is the report's
         target_iou=training.target_iou if training.stop_at_target else None,

@@ -25,8 +25,8 @@ class LayoutMismatch(RuntimeError):
     """srun placed the ranks other than horovod_srun.py told Horovod's rendezvous; the message shows both."""
 
 
-# The variable each launcher's world size is read from, for messages.
-WORLD_SIZE_SOURCES = {
+# The variable each launcher's process count is read from, for messages.
+PROCESSES_SOURCES = {
     "torchrun": "WORLD_SIZE",
     "horovod": "HOROVOD_SIZE",
     "srun": "SLURM_NTASKS",
@@ -38,16 +38,16 @@ WORLD_SIZE_SOURCES = {
 class RankInfo:
     rank: int
     local_rank: int
-    world_size: int
-    local_world_size: int
+    processes: int
+    local_processes: int
     master_addr: str
     master_port: int
     launcher: str
 
     @property
-    def world_size_source(self) -> str:
-        """The variable the world size came from, e.g. SLURM_NTASKS."""
-        return WORLD_SIZE_SOURCES[self.launcher]
+    def processes_source(self) -> str:
+        """The variable the process count came from, e.g. SLURM_NTASKS."""
+        return PROCESSES_SOURCES[self.launcher]
 
 
 def detect(env: Mapping[str, str] | None = None) -> RankInfo:
@@ -57,8 +57,8 @@ def detect(env: Mapping[str, str] | None = None) -> RankInfo:
         return RankInfo(
             rank=int(env["RANK"]),
             local_rank=int(env.get("LOCAL_RANK", 0)),
-            world_size=int(env["WORLD_SIZE"]),
-            local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
+            processes=int(env["WORLD_SIZE"]),
+            local_processes=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env.get("MASTER_PORT", 29500)),
             launcher="torchrun",
@@ -67,8 +67,8 @@ def detect(env: Mapping[str, str] | None = None) -> RankInfo:
         return RankInfo(
             rank=int(env["HOROVOD_RANK"]),
             local_rank=int(env.get("HOROVOD_LOCAL_RANK", 0)),
-            world_size=int(env["HOROVOD_SIZE"]),
-            local_world_size=int(env.get("HOROVOD_LOCAL_SIZE", env["HOROVOD_SIZE"])),
+            processes=int(env["HOROVOD_SIZE"]),
+            local_processes=int(env.get("HOROVOD_LOCAL_SIZE", env["HOROVOD_SIZE"])),
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=int(env.get("MASTER_PORT", 29500)),
             launcher="horovod",
@@ -78,8 +78,8 @@ def detect(env: Mapping[str, str] | None = None) -> RankInfo:
         return RankInfo(
             rank=int(env["SLURM_PROCID"]),
             local_rank=int(env.get("SLURM_LOCALID", 0)),
-            world_size=int(env["SLURM_NTASKS"]),
-            local_world_size=local_task_count(env, len(hosts)),
+            processes=int(env["SLURM_NTASKS"]),
+            local_processes=local_task_count(env, len(hosts)),
             master_addr=env.get("MASTER_ADDR") or hosts[0],
             master_port=int(env.get("MASTER_PORT") or port_for_job(env["SLURM_JOB_ID"])),
             launcher="srun",

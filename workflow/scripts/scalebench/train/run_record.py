@@ -75,9 +75,9 @@ class RunRecord:
         """How the cell's processes ran: replicas, ranks, threads, GPU rules, data and its placement."""
         run, backend, process = self.run, self.backend, self.framework.process
         return {
-            "world_size": backend.replicas,
-            "processes": backend.world_size,
-            "ranks_per_node": backend.local_world_size,
+            "replicas": backend.replicas,
+            "processes": backend.processes,
+            "ranks_per_node": backend.local_processes,
             "threads_per_rank": process.threads,
             "gpu_required": process.gpu_required,
             "shared_gpu": process.share_gpu,
@@ -96,13 +96,13 @@ class RunRecord:
         site, the model's FLOPs and the device's peak at the cell's precision."""
         run, backend = self.run, self.backend
         hosts = self.hosts = backend.allgather_text(provenance.host_name())
-        devices = backend.allgather_text(self.framework.device_name())
+        devices = backend.allgather_text(self.framework.device_model())
         fields = provenance.rank_layout(hosts, devices, run.image_size, architecture.channels(run.model_width))
         fields.update(binding.fields(backend.allgather_text))  # each rank's cores, a local cell's GPU ids
         if self.writes:  # the node's driver, GPUs, topology, network, NCCL and the ranks' variables
             fields.update(site.fields())
         precision = flops.precision_key(run.training.autocast_dtype, tf32)
-        fields.update(flops.peak_fields(devices[0], backend.device_type == "gpu", precision, run.peak_tflops))
+        fields.update(flops.peak_fields(devices[0], backend.device_type == "cuda", precision, run.peak_tflops))
         return fields
 
     def add(self, fields: dict) -> None:

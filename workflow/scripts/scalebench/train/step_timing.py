@@ -162,7 +162,7 @@ class Ranks(Protocol):
     """What gather_epoch asks of the backend (train/interfaces.py Backend, which imports this module)."""
 
     rank: int
-    world_size: int
+    processes: int
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray: ...
 
@@ -174,7 +174,7 @@ def gather_epoch(steps: StepTimes | None, elapsed: float, wait: float, ranks: Ra
     if steps is None:
         return unmeasured("training.step_split is off")
     row = rank_row(elapsed, wait, steps)
-    table = ranks.allreduce_sum(placed(row, ranks.rank, ranks.world_size))
+    table = ranks.allreduce_sum(placed(row, ranks.rank, ranks.processes))
     fields = epoch_fields(table, hosts, steps.comm_reason)
     if ranks.rank == 0:
         for problem in filter(None, map(rest_problem, fields["ranks"])):

@@ -35,17 +35,17 @@ def rank_hosts(info: RankInfo, env: Mapping[str, str]) -> list[str]:
         except SlurmError as error:
             raise ClusterMismatch(f"{error} ({hosts})") from error
         placed = [host for host, count in zip(hosts, counts) for _ in range(count)]
-        if len(placed) != info.world_size:
+        if len(placed) != info.processes:
             raise ClusterMismatch(
-                f"SLURM_NTASKS = {info.world_size} but the tasks per node {counts} over {hosts} give {len(placed)}"
+                f"SLURM_NTASKS = {info.processes} but the tasks per node {counts} over {hosts} give {len(placed)}"
             )
         return placed
-    if info.world_size != info.local_world_size:
+    if info.processes != info.local_processes:
         raise ClusterMismatch(
-            f"{info.launcher} started {info.world_size} ranks on several nodes ({info.local_world_size} on this "
+            f"{info.launcher} started {info.processes} ranks on several nodes ({info.local_processes} on this "
             "one); the other hosts are unknown: start TensorFlow workers with srun, or set TF_CONFIG for every rank"
         )
-    return [info.master_addr] * info.world_size
+    return [info.master_addr] * info.processes
 
 
 def worker_names(hosts: list[str], env: Mapping[str, str], own: str | None) -> dict[str, str]:
@@ -98,9 +98,9 @@ def check_tf_config(config: dict, info: RankInfo) -> None:
     other_roles = sorted(set(config["cluster"]) - {"worker"})
     if other_roles or task_type != "worker":
         raise ClusterMismatch(f"TF_CONFIG: only 'worker' tasks are supported, found {other_roles or task_type}")
-    if len(workers) != info.world_size:
+    if len(workers) != info.processes:
         raise ClusterMismatch(
-            f"TF_CONFIG lists {len(workers)} workers but {info.launcher} started {info.world_size} ranks"
+            f"TF_CONFIG lists {len(workers)} workers but {info.launcher} started {info.processes} ranks"
         )
     if index != info.rank:
         raise ClusterMismatch(f"TF_CONFIG task.index = {index} but this is rank {info.rank} ({info.launcher})")
@@ -111,8 +111,8 @@ def resolve_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict | None:
 
     The world size against the cell is checked by the training loop, not here.
     """
-    if not 0 <= info.rank < info.world_size:
-        raise ClusterMismatch(f"rank {info.rank} is outside a world of {info.world_size}")
+    if not 0 <= info.rank < info.processes:
+        raise ClusterMismatch(f"rank {info.rank} is outside a world of {info.processes}")
     if env.get("TF_CONFIG"):
         try:
             config = json.loads(env["TF_CONFIG"])
@@ -120,6 +120,6 @@ def resolve_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict | None:
             raise ClusterMismatch(f"TF_CONFIG is not valid JSON ({error})") from error
         check_tf_config(config, info)
         return config
-    if info.world_size == 1:
+    if info.processes == 1:
         return None
     return build_tf_config(info, env)

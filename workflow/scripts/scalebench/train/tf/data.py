@@ -38,17 +38,17 @@ def torch_randperm(n: int, seed: int) -> np.ndarray:
     return order
 
 
-def distributed_order(n: int, world_size: int, rank: int, seed: int, epoch: int) -> list[int]:
+def distributed_order(n: int, replicas: int, rank: int, seed: int, epoch: int) -> list[int]:
     """Positions DistributedSampler(shuffle=True, seed=seed, drop_last=False) yields for `rank` in `epoch`."""
-    per_rank = math.ceil(n / world_size)
-    total = per_rank * world_size
+    per_rank = math.ceil(n / replicas)
+    total = per_rank * replicas
     order = torch_randperm(n, seed + epoch).tolist()
     padding = total - n
     if padding <= n:
         order += order[:padding]
     else:
         order += (order * math.ceil(padding / n))[:padding]
-    return order[rank:total:world_size]
+    return order[rank:total:replicas]
 
 
 def model_inputs(*batch: tf.Tensor, image_size: tuple[int, int]) -> tuple[tf.Tensor, tf.Tensor]:

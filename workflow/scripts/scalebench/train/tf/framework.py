@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from scalebench import architecture, backends, records
+from scalebench import architecture, backends
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import accumulation, devices, faults, placement, resume
@@ -227,20 +227,20 @@ class TensorFlowFramework:
         backend = self.backend
         # threads and visible devices before TensorFlow's first operation, then the backend
         replicas = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
-        self.gpu_indices = runtime.configure(run, self.process, backend.local_rank, backend.local_world_size, replicas)
-        self.device_type = "gpu" if self.gpu_indices else "cpu"
+        self.gpu_indices = runtime.configure(run, self.process, backend.local_rank, backend.local_processes, replicas)
+        self.device_type = "cuda" if self.gpu_indices else "cpu"
         if self.training.step_split:
-            self.marks = step_timing.StepMarks(self.device_type == "gpu")
+            self.marks = step_timing.StepMarks(self.device_type == "cuda")
         backend.device_type = self.device_type
         backend.share_gpu = self.process.share_gpu
         self.input_device = runtime.input_device(self.device_type, replicas)
         backend.setup(run)
         # each local replica's device (a MirroredStrategy process has several), where device placement puts its samples
-        self.replica_devices = backend.local_devices() or ["/gpu:0" if self.device_type == "gpu" else "/cpu:0"]
+        self.replica_devices = backend.local_devices() or ["/gpu:0" if self.device_type == "cuda" else "/cpu:0"]
         self.policy = runtime.keras_policy(self.training.autocast_dtype, self.device_type)
         if faults.precision_off():  # a test hook: the steps compute in float32, which the loop must refuse
             self.policy = None
-        self.deterministic = devices.deterministic(self.training.deterministic, self.device_type == "gpu")
+        self.deterministic = devices.deterministic(self.training.deterministic, self.device_type == "cuda")
         if self.training.compile:
             compiled.check_available()
             compiled.check_determinism(self.deterministic)
@@ -263,15 +263,15 @@ class TensorFlowFramework:
         return {
             "parameters": parameter_count(self.model),
             "gradient_bytes": gradient_bytes(self.model),
-            "device": records.device_name(self.device_type),
+            "device": self.device_type,  # cuda or cpu
             "layout": "channels_last",
             "tf32": runtime.tf32_enabled(self.device_type),
             "deterministic": self.deterministic,
             "versions": runtime.versions(),
         }
 
-    def device_name(self) -> str:
-        return runtime.device_name(self.device_type)
+    def device_model(self) -> str:
+        return runtime.device_model(self.device_type)
 
     def restore(self, directory: Path, config_hash: str) -> dict | None:
         meta = self._checkpoint(directory, config_hash).load()
@@ -296,7 +296,7 @@ class TensorFlowFramework:
             self.run.image_size,
             self.training.compile,
             split=self.marks is not None,
-            gpu=self.device_type == "gpu",
+            gpu=self.device_type == "cuda",
             delays=self.delays,
         )
 
@@ -320,9 +320,9 @@ class TensorFlowFramework:
 
     def free_device_bytes(self) -> int | None:
         backend = self.backend
-        if self.device_type == "gpu":
+        if self.device_type == "cuda":
             return placement.nvml_free_bytes(self.gpu_indices)
-        return placement.host_free_bytes(backend.local_world_size)
+        return placement.host_free_bytes(backend.local_processes)
 
     def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:
         self.train_indices = train_indices

@@ -29,7 +29,7 @@ class MirroredBackend(StrategyBackend):
 
     def create_strategy(self, run: RunSettings):
         gpus = run.cell.gpus
-        kind = "GPU" if self.device_type == "gpu" else "CPU"
+        kind = "GPU" if self.device_type == "cuda" else "CPU"
         devices = [d.name for d in tf.config.list_logical_devices(kind)]
         if len(devices) < gpus:
             raise LayoutMismatch(f"the cell asks for {gpus} {kind} devices, this process sees {len(devices)}")

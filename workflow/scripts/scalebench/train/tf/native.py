@@ -40,7 +40,7 @@ class MultiWorkerBackend(StrategyBackend):
         else:
             os.environ["TF_CONFIG"] = json.dumps(config)
         implementation = tf.distribute.experimental.CommunicationImplementation
-        chosen = implementation.NCCL if self.device_type == "gpu" else implementation.RING
+        chosen = implementation.NCCL if self.device_type == "cuda" else implementation.RING
         self.implementation = chosen.name
         options = tf.distribute.experimental.CommunicationOptions(
             implementation=chosen,

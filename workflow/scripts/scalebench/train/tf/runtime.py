@@ -61,12 +61,12 @@ def input_device(device_type: str, local_replicas: int) -> str | None:
     configure() left exactly that GPU visible, so it is /gpu:0. A process driving several
     replicas (MirroredStrategy) gets host batches, which the strategy copies to each replica.
     """
-    return "/gpu:0" if device_type == "gpu" and local_replicas == 1 else None
+    return "/gpu:0" if device_type == "cuda" and local_replicas == 1 else None
 
 
 def tf32_enabled(device_type: str) -> bool | None:
     """Whether fp32 convolutions and matmuls run in TF32 (TensorFlow's default on GPUs that have it); None on the CPU."""
-    if device_type != "gpu":
+    if device_type != "cuda":
         return None
     capability = tf.config.experimental.get_device_details(tf.config.get_visible_devices("GPU")[0])
     major = (capability.get("compute_capability") or (0, 0))[0]
@@ -97,21 +97,21 @@ def gpu_names() -> list[str]:
 
 
 def reset_peak_memory(device_type: str) -> None:
-    if device_type == "gpu":
+    if device_type == "cuda":
         for name in gpu_names():
             tf.config.experimental.reset_memory_stats(name.replace("/device:", ""))
 
 
 def peak_memory_mb(device_type: str) -> float:
     """Peak GPU memory TensorFlow allocated (largest over local GPUs), or this process's peak RSS on CPU."""
-    if device_type == "gpu":
+    if device_type == "cuda":
         peaks = [tf.config.experimental.get_memory_info(n.replace("/device:", ""))["peak"] for n in gpu_names()]
         return max(peaks, default=0) / 2**20
     return peak_host_memory_mb()
 
 
-def device_name(device_type: str) -> str:
-    if device_type == "gpu":
+def device_model(device_type: str) -> str:
+    if device_type == "cuda":
         gpus = tf.config.list_physical_devices("GPU")
         visible = tf.config.get_visible_devices("GPU")
         names = [tf.config.experimental.get_device_details(g).get("device_name", g.name) for g in visible or gpus]

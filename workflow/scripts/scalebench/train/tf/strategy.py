@@ -35,12 +35,12 @@ class StrategyBackend(Backend):
     def setup(self, run: RunSettings) -> None:
         self.strategy = self.create_strategy(run)
         self.replicas = self.strategy.num_replicas_in_sync
-        per_process = self.replicas // self.world_size
+        per_process = self.replicas // self.processes
         self.replica_ids = list(range(self.rank * per_process, (self.rank + 1) * per_process))
-        self.checkpoint_on_all_ranks = self.world_size > 1  # saving reads on-read variables across workers
+        self.checkpoint_on_all_ranks = self.processes > 1  # saving reads on-read variables across workers
         self._collectives()
         print(
-            f"rank {self.rank}/{self.world_size}: {type(self.strategy).__name__} with {self.replicas} replicas "
+            f"rank {self.rank}/{self.processes}: {type(self.strategy).__name__} with {self.replicas} replicas "
             f"({self.implementation}){self.devices_note()} via {self.place.launcher}",
             flush=True,
         )
@@ -117,17 +117,17 @@ class StrategyBackend(Backend):
         self._broadcasts[key]()
 
     def allreduce_sum(self, values: np.ndarray) -> np.ndarray:
-        if self.world_size == 1:
+        if self.processes == 1:
             return np.asarray(values, dtype=np.float64)
         return self._sum(tf.constant(values, dtype=tf.float64)).numpy()
 
     def allreduce_max(self, values: np.ndarray) -> np.ndarray:
-        if self.world_size == 1:
+        if self.processes == 1:
             return np.asarray(values, dtype=np.float64)
         return self._gather(tf.constant(values, dtype=tf.float64)).numpy().max(axis=0)
 
     def allgather_text(self, text: str) -> list[str]:
-        if self.world_size == 1:
+        if self.processes == 1:
             return [text]
         rows = self._gather(tf.constant(runtime.encode_text(text))).numpy()
         return [runtime.decode_text(row) for row in rows]

@@ -19,7 +19,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from scalebench.refusal import SettingRefused
 from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.interfaces import Backend
@@ -75,14 +74,11 @@ class DataParallelBackend(Backend):
         self.device_ids: list[int] | None = None
 
     def setup(self, run: RunSettings) -> None:
-        if self.device_type != "gpu" and self.replicas > 1:
-            raise SettingRefused(
-                f"backend dp: DataParallel splits a batch over GPUs; on the CPU there is one device, but "
-                f"this cell has matrix.gpus = {self.replicas}: use backend native (or dp on a GPU node)"
-            )
+        # on the CPU it drives one device: a cell of more is refused (preflight.check_replicas,
+        # from its registry entry's cpu_devices) before the model is built
         autocast = run.training.autocast_dtype
         self.autocast = getattr(torch, autocast) if autocast else None
-        if self.device_type == "gpu":  # the framework's device is the first (runtime.choose_device)
+        if self.device_type == "cuda":  # the framework's device is the first (runtime.choose_device)
             self.device_ids = list(range(self.replicas))
         where = f"GPUs {self.device_ids}" if self.device_ids else "the CPU (one device, a plain module)"
         print(f"rank 0/1: DataParallel over {where}", flush=True)

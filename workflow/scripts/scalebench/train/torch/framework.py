@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from scalebench import architecture, backends, records
+from scalebench import architecture, backends
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import accumulation, devices, faults, placement, resume
 from scalebench.train.accumulation import Part
@@ -47,9 +47,9 @@ class TorchFramework:
         # DataParallel: every GPU of the cell
         per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
         self.device = runtime.choose_device(  # before NCCL starts
-            run, self.process, backend.local_rank, backend.local_world_size, per_process
+            run, self.process, backend.local_rank, backend.local_processes, per_process
         )
-        backend.device_type = "gpu" if self.device.type == "cuda" else "cpu"
+        backend.device_type = self.device.type  # cuda or cpu (runtime.choose_device)
         backend.share_gpu = self.process.share_gpu
         # each replica's device: DataParallel drives GPUs 0..n-1 (the first is self.device)
         self.gpu_indices = (
@@ -82,15 +82,15 @@ class TorchFramework:
         return {
             "parameters": parameter_count(self.raw_model),
             "gradient_bytes": gradient_bytes(self.raw_model),
-            "device": records.device_name(self.device.type),
+            "device": self.device.type,  # cuda or cpu
             "layout": runtime.LAYOUT_NAME,
             "tf32": runtime.tf32_enabled(self.device),
             "deterministic": self.deterministic,
             "versions": runtime.versions(),
         }
 
-    def device_name(self) -> str:
-        return runtime.device_name(self.device)
+    def device_model(self) -> str:
+        return runtime.device_model(self.device)
 
     def restore(self, directory: Path, config_hash: str) -> dict | None:
         state = Checkpoint(directory, config_hash).load()
@@ -107,7 +107,7 @@ class TorchFramework:
         if self.training.step_split:  # before the backend wraps the model: it may time its collectives
             self.marks = step_timing.StepMarks(self.device, self.backend.untimed_comm)
             self.backend.step_marks = self.marks
-        if faults.injects("slow_reduce") and not self.backend.shards_parameters:
+        if faults.injects("slow_reduce") and not self.backend.spec.shards_state:
             step_timing.delay_reduction(self.raw_model, lambda: self.delays.reduce_s)
         self.model, self.optimizer = self.backend.distribute(self.model, self.optimizer)
         if self.training.compile:  # the backend's wrapper included: DDP's buckets shape the graphs
@@ -134,7 +134,7 @@ class TorchFramework:
     def free_device_bytes(self) -> int | None:
         if self.device.type == "cuda":
             return min(torch.cuda.mem_get_info(device)[0] for device in self.replica_devices)
-        return placement.host_free_bytes(self.backend.local_world_size)
+        return placement.host_free_bytes(self.backend.local_processes)
 
     def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:
         run = self.run
@@ -207,7 +207,7 @@ class TorchFramework:
 
     def delays_reduction_at_compute_end(self) -> bool:
         """slow_reduce for FSDP2, which reduce-scatters the last units' gradients in its final callback."""
-        return self.backend.shards_parameters and bool(self.delays.reduce_s)
+        return self.backend.spec.shards_state and bool(self.delays.reduce_s)
 
     def compute_end(self) -> None:
         """Every gradient of the pass is computed on this rank (step_timing.at_compute_end). The test
@@ -259,7 +259,7 @@ class TorchFramework:
         """The model with all its parameters in this process, for evaluation. Where the backend
         shards them (FSDP), a plain copy gathered from the shards: a collective every rank joins,
         after which each rank evaluates its own shard of the test set without the others."""
-        if not self.backend.shards_parameters:
+        if not self.backend.spec.shards_state:
             return self.raw_model
         state = self.backend.gather_state(self.raw_model.state_dict())
         if self.gathered is None:
@@ -294,7 +294,7 @@ class TorchFramework:
         from PIL import Image
 
         # rank 0 alone: a sharded model predicts with the copy the final evaluation gathered
-        model = self.gathered if self.backend.shards_parameters else self.raw_model
+        model = self.gathered if self.backend.spec.shards_state else self.raw_model
         if model is None:
             raise RuntimeError("predictions of a sharded model need the copy an evaluation gathers first")
         model.eval()

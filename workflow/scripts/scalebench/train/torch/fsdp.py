@@ -1,6 +1,6 @@
 """PyTorch fully sharded data parallel (FSDP2, torch.distributed.fsdp.fully_shard): NCCL on GPU, Gloo on CPU.
 
-Each rank keeps 1/world_size of every parameter, gradient and Adam moment. A
+Each rank keeps 1/processes of every parameter, gradient and Adam moment. A
 block's parameters are all-gathered for its forward and again for its backward
 and freed after each; its gradients are reduce-scattered (averaged over the
 ranks), so each rank updates only its slice. Ranks, rendezvous and the
@@ -23,7 +23,6 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
 
-from scalebench.refusal import SettingRefused
 from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.rank_env import RankInfo
@@ -35,17 +34,11 @@ RESHARD_AFTER_FORWARD = True  # free each unit's gathered parameters after its f
 
 
 class FSDPBackend(DDPBackend):
+    """DDP's ranks with the model's state sharded: that it shards (shards_state) and needs two ranks
+    (min_ranks) are its registry entry's facts, which the planner and preflight.py read."""
+
     name = "fsdp"
     checkpoint_on_all_ranks = True  # gathering the shards is a collective
-    shards_parameters = True
-
-    def __init__(self, place: RankInfo, gpus: int, compression: str = "none") -> None:
-        if gpus < 2:
-            raise SettingRefused(
-                f"backend fsdp shards the model across ranks, but this cell has matrix.gpus = {gpus}: "
-                "one rank has nothing to shard with; use backend native for one GPU"
-            )
-        super().__init__(place, compression)
 
     def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
         restored = optimizer.state_dict() if optimizer.state else None  # a resumed optimizer's whole tensors
@@ -54,7 +47,7 @@ class FSDPBackend(DDPBackend):
         # rank 0's parameters and buffers everywhere, as DDP broadcasts them when it wraps the model
         # (sharding keeps each rank's own slice of its own tensors)
         self.broadcast_from_root([tensor.data for tensor in [*model.parameters(), *model.buffers()]])
-        mesh = init_device_mesh("cuda" if self.device_type == "gpu" else "cpu", (self.world_size,))
+        mesh = init_device_mesh(self.device_type, (self.processes,))
         policy = reduce_policy(self.gradient_compression)
         self.unit_bytes = largest_unit_bytes(model)  # before sharding: each unit's whole parameters
         for unit in model.modules():
@@ -65,7 +58,7 @@ class FSDPBackend(DDPBackend):
             step_timing.timed_fsdp_collectives(model, self.step_marks)
         held = sum(parameter.to_local().numel() for parameter in model.parameters())
         total = sum(parameter.numel() for parameter in model.parameters())
-        print(f"rank {self.rank}/{self.world_size}: FSDP holds {held} of the model's {total} parameters", flush=True)
+        print(f"rank {self.rank}/{self.processes}: FSDP holds {held} of the model's {total} parameters", flush=True)
         # the optimizer must hold the sharded parameters that replaced the model's own
         sharded = type(optimizer)(model.parameters(), **optimizer.defaults)
         if restored is not None:
@@ -142,4 +135,4 @@ def shard_optimizer_state(state: dict, parameters: list) -> dict:
 
 
 def create(run: RunSettings, place: RankInfo) -> FSDPBackend:
-    return FSDPBackend(place, run.cell.gpus, run.training.compression)
+    return FSDPBackend(place, run.training.compression)

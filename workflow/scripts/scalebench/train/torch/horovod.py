@@ -114,7 +114,9 @@ class HorovodTorchBackend(HorovodBackend):
         return self.hvd.allreduce(torch.as_tensor(np.asarray(values, dtype=np.float64)), op=self.hvd.Max).numpy()
 
     def collective_bench(self) -> Bench:
-        device = torch.device("cuda", torch.cuda.current_device()) if self.device_type == "gpu" else torch.device("cpu")
+        device = (
+            torch.device("cuda", torch.cuda.current_device()) if self.device_type == "cuda" else torch.device("cpu")
+        )
         return collectives.horovod(self.hvd, device, self.collective_library(), *fusion_threshold())
 
 

@@ -29,18 +29,18 @@ class DDPBackend(Backend):
         place = self.place
         # device cpu: Gloo, even beside a GPU. Ranks sharing a GPU (SCALEBENCH_SHARE_GPU, a functional
         # check) reduce through Gloo too: NCCL refuses two ranks on one device ("Duplicate GPU detected").
-        self.collective = "nccl" if self.device_type == "gpu" and not self.share_gpu else "gloo"
+        self.collective = "nccl" if self.device_type == "cuda" and not self.share_gpu else "gloo"
         dist.init_process_group(
             self.collective,
             init_method=f"tcp://{place.master_addr}:{place.master_port}",
             rank=self.rank,
-            world_size=self.world_size,
+            world_size=self.processes,
             timeout=timedelta(seconds=run.training.collective_timeout_s) if run.training.collective_timeout_s else None,
         )
         # NCCL reduces tensors on the GPU; Gloo on the CPU
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.collective == "nccl" else None
         print(
-            f"rank {self.rank}/{self.world_size}: process group {self.collective} via {place.launcher} "
+            f"rank {self.rank}/{self.processes}: process group {self.collective} via {place.launcher} "
             f"at {place.master_addr}:{place.master_port}",
             flush=True,
         )
@@ -56,7 +56,7 @@ class DDPBackend(Backend):
         hook = fp16_compress_hook if self.gradient_compression == "fp16" else None
         marks = self.step_marks
         if marks is not None and marks.comm is not None:  # the same reduction, each allreduce's span noted
-            hook = step_timing.timed_comm_hook(marks, hook, self.world_size)
+            hook = step_timing.timed_comm_hook(marks, hook, self.processes)
             step_timing.timed_buffer_broadcast(wrapped, marks)
         if hook is not None:
             wrapped.register_comm_hook(state=None, hook=hook)
@@ -80,7 +80,7 @@ class DDPBackend(Backend):
         return self._reduce(values, dist.ReduceOp.MAX)
 
     def allgather_text(self, text: str) -> list[str]:
-        gathered: list = [None] * self.world_size
+        gathered: list = [None] * self.processes
         dist.all_gather_object(gathered, text)
         return gathered
 

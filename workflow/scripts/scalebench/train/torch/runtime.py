@@ -94,7 +94,7 @@ def peak_memory_mb(device: torch.device) -> float:
     return peak_host_memory_mb()
 
 
-def device_name(device: torch.device) -> str:
+def device_model(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     return cpu_name()

@@ -161,9 +161,9 @@ def delay_reduction(model: torch.nn.Module, seconds: Callable[[], float]) -> Non
     first.register_hook(wait)
 
 
-def timed_comm_hook(marks: StepMarks, inner: Callable | None, world_size: int) -> Callable:
+def timed_comm_hook(marks: StepMarks, inner: Callable | None, processes: int) -> Callable:
     """A DDP communication hook that reduces as DDP does without one (`inner` None: each gradient
-    times 1/world_size, which DDP's reducer applies as it copies it into the bucket, then a sum
+    times 1/processes, which DDP's reducer applies as it copies it into the bucket, then a sum
     allreduce), or as `inner` does (fp16_compress_hook), noting each bucket's allreduce span."""
 
     def hook(state, bucket):  # no annotations: DDP checks them, and this module's would be strings
@@ -171,7 +171,7 @@ def timed_comm_hook(marks: StepMarks, inner: Callable | None, world_size: int) -
         if inner is not None:
             future = inner(state, bucket)
         else:
-            buffer = bucket.buffer().mul_(1.0 / world_size)
+            buffer = bucket.buffer().mul_(1.0 / processes)
             future = dist.all_reduce(buffer, async_op=True).get_future().then(lambda done: done.value()[0])
 
         def finished(done: torch.futures.Future) -> torch.Tensor:
