@@ -1,11 +1,11 @@
-"""Render the docs' table of backends and the report's sentence about each from the registry
-(scalebench/backends.py).
+"""Render the docs' tables of backends (docs/backends.md, the user guide's) and the report's
+sentences about them from the registry (scalebench/backends.py).
 
     python tools/backends_table.py            # print the table
-    python tools/backends_table.py --write    # update docs/backends.md and report/workflow.rst between the markers
+    python tools/backends_table.py --write    # update docs/backends.md, the user guide's table and report/workflow.rst
                                               # (what each backend is; the cells a matrix leaves out and the bases)
 
-A unit test checks that both hold the current text, so a new registry entry reaches the docs
+A unit test checks that each holds the current text, so a new registry entry reaches the docs
 and the report with this command and nothing else.
 """
 
@@ -21,10 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from generated_text import write_between  # noqa: E402
 from scalebench import backends  # noqa: E402
-from scalebench.backends import about, markdown_table  # noqa: E402
+from scalebench.backends import about, guide_table, markdown_table  # noqa: E402
 
 DOC = ROOT / "docs" / "backends.md"
 START, END = "<!-- backends-table:start -->", "<!-- backends-table:end -->"
+GUIDE = ROOT / "docs" / "user-guide.md"
+GUIDE_START, GUIDE_END = "<!-- backends-guide:start -->", "<!-- backends-guide:end -->"
 REPORT = ROOT / "report" / "workflow.rst"
 ABOUT_START, ABOUT_END = "{# backends-about:start #}", "{# backends-about:end #}"
 LEFT_OUT_START, LEFT_OUT_END = "{# backends-left-out:start #}", "{# backends-left-out:end #}"
@@ -73,6 +75,7 @@ def main() -> int:
         print(markdown_table())
         return 0
     write_between(DOC, START, END, markdown_table(), newlines=True)
+    write_between(GUIDE, GUIDE_START, GUIDE_END, guide_table(), newlines=True)
     write_between(REPORT, ABOUT_START, ABOUT_END, report_about(), newlines=False)
     write_between(REPORT, LEFT_OUT_START, LEFT_OUT_END, report_left_out(), newlines=False)
     return 0

@@ -58,6 +58,7 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     assert launchers["slurm"]["torch_ring"] == launchers["slurm"]["torch_native"]
     assert style.backend_label("ring") == "Ring" and style.backend_label_colours()["Ring"] == "#123456"
     assert "| PyTorch | `ring` | Ring | ring allreduce |" in backends.markdown_table()
+    assert "| `ring` | PyTorch | PyTorch ring allreduce | each framework's own" in backends.guide_table()
     assert "`launchers.slurm.torch_ring`" in config_reference.table()
     assert '"ring": "PyTorch ring allreduce"' in backends_table.report_about()
     assert (
@@ -66,7 +67,7 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     )
 
 
-def test_a_new_entry_s_limits_reach_the_report_s_sentences(monkeypatch):
+def test_a_new_entry_s_limits_reach_the_user_guide_and_the_report_s_sentences(monkeypatch):
     sys.path.insert(0, str(REPO / "tools"))
     import backends_table
 
@@ -74,6 +75,7 @@ def test_a_new_entry_s_limits_reach_the_report_s_sentences(monkeypatch):
         backends.NATIVE_TORCH, name="pairs", min_ranks=4, min_ranks_reason="pairs of pairs", one_process=True
     )
     monkeypatch.setitem(backends.REGISTRY["torch"], "pairs", pairs)
+    assert "cells of fewer than 4 GPUs, left out: pairs of pairs; more GPUs than a node has" in backends.guide_table()
     text = " ".join(backends_table.report_left_out().split())
     assert "fsdp on fewer than 2 GPUs, pairs on fewer than 4 GPUs, dp, pairs and mirrored beyond one node," in text
     assert "(1, or 2 for fsdp, or 4 for pairs)." in text
@@ -91,6 +93,8 @@ def test_the_docs_and_the_report_hold_the_registry_s_current_text():
         [sys.executable, str(REPO / "tools" / "backends_table.py")], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert table in (REPO / "docs" / "backends.md").read_text(), "run: python tools/backends_table.py --write"
+    guide = (REPO / "docs" / "user-guide.md").read_text()
+    assert backends.guide_table() in guide, "run: python tools/backends_table.py --write"
     sys.path.insert(0, str(REPO / "tools"))
     import backends_table
 

@@ -23,6 +23,7 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 class BackendSpec:
     name: str
     summary: str  # what it is, for messages
+    good_for: str = ""  # what a study compares it for (the user guide's table)
     # its module in each framework that has it, as a dotted path: the rank imports exactly that
     # (train/entry.py), so a backend's name never has to be a file name beside the framework's own
     modules: dict[str, str] = field(default_factory=dict)
@@ -106,6 +107,7 @@ TF_COLLECTIVES_REASON = (
 NATIVE_TORCH = BackendSpec(
     "native",
     "DistributedDataParallel, one process per GPU",
+    good_for="each framework's own multi-node data parallelism: the reference",
     modules={"torch": "scalebench.train.torch.native"},
     label="native",
     colour="#1b6ca8",
@@ -113,6 +115,7 @@ NATIVE_TORCH = BackendSpec(
 NATIVE_TF = BackendSpec(
     "native",
     "MultiWorkerMirroredStrategy, one process per GPU",
+    good_for="each framework's own multi-node data parallelism: the reference",
     modules={"tensorflow": "scalebench.train.tf.native"},
     compression_reason=TF_COLLECTIVES_REASON,
     label="native",
@@ -121,6 +124,7 @@ NATIVE_TF = BackendSpec(
 HOROVOD = BackendSpec(
     "horovod",
     "Horovod allreduce, one process per GPU",
+    good_for="the same exchange in both frameworks; gradient accumulation (`training.horovod`)",
     modules={"torch": "scalebench.train.torch.horovod", "tensorflow": "scalebench.train.tf.horovod"},
     accumulates=True,
     label="Horovod",
@@ -130,6 +134,7 @@ HOROVOD = BackendSpec(
 FSDP = BackendSpec(
     "fsdp",
     "FullyShardedDataParallel, one process per GPU, parameters and gradients sharded across ranks",
+    good_for="memory per GPU against DDP's speed; the successor of FairScale's FSDP",
     modules={"torch": "scalebench.train.torch.fsdp"},
     min_ranks=2,
     min_ranks_reason="fsdp needs at least 2 ranks (with one there is nothing to shard)",
@@ -140,6 +145,7 @@ FSDP = BackendSpec(
 DP = BackendSpec(
     "dp",
     "nn.DataParallel, one process driving every GPU of one node",
+    good_for="the single-node baseline DDP is usually compared with",
     modules={"torch": "scalebench.train.torch.dp"},
     one_process=True,
     cpu_devices=1,
@@ -158,6 +164,7 @@ DP = BackendSpec(
 MIRRORED = BackendSpec(
     "mirrored",
     "MirroredStrategy, one process driving every GPU of one node (logical CPU devices without GPUs)",
+    good_for="TensorFlow's single-node strategy beside the multi-worker one (`native`)",
     modules={"tensorflow": "scalebench.train.tf.mirrored"},
     one_process=True,
     compression_reason=TF_COLLECTIVES_REASON,
@@ -295,6 +302,49 @@ def about() -> dict[str, str]:
         )
         for name, kinds in told.items()
     }
+
+
+def guide_rows() -> dict[str, list[str]]:
+    """Per backend name, the user guide's columns: its frameworks, what it is, what it is good for,
+    its processes and SLURM shape, and the cells it leaves out or refuses, from its entries' facts."""
+    rows: dict[str, list[str]] = {}
+    for name, what in about().items():
+        entries = [REGISTRY[framework][name] for framework in frameworks_of(name)]
+        entry = entries[0]
+        if entry.one_process:
+            shape = "one per cell; one task on one node with all its GPUs and the CPUs and memory of as many ranks"
+        else:
+            shape = "one per GPU; one task per GPU, as many nodes as needed"
+        limits = []
+        if entry.min_ranks > 1:
+            limits.append(f"cells of fewer than {entry.min_ranks} GPUs, left out: {entry.min_ranks_reason}")
+        if entry.one_process:
+            limits.append("more GPUs than a node has (`cluster.gpus_per_node`), left out")
+        if entry.cpu_devices is not None:
+            limits.append(f"more than {entry.cpu_devices} device without GPUs, left out: {entry.cpu_reason}")
+        for framework, each in zip(frameworks_of(name), entries, strict=True):
+            if each.compression_reason:
+                limits.append(f"{FRAMEWORK_NAMES[framework]} fp16 gradients (`training.compression`), refused")
+            if each.compile_reason:
+                limits.append(f"{FRAMEWORK_NAMES[framework]} compiled steps (`training.compile`), refused")
+        rows[name] = [
+            ", ".join(FRAMEWORK_NAMES[framework] for framework in frameworks_of(name)),
+            what,
+            " / ".join(dict.fromkeys(each.good_for for each in entries if each.good_for)),
+            shape,
+            "; ".join(limits) or "—",
+        ]
+    return rows
+
+
+def guide_table() -> str:
+    """The user guide's table of backends (docs/user-guide.md, written by tools/backends_table.py)."""
+    lines = [
+        "| backend | frameworks | what it is | good for | processes and SLURM shape | left out or refused |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| `{name}` | {' | '.join(columns)} |" for name, columns in guide_rows().items()]
+    return "\n".join(lines)
 
 
 def markdown_table() -> str:
