@@ -50,7 +50,8 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     )
     monkeypatch.setitem(backends.REGISTRY["torch"], "ring", ring)
     schema = sb_config.load_schema(REPO / "config" / "schema.yaml")
-    assert "ring" in schema["properties"]["matrix"]["properties"]["backends"]["items"]["enum"]
+    listed = schema["properties"]["matrix"]["properties"]["backends"]
+    assert "ring" in listed["items"]["enum"] and "ring: PyTorch ring allreduce" in listed["description"]
     config = validated(schema, matrix={"frameworks": ["torch"], "backends": ["ring"], "gpus": [1, 2], "seeds": [1]})
     assert [(c.backend, c.gpus) for c in sb_config.cells(config)] == [("ring", 1), ("ring", 2)]
     launchers = config["launchers"]  # DDP's templates: it starts a process per GPU
