@@ -26,6 +26,10 @@ START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
 def _type(schema: dict) -> str:
+    if "oneOf" in schema:  # a key of several forms (matrix.seeds: a list or a mapping)
+        return " or ".join(_type(form) for form in schema["oneOf"])
+    if schema.get("type") == "object" and "properties" in schema:
+        return "{" + ", ".join(schema["properties"]) + "}"
     if "enum" in schema:
         return " \\| ".join(f"`{v}`" for v in schema["enum"])
     kind = schema.get("type", "")

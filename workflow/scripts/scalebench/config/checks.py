@@ -11,6 +11,7 @@ from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config.cell_settings import cell_model, cell_training
 from scalebench.config.matrix import Matrix, expand
 from scalebench.config.resources import node_layout, ranks_per_node_limit
+from scalebench.config.seeds import seeds_problems
 from scalebench.data.split import split_counts
 from scalebench.measures import backward_passes, batches_per_epoch
 
@@ -84,7 +85,8 @@ def strong_cells(config: dict) -> bool:
 
 def axis_problems(config: dict) -> list[str]:
     """The optional axes and the scaling settings, before any cell is built."""
-    matrix, training, problems = config["matrix"], config["training"], []
+    matrix, training = config["matrix"], config["training"]
+    problems = seeds_problems(config)
     if strong_cells(config):
         where = "matrix.scaling" if "scaling" in matrix else "training.scaling"
         global_batch = training["global_batch"]

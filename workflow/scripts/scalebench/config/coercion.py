@@ -54,10 +54,15 @@ def _wanted_types(schema: dict) -> list[str]:
 def coerce(instance: Any, schema: dict) -> Any:
     """A copy of `instance` with strings converted where the schema wants another type.
 
-    Walks properties, additionalProperties and items. A string stays a string where the
-    schema accepts strings (or says nothing), and where it does not parse as any wanted
-    type: validation then rejects it, naming the key.
+    Walks properties, additionalProperties and items, and of a key with alternative forms
+    (oneOf: matrix.seeds, a list or a mapping) the form of the instance's shape. A string stays
+    a string where the schema accepts strings (or says nothing), and where it does not parse as
+    any wanted type: validation then rejects it, naming the key.
     """
+    if "oneOf" in schema:
+        shape = "array" if isinstance(instance, list) else "object" if isinstance(instance, dict) else None
+        form = next((branch for branch in schema["oneOf"] if branch.get("type") == shape), None)
+        return coerce(instance, form) if form is not None else instance
     if isinstance(instance, str):
         wanted = _wanted_types(schema)
         if not wanted or "string" in wanted:

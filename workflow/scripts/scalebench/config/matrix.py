@@ -13,6 +13,7 @@ from scalebench.cell import AXES, Cell
 from scalebench.config.cell_settings import cell_training
 from scalebench.config.local_gpus import problem as local_gpu_problem
 from scalebench.config.resources import ranks_per_node_limit
+from scalebench.config.seeds import seed_rule
 
 
 def cell_problem(
@@ -100,8 +101,10 @@ def variants(config: dict) -> list[tuple[tuple[str, Any], ...]]:
 
 def _every_cell(config: dict, combos: list[tuple[tuple[str, Any], ...]]) -> Iterator[Cell]:
     matrix = config["matrix"]
+    # the first seeds of an adaptive study (matrix.seeds {initial, max}); its rounds add the others
+    seeds = seed_rule(config).initial
     for framework, backend, axes, gpus, seed in itertools.product(
-        matrix["frameworks"], matrix["backends"], combos, sorted(matrix["gpus"]), sorted(matrix["seeds"])
+        matrix["frameworks"], matrix["backends"], combos, sorted(matrix["gpus"]), seeds
     ):
         yield Cell(framework, backend, gpus, seed, axes)
 

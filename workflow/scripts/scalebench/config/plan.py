@@ -31,6 +31,7 @@ from scalebench.config.freshness import OUTPUTS, SETTINGS_FILE, Verdict
 from scalebench.config.local_gpus import gpus_taken
 from scalebench.config.matrix import LeftOut, Matrix, cell_problem
 from scalebench.config.run_order import previous_block
+from scalebench.config.seeds import ROUND_KEYS, SeedRule, seed_rule
 from scalebench.config.validation import resolve, validate_study
 
 OPTIONAL_AXES = "matrix.model_width, batch_per_gpu, precision, compression, scaling"
@@ -64,6 +65,11 @@ class Study:
     def defaults(self) -> dict:
         """Every key at its schema default (a copy): a key a finished cell's record lacks counts as this."""
         return json.loads(self.defaults_text)
+
+    @property
+    def seed_rule(self) -> SeedRule:
+        """matrix.seeds read: a list, or the first seeds and the most of an adaptive study."""
+        return seed_rule(self.config)
 
     @property
     def variants(self) -> Mapping[str, tuple[tuple[str, Any], ...]]:
@@ -110,6 +116,9 @@ class StudyPlan:
     verdicts: Mapping[Cell, Verdict] = field(default_factory=dict)  # what planning found in each folder
     finished: frozenset[Cell] = frozenset()  # both outputs there, and not to be retrained
     priorities: Mapping[Cell, int] = field(default_factory=dict)  # config/run_order.py
+    # the cells the rounds of matrix.seeds {initial, max} could add (config/seeds.py round_cells):
+    # planned (settings.json) like `cells`, trained only where a round adds them
+    round_cells: tuple[Cell, ...] = ()
 
     def __post_init__(self) -> None:
         # copies, read-only: the plan stays as planned whatever its maker does with its own dicts
@@ -117,6 +126,7 @@ class StudyPlan:
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         object.__setattr__(self, "cells", tuple(self.cells))
         object.__setattr__(self, "left_out", tuple(self.left_out))
+        object.__setattr__(self, "round_cells", tuple(self.round_cells))
         object.__setattr__(self, "finished", frozenset(self.finished))
         object.__setattr__(self, "_running", frozenset(self.cells))
 
@@ -124,6 +134,26 @@ class StudyPlan:
     def config(self) -> dict:
         """The validated config (a copy)."""
         return self.study.config
+
+    @property
+    def possible(self) -> tuple[Cell, ...]:
+        """The cells that run and those a round could add."""
+        return self.cells + self.round_cells
+
+    def round_cells_of(self, keys: tuple[dict, ...]) -> list[Cell]:
+        """The cells a round's file names (config/seeds.py ROUND_KEYS); PlanError for one the plan has
+        neither among its cells nor among those a round could add (a round file of another study)."""
+        possible = set(self.possible)
+        found = []
+        for key in keys:
+            cell = self.study.cell(*(key[name] for name in ("framework", "backend", "gpus", "seed", "variant")))
+            if cell not in possible:
+                raise PlanError(
+                    f"{cell.path} is named by a round of matrix.seeds but is no cell this study's rounds can add; "
+                    "remove results/plan/rounds/ to decide the rounds again"
+                )
+            found.append(cell)
+        return found
 
     def problem(self, cell: Cell) -> str | None:
         """Why `cell` cannot run (config/matrix.py's reasons, this machine's GPUs, SLURM's refusal), or None."""
@@ -148,7 +178,7 @@ class StudyPlan:
         holds no job for the others (nothing reruns them), and collect_runs lists them as missing or failed."""
         if not self.config["partial"]:
             return self.outputs(name)
-        return [f"{cell.folder}/{name}" for cell in self.cells if cell in self.finished]
+        return [f"{cell.folder}/{name}" for cell in self.possible if cell in self.finished]
 
     def priority(self, cell: Cell) -> int:
         """The cell's train job's Snakemake priority (0 without order.seed, or for a cell outside the order)."""
@@ -159,7 +189,7 @@ class StudyPlan:
         config = self.config
         if not config["order"]["blocks"]:
             return []
-        return previous_block(cell, self.cells, config["matrix"]["seeds"])
+        return previous_block(cell, self.cells, self.study.seed_rule.blocks)
 
     def local_gpus(self, gpus: int) -> int:
         """The GPUs a cell of `gpus` devices holds on this machine (the local scheduler's resource)."""
@@ -180,15 +210,20 @@ class StudyPlan:
 
     def cells_json(self) -> str:
         """Each cell's keys, settings and default settings: collect_runs marks a cell that trained with
-        other settings stale (with partial=true; otherwise planning has it retrained)."""
+        other settings stale (with partial=true; otherwise planning has it retrained). With rounds,
+        also the cells a round could add: the analysis keeps those a round added (analysis/rounds.py)."""
         config, defaults = self.config, self.study.defaults
         return json.dumps(
             [
                 {**cell.key(), "settings": train_settings(config, cell), "defaults": train_settings(defaults, cell)}
-                for cell in self.cells
+                for cell in self.possible
             ],
             sort_keys=True,
         )
+
+    def first_cells_json(self) -> str:
+        """The keys of the cells the first round reads (config/seeds.py ROUND_KEYS)."""
+        return json.dumps([{name: cell.key()[name] for name in ROUND_KEYS} for cell in self.cells])
 
     def left_out_json(self) -> str:
         """The left-out cells with their reasons, for the report's table."""

@@ -16,7 +16,9 @@ the process the user started, in this order:
    the refused cells are left out;
 4. the run order's priorities (config/run_order.py), the left-out cells and their reasons said,
    and Snakemake's rerun triggers other than mtime said (they would retrain finished cells);
-5. the analysis' stamp (config/freshness.py).
+5. the analysis' stamp (config/freshness.py), and for matrix.seeds {initial, max} the rounds'
+   stamp (config/seeds.py: what the rounds decide by; the cells a round could add are planned in
+   steps 2 to 4 like the others: settings.json, the pre-flight, the priorities).
 
 In a job's own process (Snakemake reads the Snakefile again there) it plans nothing: the plan
 holds the config's cells and the outputs as they are (no verdicts, refusals or priorities: those
@@ -43,6 +45,7 @@ from scalebench.config.freshness import OUTPUTS, Verdict, code_digest, verdict, 
 from scalebench.config.matrix import cell_problem
 from scalebench.config.plan import PlanError, Study, StudyPlan, finished_cells
 from scalebench.config.run_order import study_priorities
+from scalebench.config.seeds import ROUNDS_STAMP, round_cells
 
 ANALYSIS_STAMP = "results/summary/.analysis-inputs.json"
 # A train job's output named on the command line: results/runs/{framework}/{backend}[/{variant}]/g{gpus}/s{seed}/<output>
@@ -84,18 +87,21 @@ def plan_study(
     executor = command.executor if command else None
     machine = machine_gpus(start, executor, env)
     cells = matrix.cells(machine)
-    verdicts = {cell: plan_cell(study, cell, out) for cell in cells}
-    for cell in named_cells(study, command.targets if command else (), machine, cells):
+    rounds = round_cells(cells, study.seed_rule)  # matrix.seeds {initial, max}: the cells a round could add
+    verdicts = {cell: plan_cell(study, cell, out) for cell in cells + rounds}
+    for cell in named_cells(study, command.targets if command else (), machine, cells + rounds):
         verdicts[cell] = plan_cell(study, cell, out)
     refused: dict[Cell, str] = {}
     if executor == "slurm":
-        refused = preflight(study, start, command, cells, verdicts, out)
+        refused = preflight(study, start, command, cells + rounds, verdicts, out)
         cells = tuple(cell for cell in cells if cell not in refused)
+        rounds = tuple(cell for cell in rounds if cell not in refused)
     left_out = matrix.left_out(machine, refused)
     for entry in left_out:
         print(entry.describe(), file=out)
     warn_about_rerun_triggers(command, out)
     stamp_analysis(study, start)
+    stamp_rounds(study, cells)
     return StudyPlan(
         study,
         machine,
@@ -103,8 +109,9 @@ def plan_study(
         left_out,
         refused,
         verdicts,
-        finished_cells(cells, verdicts),
-        _order(study, cells),
+        finished_cells(cells + rounds, verdicts),
+        _order(study, cells + rounds),
+        rounds,
     )
 
 
@@ -230,6 +237,22 @@ def stamp_analysis(study: Study, start: Start) -> None:
     write_stamp(ANALYSIS_STAMP, content)
 
 
-def _order(study: Study, cells: tuple[Cell, ...]) -> dict[Cell, int]:
+def stamp_rounds(study: Study, cells: tuple[Cell, ...]) -> None:
+    """The rounds' stamp (matrix.seeds {initial, max}): what decides them (the seeds' form, the band of
+    equivalence, the target IOU) and the cells the first round reads; rewritten only when one of them
+    changes, so the rounds are decided again then (from the cells' records: a cell a round added
+    before trains only if its settings changed), and not otherwise."""
     config = study.config
-    return study_priorities(cells, config["order"], config["matrix"]["seeds"])
+    if not study.seed_rule.adaptive:
+        return
+    content = {
+        "seeds": config["matrix"]["seeds"],
+        "verdicts": config["verdicts"],
+        "target_iou": config["training"]["target_iou"],
+        "cells": [cell.path for cell in cells],
+    }
+    write_stamp(ROUNDS_STAMP, content)
+
+
+def _order(study: Study, cells: tuple[Cell, ...]) -> dict[Cell, int]:
+    return study_priorities(cells, study.config["order"], study.seed_rule.blocks)

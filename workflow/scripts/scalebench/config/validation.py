@@ -4,6 +4,7 @@ with what replaced them; then the checks across keys (checks.py)."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,8 +53,36 @@ def _with_defaults(validator_class: type) -> type:
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
 
 
+def _shape(instance: Any) -> str | None:
+    return "array" if isinstance(instance, list) else "object" if isinstance(instance, dict) else None
+
+
+def _describe_forms(error: jsonschema.ValidationError) -> str:
+    """A value of a key with alternative forms (oneOf: matrix.seeds): what is wrong inside the form of
+    its shape (a list, a mapping), else that it has neither shape; both with the key's forms."""
+    key = _key(error.absolute_path)
+    forms = " or ".join(_form(branch) for branch in error.validator_value)
+    inside = [
+        e
+        for e in error.context
+        if e.schema_path and error.validator_value[e.schema_path[0]].get("type") == _shape(error.instance)
+    ]
+    if inside:
+        return f"{_describe(jsonschema.exceptions.best_match(inside))} ({key}: {forms})"
+    return f"config key '{key}': {json.dumps(error.instance)} is not {forms}"
+
+
+def _form(branch: dict) -> str:
+    if branch.get("type") == "array":
+        return f"a list of {branch['items'].get('type', 'values')}s"
+    names = ", ".join(f"{name}: {sub.get('type', 'value')}" for name, sub in branch.get("properties", {}).items())
+    return f"{{{names}}}"
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     key = _key(error.absolute_path)
+    if error.validator == "oneOf":
+        return _describe_forms(error)
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         extra = sorted(set(error.instance) - set(allowed))
