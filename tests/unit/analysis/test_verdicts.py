@@ -53,7 +53,8 @@ def test_a_ten_percent_difference_over_two_percent_noise_and_five_seeds_is_found
     assert row["low"] < 1.10 < row["high"] and 1 < row["low"]
     assert row["p_holm"] < 0.05
     low, high = round(100 * (row["low"] - 1)), round(100 * (row["high"] - 1))
-    assert row["verdict"] == f"faster by {round(100 * (row['ratio'] - 1))}% ({low}-{high}%)"
+    assert row["verdict"] == f"faster by {round(100 * (row['ratio'] - 1))}% ({low}-{high}%; n = 5)"
+    assert row["state"] == "different" and row["bound"] == pytest.approx(row["high"] - 1)
     assert row["verdict"].startswith("faster by 1")  # about 10%
 
 
@@ -62,13 +63,16 @@ def test_a_one_percent_difference_under_five_percent_noise_is_no_difference_the_
     runs = pd.DataFrame(cells("horovod", noisy(101, 0.05, 5, rng)) + cells("native", noisy(100, 0.05, 5, rng)))
     row = only(verdicts.verdicts(runs), kind="throughput")
     assert row["p_holm"] >= 0.05 and row["low"] < 1 < row["high"]
-    assert row["verdict"] == "no difference the seeds can show (n = 5)"
+    assert row["state"] == "open"
+    ruled_out = math.ceil(100 * max(row["high"] - 1, 1 / row["low"] - 1))
+    assert row["verdict"] == f"no difference the seeds can show (n = 5): none larger than {ruled_out}%"
 
 
 def test_one_seed_gives_no_verdict():
     runs = pd.DataFrame(cells("horovod", [120.0]) + cells("native", [100.0, 101.0]))
     row = only(verdicts.verdicts(runs), kind="throughput")
     assert row["verdict"] == "one seed: no verdict" and math.isnan(row["p"]) and math.isnan(row["low"])
+    assert row["state"] == "open"  # another seed could decide it
     assert row["ratio"] == pytest.approx(120 / math.sqrt(100 * 101))
 
 
@@ -127,3 +131,31 @@ def test_a_backend_whose_seeds_did_not_all_reach_the_target_gets_no_time_verdict
     )
     never = only(table, kind="time_to_target", a="native", b="fsdp")
     assert never["verdict"].startswith("only native reached the target") and math.isnan(never["p"])
+    assert {mixed["state"], never["state"]} == {"none"}  # more seeds cannot make a seed reach it
+
+
+def test_an_interval_inside_the_band_of_equivalence_is_decided_as_no_difference_larger_than_the_band():
+    """Two equal configurations with 0.3% noise: the interval lies within 1/1.02-1.02, so the pair is
+    decided (equivalent) and says so; with a band of 0 it stays open, saying what the seeds rule out."""
+    rng = np.random.default_rng(2)
+    runs = pd.DataFrame(cells("horovod", noisy(100, 0.003, 4, rng)) + cells("native", noisy(100, 0.003, 4, rng)))
+    row = only(verdicts.verdicts(runs, equivalence=0.02), kind="throughput")
+    assert row["p_holm"] >= 0.05 and 1 / 1.02 <= row["low"] and row["high"] <= 1.02
+    assert (row["state"], row["verdict"]) == ("equivalent", "no difference larger than 2% (n = 4)")
+    strict = only(verdicts.verdicts(runs, equivalence=0.0), kind="throughput")
+    assert strict["state"] == "open" and 0 < strict["bound"] <= 0.02
+    assert strict["verdict"] == "no difference the seeds can show (n = 4): none larger than 2%"  # rounded up
+    wide = pd.DataFrame(cells("horovod", noisy(100, 0.05, 4, rng)) + cells("native", noisy(100, 0.05, 4, rng)))
+    assert only(verdicts.verdicts(wide, equivalence=0.02), kind="throughput")["state"] == "open"
+
+
+def test_an_imported_study_is_compared_on_its_steady_epoch_time():
+    """A legacy log records no images/s: its backends are compared on the steady epoch time, the
+    faster the one with the shorter epochs (ratio b's time over a's)."""
+    rows = cells("horovod", [math.nan] * 3) + cells("native", [math.nan] * 3)
+    for row, epoch in zip(rows, [8.0, 8.1, 7.9, 10.0, 10.1, 9.9], strict=True):
+        row.update(source="2021", steady_epoch_s=epoch)
+    row = only(verdicts.verdicts(pd.DataFrame(rows)), kind="epoch_time")
+    assert (row["source"], row["a"], row["b"]) == ("2021", "horovod", "native")
+    assert row["ratio"] == pytest.approx(10.0 / 8.0, rel=0.01) and row["state"] == "different"
+    assert row["verdict"].startswith("faster per epoch by 25%")

@@ -5,6 +5,9 @@ Comparisons, each within one source (this study, or one imported study) and GPU 
 - ``backends``: every pair of one framework's backends (per variant), on the steady throughput
   (runs.csv ``images_per_s``, images per second over all ranks);
 - ``frameworks``: the frameworks on one backend (per variant), on the same throughput;
+- an imported study's logs record no images per second: its pairs are compared on the steady epoch
+  time (``kind`` epoch_time, runs.csv ``steady_epoch_s``), which the reference studies' fixed global
+  batch makes the same work in every cell of a GPU count;
 - the same pairs of backends on the time to the target validation IOU (``kind`` time_to_target),
   where every seed of both reached it: a backend that is faster per epoch but needs more epochs at its
   larger global batch is not faster to target, and this compares the time that includes those epochs.
@@ -16,10 +19,19 @@ log of the values (scipy.stats.ttest_ind, unequal variances: a few seeds per sid
 a difference), so ``ratio`` is the ratio of the geometric means, always written as the faster over the
 slower (a's speed over b's: throughput a / b, or time to target b / a), with its 95% interval (``low``,
 ``high``). The p-values of every comparison of the study are corrected together with Holm's method
-(``p_holm``): the more pairs a study compares, the more of them differ by chance. A pair is called
+(``p_holm``; an imported study's over its own): the more pairs a study compares, the more of them
+differ by chance. A pair is called
 different where ``p_holm`` < 0.05. The interval is the pair's own (uncorrected), so with many
 comparisons a pair whose interval just excludes 1 can still be "no difference the seeds can show".
 One seed on either side gives no verdict: Welch's t needs two values to know the spread.
+
+Each pair's ``state``: ``different`` (p_holm < 0.05), ``equivalent`` (not different, and its interval
+lies within the band of equivalence, verdicts.equivalence: "no difference larger than 2%"), ``open``
+(neither: more seeds could decide it; a side of one seed too) or ``none`` (more seeds cannot: not every
+seed reached the target). ``bound`` is the largest difference the interval leaves (its farther end
+from 1, as a fraction): what the seeds rule out, "none larger than 4%". The rounds of matrix.seeds
+{initial, max} add seeds where a pair the answer rests on is open (rounds.py), and fill ``round``
+(the round that decided it, with ``decided_seeds`` the seeds then) and ``open_reason``.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ from scipy import stats
 from scalebench.analysis.scaling import LEVEL, usable
 
 ALPHA = 0.05
+EQUIVALENCE = 0.02  # verdicts.equivalence's default
 COLUMNS = [
     "kind",  # throughput or time_to_target
     "compared",  # backends (of one framework) or frameworks (on one backend)
@@ -55,8 +68,20 @@ COLUMNS = [
     "seeds_b",
     "seeds",  # the smaller side
     "verdict",
+    "state",  # different, equivalent, open or none
+    "bound",  # the largest difference the interval leaves: max(high, 1 / low) - 1
+    # the rounds of matrix.seeds {initial, max} (rounds.py): where they decided a pair the answer rests on
+    "round",
+    "decided_seeds",  # the smaller side's seeds when that round decided it
+    "open_reason",  # why a pair the answer rests on is still open after the last round
 ]
-KINDS = {"throughput": "images_per_s", "time_to_target": "time_to_target_s"}
+# what each kind compares: the runs.csv column, and whether a larger value is faster
+KINDS = {
+    "throughput": ("images_per_s", True),
+    "epoch_time": ("steady_epoch_s", False),  # imported studies: no images/s in their logs
+    "time_to_target": ("time_to_target_s", False),
+}
+FASTER = {"throughput": "faster", "epoch_time": "faster per epoch", "time_to_target": "faster to the target"}
 
 
 def welch_log(faster: np.ndarray, slower: np.ndarray) -> tuple[float, float, float, float]:
@@ -72,6 +97,16 @@ def welch_log(faster: np.ndarray, slower: np.ndarray) -> tuple[float, float, flo
 def percent(ratio: float) -> str:
     """A ratio as the percentage it is above 1 ('12%')."""
     return f"{100 * (ratio - 1):.0f}%"
+
+
+def at_most(fraction: float) -> str:
+    """A bound as a whole percentage, rounded up: what the seeds rule out is never understated ('4%')."""
+    return f"{math.ceil(round(100 * fraction, 6)):.0f}%"
+
+
+def band_text(equivalence: float) -> str:
+    """The band of equivalence as written in config ('2%', '2.5%')."""
+    return f"{100 * equivalence:g}%"
 
 
 def percent_range(low: float, high: float) -> str:
@@ -111,21 +146,42 @@ def holm(p_values: pd.Series) -> pd.Series:
     return pd.Series(adjusted, index=p_values.index, dtype=float)
 
 
-def words(row: pd.Series) -> str:
-    """The verdict of a tested pair, from its corrected p-value."""
+def bound(low: float, high: float) -> float:
+    """The largest difference an interval of ratios leaves, either way, as a fraction (NaN untested)."""
+    return max(high, 1 / low) - 1 if low > 0 and high > 0 else math.nan
+
+
+def state(row: pd.Series, equivalence: float) -> str:
+    """different, equivalent, open or none (the module docstring)."""
+    if pd.isna(row["p_holm"]):
+        return "open" if row["verdict"] == "one seed: no verdict" else "none"
     if row["p_holm"] < ALPHA:
-        what = "faster" if row["kind"] == "throughput" else "faster to the target"
-        return f"{what} by {percent(row['ratio'])} ({percent_range(row['low'], row['high'])})"
-    return f"no difference the seeds can show ({seeds_text(row['seeds_a'], row['seeds_b'])})"
+        return "different"
+    if row["high"] <= 1 + equivalence and row["low"] >= 1 / (1 + equivalence):
+        return "equivalent"
+    return "open"
 
 
-def throughput_pairs(cells: pd.DataFrame, compared: str, keys: dict) -> list[dict]:
-    """Every pair of one group's backends (or frameworks), the faster by its geometric mean first."""
+def words(row: pd.Series, equivalence: float) -> str:
+    """The verdict of a tested pair, from its state."""
+    seeds = seeds_text(row["seeds_a"], row["seeds_b"])
+    if row["state"] == "different":
+        return f"{FASTER[row['kind']]} by {percent(row['ratio'])} ({percent_range(row['low'], row['high'])}; {seeds})"
+    if row["state"] == "equivalent":
+        return f"no difference larger than {band_text(equivalence)} ({seeds})"
+    return f"no difference the seeds can show ({seeds}): none larger than {at_most(row['bound'])}"
+
+
+def speed_pairs(kind: str, cells: pd.DataFrame, compared: str, keys: dict) -> list[dict]:
+    """Every pair of one group's backends (or frameworks) on a speed (throughput, or an imported
+    study's epoch time), the faster by its geometric mean first."""
     name = "backend" if compared == "backends" else "framework"
-    speeds = {side: np.log(group["images_per_s"].to_numpy(float)) for side, group in cells.groupby(name, sort=True)}
+    column, larger_is_faster = KINDS[kind]
+    sign = 1 if larger_is_faster else -1
+    speeds = {side: sign * np.log(group[column].to_numpy(float)) for side, group in cells.groupby(name, sort=True)}
     order = sorted(speeds, key=lambda side: -float(np.mean(speeds[side])))
-    means = {side: float(cells.loc[cells[name] == side, "images_per_s"].mean()) for side in order}
-    return [pair("throughput", keys, a, b, speeds, means) for a, b in combinations(order, 2)]
+    means = {side: float(cells.loc[cells[name] == side, column].mean()) for side in order}
+    return [pair(kind, keys, a, b, speeds, means) for a, b in combinations(order, 2)]
 
 
 def target_pairs(cells: pd.DataFrame, keys: dict) -> list[dict]:
@@ -168,36 +224,67 @@ def target_pairs(cells: pd.DataFrame, keys: dict) -> list[dict]:
     return rows
 
 
-def verdicts(runs: pd.DataFrame) -> pd.DataFrame:
-    """results/summary/verdicts.csv from runs.csv (module docstring)."""
+def compared_cells(runs: pd.DataFrame) -> pd.DataFrame:
+    """The cells that enter the verdicts, each with the kind of speed it is compared on: throughput
+    where it knows its images/s, else (an imported log) its steady epoch time."""
     good = usable(runs)
-    good = good[good["images_per_s"].notna() & (good["images_per_s"] > 0)]
+    throughput = good["images_per_s"].notna() & (good["images_per_s"] > 0)
+    epoch = ~throughput & good["steady_epoch_s"].notna() & (good["steady_epoch_s"] > 0)
+    kinds = pd.Series("throughput", index=good.index).where(throughput, "epoch_time")
+    return good[throughput | epoch].assign(speed=kinds[throughput | epoch])
+
+
+def verdicts(runs: pd.DataFrame, equivalence: float = EQUIVALENCE) -> pd.DataFrame:
+    """results/summary/verdicts.csv from runs.csv (module docstring); `equivalence`: verdicts.equivalence."""
+    good = compared_cells(runs)
     rows: list[dict] = []
-    for (source, framework, variant, gpus), cells in good.groupby(["source", "framework", "variant", "gpus"]):
+    by_backends = ["source", "speed", "framework", "variant", "gpus"]
+    for (source, kind, framework, variant, gpus), cells in good.groupby(by_backends):
         keys = {"compared": "backends", "source": source, "framework": framework, "backend": "", "variant": variant}
         keys["gpus"] = int(gpus)
         if cells["backend"].nunique() > 1:
-            rows += throughput_pairs(cells, "backends", keys)
+            rows += speed_pairs(kind, cells, "backends", keys)
             rows += target_pairs(cells, keys)
-    for (source, backend, variant, gpus), cells in good.groupby(["source", "backend", "variant", "gpus"]):
+    for (source, kind, backend, variant, gpus), cells in good.groupby(
+        ["source", "speed", "backend", "variant", "gpus"]
+    ):
         keys = {"compared": "frameworks", "source": source, "framework": "", "backend": backend, "variant": variant}
         keys["gpus"] = int(gpus)
         if cells["framework"].nunique() > 1:
-            rows += throughput_pairs(cells, "frameworks", keys)
+            rows += speed_pairs(kind, cells, "frameworks", keys)
     table = pd.DataFrame(rows, columns=COLUMNS)
-    table["p_holm"] = holm(table["p"])
+    # each study's claims corrected over its own comparisons (an imported study is another study)
+    table["p_holm"] = table.groupby("source")["p"].transform(holm) if len(table) else table["p"]
     table["verdict"] = table["verdict"].astype(object)
+    table["state"] = table.apply(state, axis=1, equivalence=equivalence).astype(object) if len(table) else None
+    table["bound"] = [bound(low, high) for low, high in zip(table["low"], table["high"], strict=True)]
     tested = table["p_holm"].notna()
-    table.loc[tested, "verdict"] = table[tested].apply(words, axis=1)
+    table.loc[tested, "verdict"] = table[tested].apply(words, axis=1, equivalence=equivalence)
+    for name in ("round", "decided_seeds"):
+        table[name] = table[name].astype("Int64")
+    table["open_reason"] = table["open_reason"].astype(object)
     return table
 
 
 def read(path) -> pd.DataFrame:
     """verdicts.csv back, typed."""
-    text = {
-        name: str for name in ("kind", "compared", "source", "framework", "backend", "variant", "a", "b", "verdict")
-    }
-    frame = pd.read_csv(path, dtype=text)
+    names = (
+        "kind",
+        "compared",
+        "source",
+        "framework",
+        "backend",
+        "variant",
+        "a",
+        "b",
+        "verdict",
+        "state",
+        "open_reason",
+    )
+    frame = pd.read_csv(path, dtype=dict.fromkeys(names, str))
+    frame = frame.reindex(columns=COLUMNS)
     for name in ("framework", "backend", "variant"):
         frame[name] = frame[name].fillna("")
-    return frame.reindex(columns=COLUMNS)
+    for name in ("round", "decided_seeds"):
+        frame[name] = frame[name].astype("Int64")
+    return frame
