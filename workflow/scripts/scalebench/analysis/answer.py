@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from scalebench.analysis import waterfall as losses
 from scalebench.analysis.collect import OWN_SOURCE
+from scalebench.analysis.comparisons import best_series
 from scalebench.analysis.scaling import usable
 
 # the gradient reduction reaches less than this share of its own plateau bus bandwidth: latency-bound
@@ -37,14 +37,6 @@ def number(value: Any) -> float | None:
 
 def series_name(backend: str, variant: str) -> str:
     return f"{backend} ({variant})" if variant else backend
-
-
-def best_series(cells: pd.DataFrame) -> pd.Series:
-    """The (backend, variant) with the highest steady throughput among `cells` (one GPU count), ranked by
-    the geometric mean over seeds as the verdicts rank them; its arithmetic mean is what it reports."""
-    means = cells.assign(log=np.log(cells["images_per_s"])).groupby(["backend", "variant"], as_index=False)
-    means = means.agg(images_per_s=("images_per_s", "mean"), log=("log", "mean"), seeds=("images_per_s", "size"))
-    return means.sort_values(["log", "backend"], ascending=[False, True], kind="stable").iloc[0]
 
 
 def scaling_row(scaling: pd.DataFrame, framework: str, backend: str, variant: str, gpus: int) -> pd.Series | None:
