@@ -11,6 +11,7 @@ configfile: "config/config.yaml"
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/train.smk"
+include: "rules/rounds.smk"
 include: "rules/analysis.smk"
 
 

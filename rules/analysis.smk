@@ -25,6 +25,7 @@ rule collect_runs:
         metrics=analysis_cell_outputs("metrics.jsonl"),
         runs=analysis_cell_outputs("run.json"),
         legacy=legacy_inputs(),
+        rounds=last_round_file,
         stamp=ANALYSIS_STAMP,
     output:
         runs="results/summary/runs.csv",
@@ -44,15 +45,18 @@ rule collect_runs:
         invocation=rerun_invocation,
         data_key=sb_keys.prepared_key(config["dataset"]),
         left_out=left_out_json(),
+        rounds=rounds_rules_json(),
     script:
         "../workflow/scripts/collect_runs.py"
 
 
 # Each cell of more than one GPU measured its backend's collectives before training
-# (training.collectives): their tables, gathered with the cells' keys.
+# (training.collectives): their tables, gathered with the cells' keys (those of runs.csv: with
+# rounds, the cells they added).
 rule collect_collectives:
     input:
-        runs=analysis_cell_outputs("run.json"),
+        records=analysis_cell_outputs("run.json"),
+        runs="results/summary/runs.csv",
         stamp=ANALYSIS_STAMP,
     output:
         collectives="results/summary/collectives.csv",
@@ -84,7 +88,8 @@ rule derive_scaling:
 
 
 # The answer: the loss waterfall (what each GPU count cost, and to which cause), the verdicts
-# between backends and frameworks with their confidence, answer.json, and the report's first page
+# between backends and frameworks with their confidence (with rounds, the round that decided each
+# and what the rounds cost: rounds.csv), answer.json, and the report's first page
 # (report/workflow.rst with the answer in front: report_page() in common.smk shows it).
 rule derive_answer:
     input:
@@ -98,6 +103,7 @@ rule derive_answer:
     output:
         waterfall="results/summary/waterfall.csv",
         verdicts="results/summary/verdicts.csv",
+        rounds="results/summary/rounds.csv",
         answer="results/summary/answer.json",
         page=LANDING_PAGE,
     log:
@@ -106,6 +112,9 @@ rule derive_answer:
         "../envs/pipeline.yaml"
     params:
         text=REPORT_TEXT,
+        rounds=rounds_rules_json(),
+        equivalence=config["verdicts"]["equivalence"],
+        possible=PLAN.possible_keys_json(),
     script:
         "../workflow/scripts/derive_answer.py"
 
@@ -119,6 +128,7 @@ rule render_tables:
         collectives="results/summary/collectives.csv",
         waterfall="results/summary/waterfall.csv",
         verdicts="results/summary/verdicts.csv",
+        rounds="results/summary/rounds.csv",
         stamp=ANALYSIS_STAMP,
     output:
         waterfall=report(
@@ -132,6 +142,12 @@ rule render_tables:
             caption="../report/verdicts.rst",
             category="Tables",
             labels={"table": "verdicts: which backend is faster, and how sure"},
+        ),
+        rounds=report(
+            "results/tables/rounds.html",
+            caption="../report/rounds.rst",
+            category="Tables",
+            labels={"table": "rounds: the seeds each round added, and what they cost"},
         ),
         runs=report(
             "results/tables/runs.html",
@@ -266,7 +282,7 @@ rule analyse_hosts:
         invocation=rerun_invocation,
         cells=cells_json(),
         order=json.dumps(config["order"]),
-        seeds=config["matrix"]["seeds"],
+        seeds=STUDY.seed_rule.blocks,
         exclude=config["cluster"]["exclude"],
     script:
         "../workflow/scripts/analyse_hosts.py"

@@ -19,6 +19,7 @@ from scalebench.config import local_gpus as sb_local_gpus
 from scalebench.config import plan as sb_plan
 from scalebench.config import planning as sb_planning
 from scalebench.config import resources as sb_resources
+from scalebench.config import seeds as sb_seeds
 from scalebench.data import keys as sb_keys
 from scalebench.report import figures as sb_figures
 
@@ -59,6 +60,7 @@ wildcard_constraints:
     backend="|".join(sb_config.BACKENDS),
     gpus=r"\d+",
     seed=r"\d+",
+    round=r"\d+",
     variant=sb_cell.VARIANT_REGEX,
 
 
@@ -137,6 +139,73 @@ def study_cell(wildcards):
     return asked(STUDY.cell_of, *wildcard_values(wildcards))
 
 
+# --- the rounds of matrix.seeds {initial, max} (rules/rounds.smk; config/seeds.py)
+
+
+def round_read(number):
+    """The cells round `number` reads: the plan's first cells for round 1, else those the round before
+    read and added, from its file (a checkpoint's output: until it exists Snakemake schedules it and
+    asks again)."""
+    if number == 1:
+        return list(PLAN.cells)
+    before = checkpoints.seed_round.get(round=number - 1).output[0]
+    return asked(PLAN.round_cells_of, sb_seeds.read_round(before).next_cells)
+
+
+def round_inputs(wildcards):
+    """A round's inputs: the records of the cells it reads, the round before's file and the stamp of
+    what decides the rounds (a changed one decides them again, from the same records)."""
+    number = int(wildcards.round)
+    cells = round_read(number)
+    inputs = {
+        "metrics": [f"{cell.folder}/metrics.jsonl" for cell in cells],
+        "runs": [f"{cell.folder}/run.json" for cell in cells],
+        "stamp": sb_seeds.ROUNDS_STAMP,
+    }
+    if number > 1:
+        inputs["previous"] = sb_seeds.round_file(number - 1)
+    return inputs
+
+
+def last_round():
+    """The number of the round that adds nothing, walking the rounds' checkpoints from the first. Each
+    round adds a cell or is the last, and a cell is added once, so the walk ends."""
+    for number in range(1, len(PLAN.round_cells) + 2):
+        found = checkpoints.seed_round.get(round=number).output[0]
+        if not sb_seeds.read_round(found).adds:
+            return number
+    raise WorkflowError(
+        f"the rounds of matrix.seeds add more cells than the {len(PLAN.round_cells)} they can; "
+        f"remove {sb_seeds.ROUNDS_FOLDER}/ to decide them again"
+    )
+
+
+def rounds_walked():
+    """Whether the analysis waits for the rounds: matrix.seeds {initial, max}, unless the report is
+    to show what exists (partial: the analysis keeps the cells the rounds added, from their records).
+    """
+    return STUDY.seed_rule.adaptive and not config["partial"]
+
+
+def last_round_file(wildcards):
+    """The last round's file (none without rounds): the analysis starts again when the rounds change."""
+    return [sb_seeds.round_file(last_round())] if rounds_walked() else []
+
+
+def rounds_rules_json():
+    """What the rounds decide by (analysis/rounds.py Rules), or null for a list of seeds."""
+    seeds = STUDY.seed_rule
+    if not seeds.adaptive:
+        return "null"
+    return json.dumps(
+        {
+            "initial": len(seeds.initial),
+            "max": seeds.max,
+            "equivalence": config["verdicts"]["equivalence"],
+        }
+    )
+
+
 # --- analysis helpers (rules/analysis.smk)
 
 
@@ -144,8 +213,16 @@ def analysis_cell_outputs(name):
     """Every cell's output, or with `partial: true` only those of the cells that finished. Snakemake
     evaluates this when it builds the DAG, so with the switch the cells that are missing or failed
     are not in the DAG (nothing reruns them) and collect_runs lists them as missing or failed instead.
+    With rounds (matrix.seeds {initial, max}) an input function: the cells every round read, once
+    the last round is known.
     """
-    return PLAN.analysis_outputs(name)
+    if not rounds_walked():
+        return PLAN.analysis_outputs(name)
+
+    def study_outputs(wildcards):
+        return [f"{cell.folder}/{name}" for cell in round_read(last_round() + 1)]
+
+    return study_outputs
 
 
 def runs_folder(wildcards):
@@ -192,6 +269,7 @@ def final_outputs():
         "scaling",
         "waterfall",
         "verdicts",
+        "rounds",
         "provenance",
         "incomplete",
         "collectives",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
+from scalebench.analysis.collect import study_entries
 from scalebench.analysis.drift import drift_table, order_table
 from scalebench.analysis.host_findings import host_findings
 from scalebench.analysis.hosts import host_table
@@ -21,7 +22,7 @@ invocation = json.loads(params.invocation)
 invocation = Invocation(tuple(invocation["program"]), invocation["directory"], tuple(invocation["options"]))
 order = json.loads(params.order)
 hosts = host_table(ranks, runs, invocation, params.exclude)
-cells_order = order_table(runs, ranks, json.loads(params.cells), order, params.seeds)
+cells_order = order_table(runs, ranks, study_entries(json.loads(params.cells), runs), order, params.seeds)
 drift = drift_table(cells_order, runs)
 hosts.to_csv(output.hosts, index=False)
 cells_order.to_csv(output.order, index=False)

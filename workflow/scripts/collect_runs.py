@@ -6,12 +6,14 @@ import sys
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from scalebench.analysis.ranks import collect_ranks
+from scalebench.analysis.rounds import Rules
 from scalebench.analysis.study import collect_study
 from scalebench.analysis.submissions import submit_errors
 from scalebench.rerun import Invocation
 
 params = snakemake.params
 invocation = json.loads(params.invocation)
+rules = json.loads(params.rounds)  # matrix.seeds {initial, max}: the cells the rounds added are the study's
 summary = collect_study(
     params.runs_root,
     json.loads(params.cells),
@@ -21,12 +23,13 @@ summary = collect_study(
     params.data_key,
     json.loads(params.left_out),
     submit_errors(),  # Snakemake's logs in its working directory, where this script runs
+    Rules(**rules) if rules else None,
 )
 summary.runs.to_csv(snakemake.output.runs, index=False)
 summary.epochs.to_csv(snakemake.output.epochs, index=False)
 summary.provenance.to_csv(snakemake.output.provenance, index=False)
 summary.incomplete.to_csv(snakemake.output.incomplete, index=False)
 # every rank of every epoch, with the cell's keys (analysis/ranks.py; docs/report.md defines the columns)
-collect_ranks(params.runs_root, json.loads(params.cells)).to_csv(snakemake.output.ranks, index=False)
+collect_ranks(params.runs_root, summary.cells).to_csv(snakemake.output.ranks, index=False)
 counts = summary.runs.groupby("source")["status"].value_counts().to_dict()
 print(f"collect_runs: {len(summary.runs)} rows, {len(summary.epochs)} epochs; status {counts}")

@@ -20,10 +20,22 @@ PAGES = {
     ),
     "verdicts": (
         "Verdicts: which backend (or framework) is faster, and how sure",
-        "Each pair at one GPU count: a is the faster by its mean; ratio = a's speed over b's (throughput, or time "
-        "to target inverted) with its 95% interval; Welch's t on the log of the seeds' values, p corrected for "
-        "every comparison of the study (Holm). A verdict needs two seeds on each side.",
+        "Each pair at one GPU count: a is the faster by its mean; ratio = a's speed over b's (throughput, an "
+        "imported log's epoch time or time to target inverted) with its 95% interval; Welch's t on the log of the "
+        "seeds' values, p corrected for every comparison of the study (Holm). state: different, equivalent (the "
+        "interval within verdicts.equivalence), open (more seeds could decide) or none; bound: the largest "
+        "difference the interval leaves. With matrix.seeds {initial, max}: round, the round from which a pair "
+        "the answer rests on stayed decided, decided_seeds its seeds then, open_reason why one is still open. "
+        "A verdict needs two seeds on each side.",
         "No two backends or frameworks ran with status ok at the same GPU count: nothing to compare.",
+    ),
+    "rounds": (
+        "Rounds: the seeds added where a comparison the answer rests on was open, and what they cost",
+        "matrix.seeds {initial, max}: each round read the cells so far (cells), left open comparisons (open) "
+        "and decided ones (decided), and added one seed to the cells of each open one (added, added_cells) "
+        "until a round added nothing (stopped says why); added_gpu_hours: GPU-hours of the cells it added "
+        "(runs.csv gpu_hours; empty where one has no record).",
+        "matrix.seeds is a list: every cell ran its seeds, no round added any.",
     ),
     "runs": ("Runs: one row per cell", "Columns are explained in the caption; empty = unknown.", "No cells."),
     "scaling": ("Scaling: speedup and parallel efficiency", "", "No cell with status ok yet."),

@@ -145,3 +145,62 @@ def test_one_seed_one_gpu_count_or_nothing_finished_says_what_it_cannot_show():
     assert facts["frameworks"] == [] and facts["notes"] == [
         "None of the study's 6 cells finished with status ok: nothing to answer yet."
     ]
+
+
+def test_each_comparison_the_answer_rests_on_with_the_seeds_it_took_and_what_the_rounds_cost():
+    """Three backends and two frameworks at 4 GPUs, replayed as rounds of matrix.seeds {initial: 2, max:
+    3}: the answer states the best backend against each other one and the frameworks on each backend,
+    each with the round that decided it (or why it is open), and the rounds' cells and GPU-hours."""
+    from scalebench.analysis import rounds
+
+    rows = []
+    for framework, scale in (("torch", 1.0), ("tensorflow", 1.6)):
+        for backend, comm in (("horovod", 1.0), ("native", 2.0), ("fsdp", 1.03)):
+            for seed in (1, 2, 3):
+                jitter = 0.01 * seed if backend != "fsdp" else 0.3 * (seed % 2)
+                parts = (2.2 * scale + jitter, 0.3, comm, 0.05, 0.05)
+                rows.append(cell(backend, 4, seed, parts, framework=framework, gpu_hours=0.1))
+    runs = pd.DataFrame(rows)
+    rules = rounds.Rules(initial=2, max=3, equivalence=0.02)
+    history = rounds.replay(runs, rules)
+    found = rounds.annotate(verdicts.verdicts(runs), history)
+    facts = answer.answer(
+        runs, scaling(runs), waterfall.waterfall(runs), found, collectives.typed(pd.DataFrame()), history, rules
+    )
+    assert json.loads(json.dumps(facts)) == facts
+    torch = next(fact for fact in facts["frameworks"] if fact["framework"] == "torch")
+    against = {c["b"] if c["a"] == "horovod" else c["a"]: c for c in torch["comparisons"] if c["kind"] == "throughput"}
+    assert sorted(against) == ["fsdp", "native"]
+    assert (against["native"]["state"], against["native"]["round"], against["native"]["decided_seeds"]) == (
+        "different",
+        1,
+        2,
+    )
+    assert f"Against native: {against['native']['verdict']}, decided in round 1 at n = 2." in torch["sentences"]
+    assert against["fsdp"]["state"] == "open" and against["fsdp"]["open_reason"].endswith("(matrix.seeds max 3)")
+    assert (
+        f"Against fsdp: {against['fsdp']['verdict']}; still open: {against['fsdp']['open_reason']}."
+        in torch["sentences"]
+    )
+    assert {(c["backend"], c["a"]) for c in facts["frameworks_compared"]} == {
+        (b, "torch") for b in ("horovod", "native", "fsdp")
+    }
+    assert all(
+        sentence.startswith("On ") and " at 4 GPUs, torch against tensorflow: " in sentence
+        for sentence in facts["frameworks_sentences"]
+    )
+    spent = facts["rounds"]
+    assert (spent["first_cells"], spent["added_cells"]) == (12, len(history[0].adds))
+    assert spent["first_gpu_hours"] == pytest.approx(1.2) and spent["added_gpu_hours"] == pytest.approx(
+        0.1 * spent["added_cells"]
+    )
+    assert spent["sentence"] in facts["notes"] and spent["sentence"].startswith(
+        "Seeds until sure (matrix.seeds initial 2, max 3)"
+    )
+
+
+def test_an_imported_study_is_said_to_be_compared_on_its_epoch_time():
+    runs = study({"horovod": 1.0, "native": 2.0})
+    imported = runs.assign(source="2021", images_per_s=math.nan)
+    facts = facts_of(pd.concat([runs, imported], ignore_index=True))
+    assert any(note.startswith("Imported study 2021: its logs record no images per second") for note in facts["notes"])

@@ -162,3 +162,29 @@ def test_imported_rows_join_the_tables_and_scale_against_their_own_base(folder, 
     assert native4["interval"] == "none"
     # Horovod has no 1-GPU log: its own smallest world size is the base.
     assert table[table["backend"] == "horovod"].iloc[0]["base_gpus"] == 4
+
+
+def test_imported_studies_get_verdicts_on_their_epoch_time_and_time_to_target(repeats, tmp_path):
+    """The seed studies' repeats at 4 GPUs (native 3 runs, Horovod 2): no images/s in the logs, so the
+    backends are compared on their steady epoch time, and on the time to the target where the log's one
+    IOU, after training, reached it; where it did not, the time to target is empty with the reason."""
+    from scalebench.analysis import verdicts
+
+    entries = [{"path": str(repeats), "framework": "torch", "label": "2023"}]
+    collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, Invocation(("snakemake",), "/w", ()))
+    runs = collected.runs
+    assert set(runs["time_to_target_s"]) == set(runs["train_time_s"])  # IOU 0.9 >= 0.8 after every run
+    table = verdicts.verdicts(runs).set_index("kind")
+    assert "throughput" not in table.index
+    epoch = table.loc["epoch_time"]
+    assert (epoch["source"], epoch["gpus"], epoch["a"], epoch["b"]) == ("2023", 4, "native", "horovod")
+    assert (epoch["seeds_a"], epoch["seeds_b"]) == (3, 2) and epoch["verdict"].startswith("faster per epoch by")
+    target = table.loc["time_to_target"]
+    assert (target["a"], target["b"]) == ("native", "horovod") and target["ratio"] == pytest.approx(41 / 28, rel=0.02)
+    below = summary.collect_study(str(tmp_path / "runs"), [], 0.95, entries, Invocation(("snakemake",), "/w", ()))
+    assert below.runs["time_to_target_s"].isna().all()
+    assert set(below.runs["time_to_target_reason"]) == {
+        "the log's one IOU, after training, is 0.900, below the target 0.95"
+    }
+    (row,) = verdicts.verdicts(below.runs).query("kind == 'time_to_target'").to_dict("records")
+    assert row["state"] == "none" and row["verdict"].startswith("not every seed reached the target")

@@ -64,3 +64,12 @@ def test_disk_full_limits_rank_0_s_files_from_its_epoch_on(tmp_path):
     assert "files of rank 0 limited to 4096 bytes (SCALEBENCH_FAULT=disk_full:2:4096)" in result.stdout
     assert result.stdout.strip().endswith("EFBIG"), result.stdout
     assert (tmp_path / "big").stat().st_size == 4096
+
+
+def test_slow_backend_slows_every_rank_of_its_backend_only_in_every_epoch(monkeypatch):
+    """The rounds' tests slow one backend's cells of a run (analysis/rounds.py): its ranks compute longer
+    in every epoch, added to a slow host's delay; another backend's ranks are untouched."""
+    monkeypatch.setenv("SCALEBENCH_FAULT", "slow_host:elsewhere:1.0,slow_backend:dp:0.05")
+    assert faults.delays(0, 0, "dp") == faults.delays(1, 7, "dp") == faults.Delays(compute_s=0.05)
+    assert faults.delays(0, 0, "native") == faults.delays(0, 0) == faults.Delays()
+    assert faults.injects("slow_compute") and not faults.injects("slow_reduce")

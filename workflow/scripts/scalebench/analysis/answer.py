@@ -1,8 +1,10 @@
 """The study's answer (results/summary/answer.json and the report's first page): per framework, the
 best backend at the largest GPU count with its efficiency and interval, how sure the study is that it
-beats the next one, the largest term of its loss waterfall, whether its gradient reduction is latency-
-or bandwidth-bound, and where the model width ran, the smallest width at which exposed communication
-outgrows compute growth.
+beats each other backend (each verdict with its seeds, and with matrix.seeds {initial, max} the round
+that decided it or why it is still open), the largest term of its loss waterfall, whether its
+gradient reduction is latency- or bandwidth-bound, and where the model width ran, the smallest width
+at which exposed communication outgrows compute growth; the frameworks on each backend; what the
+rounds added and cost; what an imported study's logs can be compared on.
 
 Every sentence is generated from the tables (scaling.csv, waterfall.csv, verdicts.csv,
 collectives.csv); a fact the tables cannot give is stated as such, with the reason, never guessed.
@@ -11,6 +13,7 @@ answer.json holds the same facts, so a site can gate on them in CI.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -18,7 +21,8 @@ import pandas as pd
 
 from scalebench.analysis import waterfall as losses
 from scalebench.analysis.collect import OWN_SOURCE
-from scalebench.analysis.comparisons import best_series
+from scalebench.analysis.comparisons import answer_rows, best_series
+from scalebench.analysis.rounds import Round, Rules, round_table
 from scalebench.analysis.scaling import usable
 
 # the gradient reduction reaches less than this share of its own plateau bus bandwidth: latency-bound
@@ -72,6 +76,56 @@ def runner_up(verdicts: pd.DataFrame, framework: str, backend: str, variant: str
         "p_holm": number(row["p_holm"]),
         "verdict": row["verdict"],
     }
+
+
+def comparison(row: pd.Series) -> dict:
+    """A verdict row the answer rests on, as answer.json holds it."""
+    integer = lambda value: int(value) if pd.notna(value) else None  # noqa: E731
+    return {
+        "kind": row["kind"],
+        "compared": row["compared"],
+        "framework": row["framework"],
+        "backend": row["backend"],
+        "variant": row["variant"],
+        "gpus": int(row["gpus"]),
+        "a": row["a"],
+        "b": row["b"],
+        "ratio": number(row["ratio"]),
+        "low": number(row["low"]),
+        "high": number(row["high"]),
+        "p_holm": number(row["p_holm"]),
+        "seeds_a": int(row["seeds_a"]),
+        "seeds_b": int(row["seeds_b"]),
+        "state": row["state"],
+        "bound": number(row["bound"]),
+        "verdict": row["verdict"],
+        "round": integer(row["round"]),
+        "decided_seeds": integer(row["decided_seeds"]),
+        "open_reason": row["open_reason"] if isinstance(row["open_reason"], str) else None,
+    }
+
+
+def comparison_text(found: dict) -> str:
+    """A comparison's verdict with how many seeds it took (the round that decided it) or why it is open."""
+    text = found["verdict"]
+    if found["round"] is not None:
+        text += f", decided in round {found['round']} at n = {found['decided_seeds']}"
+    elif found["open_reason"]:
+        text += f"; still open: {found['open_reason']}"
+    return text
+
+
+def comparison_sentence(found: dict, best: str) -> str:
+    """'Against horovod: faster by 12% (8-16%; n = 3), decided in round 1.' (the best backend's view)."""
+    other = found["b"] if found["a"] == best else found["a"]
+    what = "Against" if found["kind"] == "throughput" else "To the target, against"
+    return f"{what} {other}: {comparison_text(found)}."
+
+
+def frameworks_sentence(found: dict) -> str:
+    """'On native at 2 GPUs, torch against tensorflow: faster by 40% (31-50%; n = 3).'"""
+    where = series_name(found["backend"], found["variant"])
+    return f"On {where} at {gpus_text(found['gpus'])}, {found['a']} against {found['b']}: {comparison_text(found)}."
 
 
 def largest_loss(table: pd.DataFrame, framework: str, backend: str, variant: str, gpus: int) -> dict:
@@ -196,9 +250,7 @@ def sentences(fact: dict) -> list[str]:
             f"{best['efficiency']:.2f}{interval} against {gpus_text(fact['base_gpus'])} ({seeds})."
         )
     said = [lead]
-    versus = fact["versus"]
-    if versus is not None:
-        said.append(f"Against {versus['backend']}: {versus['verdict']}.")
+    said += [comparison_sentence(found, best["backend"]) for found in fact["comparisons"]]
     loss = fact["loss"]
     if "term" in loss:
         measured, ideal = loss["measured_s"], loss["ideal_s"]
@@ -248,6 +300,7 @@ def framework_fact(
     table: pd.DataFrame,
     verdicts: pd.DataFrame,
     collectives: pd.DataFrame,
+    rested_on: pd.DataFrame,
 ) -> dict:
     gpus = int(cells["gpus"].max())
     best = best_series(cells[cells["gpus"] == gpus])
@@ -268,6 +321,11 @@ def framework_fact(
             "efficiency_high": number(row["efficiency_epoch_time_hi"]) if row is not None else None,
         },
         "versus": runner_up(verdicts, framework, backend, variant, gpus),
+        "comparisons": [
+            comparison(row)
+            for _, row in rested_on.iterrows()
+            if row["compared"] == "backends" and row["framework"] == framework and row["gpus"] == gpus
+        ],
         "loss": largest_loss(table, framework, backend, variant, gpus),
         "reduction": reduction(collectives, framework, backend, variant, gpus),
         "width": width_crossover(runs, table, framework, backend, gpus),
@@ -282,15 +340,19 @@ def answer(
     table: pd.DataFrame,
     verdicts: pd.DataFrame,
     collectives: pd.DataFrame,
+    rounds: list[Round] | None = None,
+    rules: Rules | None = None,
 ) -> dict:
-    """answer.json (module docstring)."""
+    """answer.json (module docstring); `rounds`, `rules`: matrix.seeds {initial, max} (rounds.replay)."""
     own = runs[runs["source"] == OWN_SOURCE]
     good = usable(own)
     good = good[good["images_per_s"].notna() & (good["images_per_s"] > 0)]
+    rested_on = answer_rows(verdicts, runs)
     facts = [
-        framework_fact(framework, cells, runs, scaling, table, verdicts, collectives)
+        framework_fact(framework, cells, runs, scaling, table, verdicts, collectives, rested_on)
         for framework, cells in good.groupby("framework", sort=True)
     ]
+    across = [comparison(row) for _, row in rested_on.iterrows() if row["compared"] == "frameworks"]
     notes = []
     if own.empty:
         notes.append("The study has no cells of its own.")
@@ -305,4 +367,57 @@ def answer(
                 "One seed per cell: no difference between backends can be told from the noise between seeds "
                 "(matrix.seeds)."
             )
-    return {"frameworks": facts, "notes": notes}
+    notes += imported_notes(runs)
+    spent = rounds_fact(runs, rounds, rules) if rounds and rules else None
+    if spent is not None:
+        notes.append(spent["sentence"])
+    return {
+        "frameworks": facts,
+        "frameworks_compared": across,
+        "frameworks_sentences": [frameworks_sentence(found) for found in across],
+        "rounds": spent,
+        "notes": notes,
+    }
+
+
+def rounds_fact(runs: pd.DataFrame, rounds: list[Round], rules: Rules) -> dict:
+    """What the rounds of matrix.seeds {initial, max} added and cost (rounds.csv's rows), in a sentence."""
+    rows = round_table(rounds, runs)
+    own = runs[runs["source"] == OWN_SOURCE]
+    first = own[own["seed"] <= rules.initial]
+    first_hours, added_hours = (
+        float(first["gpu_hours"].sum(min_count=1)),
+        float(rows["added_gpu_hours"].sum(min_count=1)),
+    )
+    added = int(rows["added"].sum())
+    hours = lambda value: f"{value:.3g} GPU-hours" if math.isfinite(value) else "GPU-hours not known"  # noqa: E731
+    sentence = (
+        f"Seeds until sure (matrix.seeds initial {rules.initial}, max {rules.max}): the first seeds' "
+        f"{len(first)} cells took {hours(first_hours)}; {len(rounds)} round{'s' if len(rounds) != 1 else ''} "
+        f"added {added} cell{'s' if added != 1 else ''} ({hours(added_hours)}); {rounds[-1].stopped}."
+    )
+    return {
+        "initial": rules.initial,
+        "max": rules.max,
+        "equivalence": rules.equivalence,
+        "first_cells": len(first),
+        "first_gpu_hours": number(first_hours),
+        "added_cells": added,
+        "added_gpu_hours": number(added_hours),
+        "rounds": json.loads(rows.to_json(orient="records")),
+        "stopped": rounds[-1].stopped,
+        "sentence": sentence,
+    }
+
+
+def imported_notes(runs: pd.DataFrame) -> list[str]:
+    """What an imported study's logs can be compared on, said once per study."""
+    notes = []
+    for source in sorted(set(runs["source"]) - {OWN_SOURCE}):
+        notes.append(
+            f"Imported study {source}: its logs record no images per second, so its backends are compared on "
+            "their steady epoch time (every epoch the same work); its time to target is its training time where "
+            "its one IOU, evaluated after training, reached the target (verdicts.csv, source "
+            f"{source})."
+        )
+    return notes

@@ -460,6 +460,14 @@ def collect(
     return sort_runs(runs_frame(rows)), sort_runs(epochs_frame(epoch_rows))
 
 
+def study_entries(cells: list[dict], runs: pd.DataFrame) -> list[dict]:
+    """The entries of `cells` (collect_runs' list: with rounds, every cell a round could add) that are
+    rows of runs.csv, the study's cells."""
+    own = runs[runs["source"] == OWN_SOURCE]
+    rows = set(zip(*(own[name] for name in KEYS), strict=True))
+    return [entry for entry in cells if tuple(entry.get(name, "") for name in KEYS) in rows]
+
+
 def sort_runs(frame: pd.DataFrame) -> pd.DataFrame:
     order = ["source", *KEYS] + (["epoch"] if "epoch" in frame else [])
     return frame.sort_values(order, kind="stable", na_position="first").reset_index(drop=True)

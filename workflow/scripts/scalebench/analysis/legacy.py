@@ -11,6 +11,13 @@ one cell and get intervals as our own cells do, paired by repeat number (the
 reference studies ran repeat k of every world size with the same code and seed).
 Each file becomes one runs.csv row (status ok) and its epochs.csv rows, with
 source = the label. A malformed file is skipped and reported by name, never silently.
+
+What a log can give the verdicts (verdicts.py): no images per second, but the epoch time, for the
+same work in every cell of a world size (the reference studies divide one global batch over the
+ranks); and a time to the target where the run reached it: the log evaluates the test IOU once,
+after the last epoch, so its time to target is the whole training time where that IOU reached
+training.target_iou (the evaluation the log has, as our cells' time to target is at their evaluated
+epochs), and empty with the reason where it did not.
 """
 
 from __future__ import annotations
@@ -72,8 +79,17 @@ def read_log(path: Path) -> pd.DataFrame:
     return numbers.reset_index(drop=True)
 
 
-def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list[Skipped]]:
-    """runs rows, epoch rows and skipped files of one legacy entry."""
+def time_to_target(iou: float, training_time: float, target: float | None) -> tuple[float, str | None]:
+    """A log's time to the target and why it is empty (the module docstring)."""
+    if target is None:
+        return math.nan, "no target IOU given"
+    if iou < target:
+        return math.nan, f"the log's one IOU, after training, is {iou:.3f}, below the target {target}"
+    return training_time, None
+
+
+def import_folder(entry: dict, index: int, target: float | None = None) -> tuple[list[dict], list[dict], list[Skipped]]:
+    """runs rows, epoch rows and skipped files of one legacy entry (`target`: training.target_iou)."""
     runs, epochs, skipped = [], [], []
     files = legacy_files(entry, index)
     if not files:
@@ -104,6 +120,7 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
         }
         last = table.iloc[-1]
         times = table["time_per_epoch"].tolist()
+        to_target, to_target_reason = time_to_target(float(last["iou"]), float(last["training_time"]), target)
         runs.append(
             {
                 **keys,
@@ -115,6 +132,8 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
                 "first_epoch_s": times[0],
                 "test_time_s": float(last["test_time"]),
                 "iou": float(last["iou"]),
+                "time_to_target_s": to_target,
+                "time_to_target_reason": to_target_reason,
                 "images_per_s": math.nan,
                 "images_per_s_per_gpu": math.nan,
                 "data_wait_s": math.nan,
@@ -140,14 +159,15 @@ def import_folder(entry: dict, index: int) -> tuple[list[dict], list[dict], list
     return runs, epochs, skipped
 
 
-def import_all(entries: list[dict]) -> tuple[list[dict], list[dict], list[Skipped]]:
-    """Every legacy entry's runs rows, epoch rows and skipped files (labels as the config validation checks them)."""
+def import_all(entries: list[dict], target: float | None = None) -> tuple[list[dict], list[dict], list[Skipped]]:
+    """Every legacy entry's runs rows, epoch rows and skipped files (labels as the config validation
+    checks them; `target`: training.target_iou)."""
     runs, epochs, skipped = [], [], []
     problems = legacy_label_problems(entries)
     if problems:
         raise LegacyError("; ".join(problems))
     for index, entry in enumerate(entries):
-        entry_runs, entry_epochs, entry_skipped = import_folder(entry, index)
+        entry_runs, entry_epochs, entry_skipped = import_folder(entry, index, target)
         runs += entry_runs
         epochs += entry_epochs
         skipped += entry_skipped

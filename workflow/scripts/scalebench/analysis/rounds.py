@@ -21,6 +21,7 @@ time, each reading the file the round before wrote.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 
@@ -89,13 +90,12 @@ class Round:
         """The round's file (config/seeds.py read_round reads its cells and adds)."""
         shown = ["kind", "compared", "framework", "backend", "variant", "gpus", "a", "b", "seeds_a", "seeds_b"]
         shown += ["ratio", "low", "high", "p_holm", "state", "verdict", "open_reason"]
-        rows = self.comparisons[shown].astype(object).where(self.comparisons[shown].notna(), None)
         return {
             "round": self.number,
             "cells": list(self.cells),
             "adds": list(self.adds),
             "stopped": self.stopped,
-            "comparisons": rows.to_dict("records"),
+            "comparisons": json.loads(self.comparisons[shown].to_json(orient="records")),  # NaN: null
         }
 
 

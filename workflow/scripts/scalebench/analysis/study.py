@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalebench.analysis import collect as analysis
-from scalebench.analysis import completeness, legacy
+from scalebench.analysis import completeness, legacy, rounds
 from scalebench.rerun import Invocation
 
 
@@ -19,6 +19,7 @@ class Summary:
     epochs: pd.DataFrame
     provenance: pd.DataFrame
     incomplete: pd.DataFrame
+    cells: list[dict]  # the study's cells (collect_runs' entries): with rounds, those they added
 
 
 def collect_study(
@@ -30,12 +31,17 @@ def collect_study(
     data_key: str | None = None,
     left_out: list[dict] | None = None,
     submit_errors: dict[str, str] | None = None,
+    rules: rounds.Rules | None = None,
 ) -> Summary:
     """submit_errors: {a job's output path: why its sbatch failed} (submissions.submit_errors): the
-    reason of a missing cell whose job never started."""
+    reason of a missing cell whose job never started. rules: matrix.seeds {initial, max}, whose
+    `cells` are every cell a round could add: the study's are those the rounds added (rounds.replay,
+    from the records, as the rounds' checkpoints decided them)."""
     runs, epochs = analysis.collect(runs_root, cells, target_iou, data_key)
     runs = never_started(runs, runs_root, submit_errors or {})
-    legacy_runs, legacy_epochs, skipped = legacy.import_all(legacy_entries)
+    if rules is not None:
+        cells, runs, epochs = added_by_rounds(cells, runs, epochs, rules)
+    legacy_runs, legacy_epochs, skipped = legacy.import_all(legacy_entries, target_iou)
     for skip in skipped:
         print(f"WARNING: legacy file skipped: {skip.path}: {skip.reason}", file=sys.stderr)
     if legacy_runs:
@@ -46,6 +52,24 @@ def collect_study(
         epochs=epochs,
         provenance=analysis.provenance(runs[runs["source"] == analysis.OWN_SOURCE]),
         incomplete=completeness.incomplete(runs, skipped, invocation, left_out or []),
+        cells=cells,
+    )
+
+
+def added_by_rounds(
+    cells: list[dict], runs: pd.DataFrame, epochs: pd.DataFrame, rules: rounds.Rules
+) -> tuple[list[dict], pd.DataFrame, pd.DataFrame]:
+    """The entries, runs rows and epoch rows of the cells the rounds read: the first seeds and those the
+    rounds added; a cell a round could have added but did not (an earlier study's, on disk) is left out."""
+    keys = lambda frame: list(zip(*(frame[name] for name in analysis.KEYS), strict=True))  # noqa: E731
+    possible = set(keys(runs))
+    study = rounds.study_keys(rounds.replay(runs, rules, possible))
+    entry_key = lambda entry: tuple(entry.get(name, "") for name in analysis.KEYS)  # noqa: E731
+    kept = [key in study for key in keys(runs)]
+    return (
+        [entry for entry in cells if entry_key(entry) in study],
+        runs[kept].reset_index(drop=True),
+        epochs[[key in study for key in keys(epochs)]].reset_index(drop=True),
     )
 
 

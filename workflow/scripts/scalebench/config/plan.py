@@ -221,6 +221,11 @@ class StudyPlan:
             sort_keys=True,
         )
 
+    def possible_keys_json(self) -> str:
+        """The keys of every cell the study can run, a round's too: the answer replays the rounds
+        (analysis/rounds.py) with what they could add."""
+        return json.dumps([{name: cell.key()[name] for name in ROUND_KEYS} for cell in self.possible])
+
     def first_cells_json(self) -> str:
         """The keys of the cells the first round reads (config/seeds.py ROUND_KEYS)."""
         return json.dumps([{name: cell.key()[name] for name in ROUND_KEYS} for cell in self.cells])

@@ -25,6 +25,8 @@ def answer_text(facts: dict) -> str:
     lines = ["The answer", "----------", ""]
     for fact in facts["frameworks"]:
         lines += ["- " + plain(" ".join(fact["sentences"])), ""]
+    for sentence in facts.get("frameworks_sentences", []):  # the frameworks on each backend
+        lines += [f"- {plain(sentence)}", ""]
     for note in facts.get("notes", []):
         lines += [f"- {plain(note)}", ""]
     hosts = facts.get("hosts") or {}  # slow nodes and drift (analysis/host_findings.py)

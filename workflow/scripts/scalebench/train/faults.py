@@ -43,6 +43,12 @@ And one in every epoch, which the host analysis must find (analysis/hosts.py):
 - ``slow_host:NAME:SECONDS``: every rank on node NAME (its name as the records give it:
   SLURM's node name, else the hostname; provenance.host_name) computes SECONDS longer in every
   step of every epoch, as on a node with a throttled GPU or a noisy neighbour.
+
+And one for the verdicts and the rounds of matrix.seeds (analysis/rounds.py), in every epoch:
+
+- ``slow_backend:NAME:SECONDS``: every rank of a cell of backend NAME computes SECONDS longer in
+  every step of every epoch, as a backend with a slower step would (the other backends' cells of
+  the same run are untouched).
 """
 
 from __future__ import annotations
@@ -98,8 +104,8 @@ class Delays:
     loader_s: float = 0.0
 
 
-def delays(rank: int, epoch: int) -> Delays:
-    """The delays SCALEBENCH_FAULT sets for `rank` in 0-based `epoch` (none: all 0)."""
+def delays(rank: int, epoch: int, backend: str = "") -> Delays:
+    """The delays SCALEBENCH_FAULT sets for `rank` of a cell of `backend` in 0-based `epoch` (none: all 0)."""
     found = {}
     for kind, argument in faults():
         if kind in ("slow_loader", "slow_comm"):
@@ -114,13 +120,19 @@ def delays(rank: int, epoch: int) -> Delays:
             node, seconds = argument.rsplit(":", 1)
             if node == host_name():
                 found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
+        elif kind == "slow_backend":
+            name, seconds = argument.rsplit(":", 1)
+            if name == backend:
+                found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
     return Delays(**found)
 
 
 def injects(kind: str) -> bool:
     """Whether SCALEBENCH_FAULT names a delay of `kind` for some rank and epoch: a compiled step
     gets its sleep only then, so a run without faults trains with exactly its own ops."""
-    return any(name == kind or (name, kind) == ("slow_host", "slow_compute") for name, _ in faults())
+    return any(
+        name == kind or (name in ("slow_host", "slow_backend") and kind == "slow_compute") for name, _ in faults()
+    )
 
 
 def delayed(batches: Iterable, seconds: float) -> Iterator:

@@ -1,0 +1,102 @@
+"""The rounds of matrix.seeds {initial, max} through the real workflow, on CPU ranks of one rank each:
+a backend slowed by a fifth is decided by the first seeds and nothing is added; two backends of the
+same speed go on, round by round, to max seeds or stop inside the band of equivalence, and the
+answer says which; a start after the first round goes on from it, and a rerun adds nothing.
+
+Each step's time is a sleep of the fault hooks (SCALEBENCH_FAULT slow_backend, train/faults.py) that
+is most of it, so what the seeds show is the sleep's, on any machine: a few seconds a cell."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from conftest import run_snakemake, tiny_config
+
+pytestmark = pytest.mark.integration
+
+STEP_S = 0.3  # each step's sleep: most of a step of 4 images of 32 x 48 on one CPU core
+
+
+def study(initial: int, most: int) -> dict:
+    matrix = {"frameworks": ["torch"], "backends": ["native", "dp"], "gpus": [1]}
+    config = tiny_config(matrix=matrix, training={"epochs": 3})
+    config["matrix"]["seeds"] = {"initial": initial, "max": most}
+    return config
+
+
+def slowed(native_s: float, dp_s: float) -> dict[str, str]:
+    return {"SCALEBENCH_FAULT": f"slow_backend:native:{native_s},slow_backend:dp:{dp_s}"}
+
+
+def summary(workdir, name: str) -> pd.DataFrame:
+    return pd.read_csv(workdir / "results" / "summary" / name, dtype={"variant": str, "open_reason": str})
+
+
+def test_a_backend_slower_by_a_fifth_is_decided_by_the_first_seeds_and_no_round_adds_one(tmp_path):
+    result = run_snakemake(tmp_path, study(3, 5), "--cores", "2", env=slowed(STEP_S, 1.2 * STEP_S))
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = summary(tmp_path, "runs.csv")
+    assert sorted(runs["seed"]) == [1, 1, 2, 2, 3, 3] and set(runs["status"]) == {"ok"}
+    assert not (tmp_path / "results/runs/torch/dp/g1/s4/run.json").exists()  # planned, never trained
+    (rounds,) = summary(tmp_path, "rounds.csv").to_dict("records")
+    assert (rounds["round"], rounds["added"], rounds["stopped"]) == (
+        1,
+        0,
+        "every comparison the answer rests on is decided",
+    )
+    verdicts = summary(tmp_path, "verdicts.csv")
+    (row,) = verdicts[verdicts["kind"] == "throughput"].to_dict("records")
+    assert (row["a"], row["b"], row["state"], row["round"], row["decided_seeds"]) == ("native", "dp", "different", 1, 3)
+    assert 1.1 < row["ratio"] < 1.3 and row["verdict"].startswith("faster by")
+    answer = json.loads((tmp_path / "results/summary/answer.json").read_text())
+    (torch,) = answer["frameworks"]
+    assert f"Against dp: {row['verdict']}, decided in round 1 at n = 3." in torch["sentences"]
+    assert answer["rounds"]["added_cells"] == 0 and answer["rounds"]["first_cells"] == 6
+    assert answer["rounds"]["sentence"] in (tmp_path / "results/report/landing.rst").read_text()
+
+
+def test_equal_backends_go_on_to_max_or_stop_in_the_band_and_a_later_start_goes_on_from_the_last_round(tmp_path):
+    config, env = study(2, 4), slowed(STEP_S, STEP_S)
+    first = run_snakemake(tmp_path, config, "--cores", "2", "results/plan/rounds/round-1.json", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    round_one = tmp_path / "results/plan/rounds/round-1.json"
+    trained = {path: path.stat().st_mtime for path in (tmp_path / "results/runs").glob("torch/*/g1/s*/run.json")}
+    assert len(trained) == 4 and json.loads(round_one.read_text())["round"] == 1
+    decided_then = round_one.stat().st_mtime
+
+    result = run_snakemake(tmp_path, config, "--cores", "2", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the second start went on from round 1: neither it nor the first cells ran again
+    assert round_one.stat().st_mtime == decided_then
+    assert all(path.stat().st_mtime == when for path, when in trained.items())
+    runs, rounds = summary(tmp_path, "runs.csv"), summary(tmp_path, "rounds.csv")
+    verdicts = summary(tmp_path, "verdicts.csv")
+    (row,) = verdicts[verdicts["kind"] == "throughput"].to_dict("records")
+    seeds = runs.groupby("backend")["seed"].apply(sorted).to_dict()
+    answer = json.loads((tmp_path / "results/summary/answer.json").read_text())
+    (torch,) = answer["frameworks"]
+    (said,) = [sentence for sentence in torch["sentences"] if sentence.startswith("Against ")]
+    # equal speeds: either the interval fell inside the band (decided, and the answer says in which
+    # round), or the rounds went on to max seeds and the comparison is open, saying what it rules out
+    assert row["state"] in ("equivalent", "open"), row
+    if row["state"] == "equivalent":
+        assert row["verdict"] == f"no difference larger than 2% (n = {row['decided_seeds']})"
+        assert said.endswith(f"decided in round {row['round']} at n = {row['decided_seeds']}.")
+        assert rounds["stopped"].iloc[-1] == "every comparison the answer rests on is decided"
+    else:
+        assert seeds == {"dp": [1, 2, 3, 4], "native": [1, 2, 3, 4]}
+        assert row["verdict"].startswith("no difference the seeds can show (n = 4): none larger than")
+        assert (
+            row["open_reason"]
+            == "torch/native/g1 ran 4 seeds (matrix.seeds max 4); torch/dp/g1 ran 4 seeds (matrix.seeds max 4)"
+        )
+        assert said.endswith(f"; still open: {row['open_reason']}.")
+    # each round added one seed to both sides, or nothing (the last)
+    assert list(rounds["added"][:-1]) == [2] * (len(rounds) - 1) and rounds["added"].iloc[-1] == 0
+    assert seeds["dp"] == seeds["native"] == list(range(1, 3 + len(rounds) - 1))
+    assert said in (tmp_path / "results/report/landing.rst").read_text()
+
+    again = run_snakemake(tmp_path, config, "--cores", "2", "-n", env=env)
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
