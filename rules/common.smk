@@ -157,14 +157,13 @@ def round_inputs(wildcards):
     what decides the rounds (a changed one decides them again, from the same records)."""
     number = int(wildcards.round)
     cells = round_read(number)
-    inputs = {
+    before = {"previous": sb_seeds.round_file(number - 1)} if number > 1 else {}
+    return {
         "metrics": [f"{cell.folder}/metrics.jsonl" for cell in cells],
         "runs": [f"{cell.folder}/run.json" for cell in cells],
         "stamp": sb_seeds.ROUNDS_STAMP,
+        **before,
     }
-    if number > 1:
-        inputs["previous"] = sb_seeds.round_file(number - 1)
-    return inputs
 
 
 def last_round():

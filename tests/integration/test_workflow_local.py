@@ -123,11 +123,15 @@ def test_tiny_study_runs_to_the_report_with_its_answer(tmp_path):
     assert sorted(speed["gpus"]) == [1, 2] and (speed[["seeds_a", "seeds_b"]] == 2).all().all()
     for _, row in speed.iterrows():
         assert row["ratio"] >= 1 and row["low"] < row["ratio"] < row["high"] and 0 <= row["p"] <= row["p_holm"] <= 1
-        found = row["p_holm"] < 0.05
-        assert (
-            row["verdict"].startswith("faster by")
-            if found
-            else row["verdict"] == "no difference the seeds can show (n = 2)"
+        inside = 1 / 1.02 <= row["low"] and row["high"] <= 1.02  # verdicts.equivalence's default band
+        state = "equivalent" if inside else "different" if row["p_holm"] < 0.05 else "open"
+        assert row["state"] == state
+        assert row["verdict"].startswith(
+            {
+                "different": "faster by",
+                "equivalent": "no difference larger than 2% (n = 2)",
+                "open": "no difference the seeds can show (n = 2): none larger than",
+            }[state]
         )
     # the waterfall of each backend at 2 ranks adds up to its measured epoch
     losses = pd.read_csv(summary / "waterfall.csv")
