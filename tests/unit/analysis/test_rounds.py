@@ -4,40 +4,24 @@ its most seeds or to one whose last seed failed (named), and its sequence replay
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 import pytest
 from scalebench.analysis import rounds
 from scalebench.analysis.rounds import Rules
+from test_verdicts import cells as verdict_cells
 
 pytestmark = pytest.mark.unit
 
 RULES = Rules(initial=3, max=5, equivalence=0.02)
 
 
-def cells(framework: str, backend: str, gpus: int, speeds, status=None, seeds=None) -> list[dict]:
-    seeds = list(seeds or range(1, len(speeds) + 1))
-    status = list(status or ["ok"] * len(speeds))
-    return [
-        {
-            "source": "scalebench",
-            "framework": framework,
-            "backend": backend,
-            "variant": "",
-            "gpus": gpus,
-            "seed": seed,
-            "status": state,
-            "reason": "" if state == "ok" else "rank 1 exited with 1",
-            "train_time_s": 100.0,
-            "steady_epoch_s": 10.0,
-            "images_per_s": speed,
-            "time_to_target_s": math.nan,
-            "gpu_hours": 0.01 * gpus,
-        }
-        for seed, speed, state in zip(seeds, speeds, status, strict=True)
-    ]
+def cells(framework: str, backend: str, gpus: int, speeds, status=None) -> list[dict]:
+    """runs.csv rows of one configuration, seeds 1, 2, ... (test_verdicts' rows), with their status."""
+    rows = verdict_cells(backend, speeds, framework=framework, gpus=gpus)
+    for row, state in zip(rows, status or ["ok"] * len(rows), strict=True):
+        row.update(status=state, reason="" if state == "ok" else "rank 1 exited with 1", gpu_hours=0.01 * gpus)
+    return rows
 
 
 def steady(mean: float, seeds: int = 3) -> list[float]:

@@ -15,8 +15,7 @@ from conftest import tiny_config
 from scalebench.cell import Cell
 from scalebench.cluster import nvidia_smi
 from scalebench.config import ConfigError, plan, planning, seeds, validate
-
-from tests.unit.config.test_plan import start
+from test_plan import start
 
 pytestmark = pytest.mark.unit
 
