@@ -66,10 +66,14 @@ def test_disk_full_limits_rank_0_s_files_from_its_epoch_on(tmp_path):
     assert (tmp_path / "big").stat().st_size == 4096
 
 
-def test_slow_backend_slows_every_rank_of_its_backend_only_in_every_epoch(monkeypatch):
-    """The rounds' tests slow one backend's cells of a run (analysis/rounds.py): its ranks compute longer
-    in every epoch, added to a slow host's delay; another backend's ranks are untouched."""
-    monkeypatch.setenv("SCALEBENCH_FAULT", "slow_host:elsewhere:1.0,slow_backend:dp:0.05")
-    assert faults.delays(0, 0, "dp") == faults.delays(1, 7, "dp") == faults.Delays(compute_s=0.05)
-    assert faults.delays(0, 0, "native") == faults.delays(0, 0) == faults.Delays()
+def test_slow_cell_slows_every_rank_of_the_cells_it_names_in_every_epoch(monkeypatch):
+    """The rounds' tests slow some cells of a run (analysis/rounds.py): one backend's, one seed's; the
+    entries add up, with a slow host's delay too; the other cells' ranks are untouched."""
+    monkeypatch.setenv("SCALEBENCH_FAULT", "slow_host:elsewhere:1.0,slow_cell:*/dp/*:0.5,slow_cell:*/s1:0.25")
+    assert (
+        faults.delays(0, 0, "torch/dp/g1/s2") == faults.delays(1, 7, "torch/dp/g2/s2") == faults.Delays(compute_s=0.5)
+    )
+    assert faults.delays(0, 0, "torch/dp/g1/s1") == faults.Delays(compute_s=0.75)
+    assert faults.delays(0, 0, "torch/native/g1/s1") == faults.Delays(compute_s=0.25)
+    assert faults.delays(0, 0, "torch/native/g1/s2") == faults.delays(0, 0) == faults.Delays()
     assert faults.injects("slow_compute") and not faults.injects("slow_reduce")

@@ -112,8 +112,18 @@ def label(framework: str, backend: str, variant: str, gpus: int, seed: int | Non
     return path if seed is not None else path.rsplit("/", 1)[0]
 
 
-def next_seed(own: pd.DataFrame, side: tuple, rules: Rules, possible: set[tuple] | None) -> tuple[dict | None, str]:
-    """The next cell of configuration `side` (its keys), or None with why it gets none."""
+@dataclass(frozen=True)
+class NextSeed:
+    """A configuration's next cell (its keys), or None with why it gets none (`failed`: its last seed
+    did not end ok, which stops its comparison)."""
+
+    key: dict | None
+    why: str = ""
+    failed: bool = False
+
+
+def next_seed(own: pd.DataFrame, side: tuple, rules: Rules, possible: set[tuple] | None) -> NextSeed:
+    """The next cell of configuration `side` (config/seeds.py configuration) after the cells of `own`."""
     framework, backend, variant, gpus = side
     tried = own[
         (own["framework"] == framework)
@@ -122,17 +132,17 @@ def next_seed(own: pd.DataFrame, side: tuple, rules: Rules, possible: set[tuple]
         & (own["gpus"] == gpus)
     ]
     if tried.empty:
-        return None, f"{label(*side)} has no cell"
+        return NextSeed(None, f"{label(*side)} has no cell", failed=True)
     last = tried.loc[tried["seed"].idxmax()]
     if last["status"] != "ok":
         why = f": {last['reason']}" if last["reason"] else ""
-        return None, f"{label(*side, int(last['seed']))} ended {last['status']}{why}"
+        return NextSeed(None, f"{label(*side, int(last['seed']))} ended {last['status']}{why}", failed=True)
     if len(tried) >= rules.max:
-        return None, f"{label(*side)} ran {len(tried)} seeds (matrix.seeds max {rules.max})"
+        return NextSeed(None, f"{label(*side)} ran {len(tried)} seeds (matrix.seeds max {rules.max})")
     key = key_of(last) | {"seed": int(last["seed"]) + 1}
     if possible is not None and tuple(key[name] for name in KEYS) not in possible:
-        return None, f"{label(**key)} is not a cell this study can run"
-    return key, ""
+        return NextSeed(None, f"{label(**key)} is not a cell this study can run")
+    return NextSeed(key)
 
 
 def decide(runs: pd.DataFrame, rules: Rules, number: int, possible: set[tuple] | None = None) -> Round:
@@ -148,10 +158,9 @@ def decide(runs: pd.DataFrame, rules: Rules, number: int, possible: set[tuple] |
             reasons.append(None)
             continue
         found = [next_seed(own, side, rules, possible) for side in sides(row)]
-        failed = [why for key, why in found if key is None and " ended " in why]
-        added = [key for key, _ in found if key is not None]
-        if failed or not added:
-            reasons.append("; ".join(why for key, why in found if key is None))
+        added = [side.key for side in found if side.key is not None]
+        if any(side.failed for side in found) or not added:  # a failure stops it: no seed for either side
+            reasons.append("; ".join(side.why for side in found if side.key is None))
             continue
         adds.update({tuple(key[name] for name in KEYS): key for key in added})
         reasons.append(None)

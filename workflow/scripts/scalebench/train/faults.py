@@ -46,13 +46,15 @@ And one in every epoch, which the host analysis must find (analysis/hosts.py):
 
 And one for the verdicts and the rounds of matrix.seeds (analysis/rounds.py), in every epoch:
 
-- ``slow_backend:NAME:SECONDS``: every rank of a cell of backend NAME computes SECONDS longer in
-  every step of every epoch, as a backend with a slower step would (the other backends' cells of
-  the same run are untouched).
+- ``slow_cell:PATTERN:SECONDS``: every rank of a cell whose path (``torch/dp/g1/s2``) matches the
+  shell pattern PATTERN (``*/dp/*``: one backend's cells; ``*/s1``: every cell of seed 1) computes
+  SECONDS longer in every step of every epoch, as a backend with a slower step would; several
+  entries add up, and the other cells of the same run are untouched.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import resource
 import time
@@ -104,8 +106,9 @@ class Delays:
     loader_s: float = 0.0
 
 
-def delays(rank: int, epoch: int, backend: str = "") -> Delays:
-    """The delays SCALEBENCH_FAULT sets for `rank` of a cell of `backend` in 0-based `epoch` (none: all 0)."""
+def delays(rank: int, epoch: int, cell: str = "") -> Delays:
+    """The delays SCALEBENCH_FAULT sets for `rank` of the cell whose path is `cell` in 0-based `epoch`
+    (none: all 0)."""
     found = {}
     for kind, argument in faults():
         if kind in ("slow_loader", "slow_comm"):
@@ -120,9 +123,9 @@ def delays(rank: int, epoch: int, backend: str = "") -> Delays:
             node, seconds = argument.rsplit(":", 1)
             if node == host_name():
                 found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
-        elif kind == "slow_backend":
-            name, seconds = argument.rsplit(":", 1)
-            if name == backend:
+        elif kind == "slow_cell":
+            pattern, seconds = argument.rsplit(":", 1)
+            if cell and fnmatch.fnmatchcase(cell, pattern):
                 found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
     return Delays(**found)
 
@@ -130,9 +133,7 @@ def delays(rank: int, epoch: int, backend: str = "") -> Delays:
 def injects(kind: str) -> bool:
     """Whether SCALEBENCH_FAULT names a delay of `kind` for some rank and epoch: a compiled step
     gets its sleep only then, so a run without faults trains with exactly its own ops."""
-    return any(
-        name == kind or (name in ("slow_host", "slow_backend") and kind == "slow_compute") for name, _ in faults()
-    )
+    return any(name == kind or (name in ("slow_host", "slow_cell") and kind == "slow_compute") for name, _ in faults())
 
 
 def delayed(batches: Iterable, seconds: float) -> Iterator:

@@ -339,7 +339,7 @@ class TensorFlowFramework:
     # --- an epoch
 
     def epoch_batches(self, epoch: int, learning_rate: float):
-        delays = faults.delays(self.backend.rank, epoch, self.backend.name)
+        delays = faults.delays(self.backend.rank, epoch, self.run.cell.path)
         for name, variable in self.delays.items():
             variable.assign(getattr(delays, f"{name}_s"))
         if self.marks is not None:

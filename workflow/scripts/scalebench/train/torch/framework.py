@@ -161,7 +161,7 @@ class TorchFramework:
     # --- an epoch
 
     def epoch_batches(self, epoch: int, learning_rate: float):
-        self.delays = faults.delays(self.backend.rank, epoch, self.backend.name)
+        self.delays = faults.delays(self.backend.rank, epoch, self.run.cell.path)
         if self.marks is not None:
             self.marks.start_epoch()
         for group in self.optimizer.param_groups:
