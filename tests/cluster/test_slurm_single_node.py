@@ -10,6 +10,7 @@ import shutil
 import pytest
 from conftest import REPO
 from scalebench import config as sb_config
+from scalebench.config import run_order
 
 from .conftest import cluster_config, describe, implemented_backends, read_run, run_slurm_snakemake, slurm_jobs
 
@@ -103,6 +104,39 @@ def test_two_cells_on_one_node_at_once_use_different_ports(single_node, tmp_path
         log = (tmp_path / "results" / "runs" / "torch" / "native" / "g2" / f"s{seed}" / "train.log").read_text()
         ports |= set(re.findall(r"process group \w+ via srun at [\d.]+:(\d+)", log))
     assert len(ports) == 2, ports
+
+
+def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(single_node, tmp_path):
+    """matrix.seeds {initial: 2, max: 3}: two backends of the same speed whose odd seeds are slower (the
+    fault hooks' sleeps: tests/integration/test_seed_rounds.py) leave their comparison open after the
+    first seeds; the round adds seed 3 of both, each a SLURM job, submitted in the order order.seed
+    draws, and the next round stops at max."""
+    config = cluster_config(backends=("native", "dp"), gpus=(1,))
+    config["matrix"]["seeds"] = {"initial": 2, "max": 3}
+    config["dataset"]["image_size"] = [16, 16]
+    config["training"].update(epochs=4, steps_per_epoch=2)
+    faults = ("slow_cell:*/g1/*:1.0", "slow_cell:*/s1:0.2", "slow_cell:*/s3:0.2")
+    answer = ("results/summary/answer.json", "results/report/landing.rst")
+    result = run_slurm_snakemake(single_node, tmp_path, config, *answer, env={"SCALEBENCH_FAULT": ",".join(faults)})
+    assert result.returncode == 0, describe(result, tmp_path)
+    with open(tmp_path / "results" / "summary" / "rounds.csv") as handle:
+        rounds = list(csv.DictReader(handle))
+    assert [(row["added"], row["added_cells"]) for row in rounds] == [
+        ("2", "torch/dp/g1/s3 torch/native/g1/s3"),
+        ("0", ""),
+    ]
+    jobs = slurm_jobs(tmp_path)
+    for backend in ("native", "dp"):
+        for seed in (1, 2, 3):
+            run = read_run(tmp_path, f"torch/{backend}/g1/s{seed}")
+            assert run["status"] == "ok" and run["slurm"]["job_id"] in jobs[f"torch_{backend}_1_{seed}"], run
+    drawn = run_order.run_order(
+        [sb_config.Cell("torch", backend, 1, 3) for backend in ("native", "dp")],
+        {"seed": 1, "blocks": False},
+        [1, 2, 3],
+    )
+    submitted = sorted(drawn, key=lambda cell: int(jobs[f"torch_{cell.backend}_1_3"][0]))
+    assert submitted == drawn
 
 
 def left_out_rows(workdir) -> dict[str, dict]:

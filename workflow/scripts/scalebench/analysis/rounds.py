@@ -84,7 +84,8 @@ class Round:
             return "no comparison the answer rests on could be made"
         if open_rows.empty:
             return "every comparison the answer rests on is decided"
-        return "open, and no seed can be added: " + "; ".join(dict.fromkeys(open_rows["open_reason"]))
+        reasons = [part for reason in open_rows["open_reason"].dropna() for part in reason.split("; ")]
+        return "open, and no seed can be added: " + "; ".join(dict.fromkeys(reasons))
 
     def to_json(self) -> dict:
         """The round's file (config/seeds.py read_round reads its cells and adds)."""
