@@ -129,3 +129,21 @@ def test_slow_nodes_and_their_rerun_command_lead_the_page_with_the_command_as_pr
     assert html.index("Host gpu_07 is slower") < html.index("The study")
     block = html[html.index('<pre class="literal-block">') + len('<pre class="literal-block">') :]
     assert unescape(block[: block.index("</pre>")]).strip() == command  # the command as printed, not markup
+
+
+def test_the_study_says_its_seeds_in_either_form():
+    """A list of seeds is listed; matrix.seeds {initial, max} says what the rounds may add (the demo's)."""
+    template = (REPO / "report" / "workflow.rst").read_text()
+    adaptive = " ".join(render(template, validated(matrix__seeds={"initial": 2, "max": 3})).split())
+    assert "seeds 1 to 2 of every cell, then up to 3 where a verdict the answer rests on was still open" in adaptive
+    listed = " ".join(render(template, validated(matrix__seeds=[1, 4])).split())
+    assert "GPUs (ranks), seeds 1, 4." in listed
+
+
+def test_the_frameworks_compared_on_each_backend_follow_the_frameworks_on_the_first_page():
+    said = "On native at 2 GPUs, torch against tensorflow: faster by 40% (31-50%; n = 3)."
+    html = render(
+        landing.landing_page((REPO / "report" / "workflow.rst").read_text(), FACTS | {"frameworks_sentences": [said]}),
+        validated(),
+    )
+    assert html.index("Against native") < html.index("On native at 2 GPUs") < html.index("The study")
