@@ -109,8 +109,8 @@ def test_two_cells_on_one_node_at_once_use_different_ports(single_node, tmp_path
 def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(single_node, tmp_path):
     """matrix.seeds {initial: 2, max: 3}: two backends of the same speed whose odd seeds are slower (the
     fault hooks' sleeps: tests/integration/test_seed_rounds.py) leave their comparison open after the
-    first seeds; the round adds seed 3 of both, each a SLURM job, submitted in the order order.seed
-    draws, and the next round stops at max."""
+    first seeds; the round adds seed 3 of both, each a SLURM job with the priority of the order
+    order.seed draws, and the next round stops at max."""
     config = cluster_config(backends=("native", "dp"), gpus=(1,))
     config["matrix"]["seeds"] = {"initial": 2, "max": 3}
     config["dataset"]["image_size"] = [16, 16]
@@ -130,13 +130,16 @@ def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(si
         for seed in (1, 2, 3):
             run = read_run(tmp_path, f"torch/{backend}/g1/s{seed}")
             assert run["status"] == "ok" and run["slurm"]["job_id"] in jobs[f"torch_{backend}_1_{seed}"], run
+    # the round's jobs carry the priorities of the drawn order, as the first seeds' do (the plugin's patch
+    # submits each batch of ready jobs by them, neighbours from two threads: config/slurm_plugin.py)
     drawn = run_order.run_order(
         [sb_config.Cell("torch", backend, 1, 3) for backend in ("native", "dp")],
         {"seed": 1, "blocks": False},
         [1, 2, 3],
     )
-    submitted = sorted(drawn, key=lambda cell: int(jobs[f"torch_{cell.backend}_1_3"][0]))
-    assert submitted == drawn
+    pattern = r"wildcards: framework=torch, backend=(\w+), gpus=1, seed=3\n\s+priority: (\d+)"
+    priorities = {backend: int(value) for backend, value in re.findall(pattern, result.stdout + result.stderr)}
+    assert sorted(priorities, key=priorities.get, reverse=True) == [cell.backend for cell in drawn], priorities
 
 
 def left_out_rows(workdir) -> dict[str, dict]:
