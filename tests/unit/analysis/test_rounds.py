@@ -176,3 +176,18 @@ def test_a_replay_reads_a_cell_the_table_lacks_as_missing_and_names_it():
         "torch/native/g2/s5 ended missing: no record (the cell did not run); "
         "torch/fsdp/g2/s5 ended missing: no record (the cell did not run)"
     )
+
+
+def test_what_the_rounds_cost_counts_an_added_cell_without_a_record_apart():
+    from scalebench.analysis.answer import rounds_fact
+
+    runs = pd.DataFrame(
+        cells("torch", "native", 2, [100.0, 101.0, 125.0, 101.5])
+        + cells("torch", "horovod", 2, [70.0, 70.5, 69.5])
+        + cells("torch", "fsdp", 2, [99.0, 97.0, 120.0, 100.0])
+    )
+    spent = rounds_fact(runs, rounds.replay(runs, RULES), RULES)
+    # five cells added (three in round 1, two in round 2); horovod's s4 and the s5 cells have no record
+    assert (spent["first_cells"], spent["added_cells"], spent["added_without_record"]) == (9, 5, 3)
+    assert spent["first_gpu_hours"] == pytest.approx(0.18) and spent["added_gpu_hours"] == pytest.approx(0.04)
+    assert "3 rounds added 5 cells (0.04 GPU-hours, 3 without a record)" in spent["sentence"]

@@ -22,7 +22,7 @@ import pandas as pd
 from scalebench.analysis import waterfall as losses
 from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.comparisons import answer_rows, best_series
-from scalebench.analysis.rounds import Round, Rules, round_table
+from scalebench.analysis.rounds import Round, Rules, found_row, round_table
 from scalebench.analysis.scaling import usable
 
 # the gradient reduction reaches less than this share of its own plateau bus bandwidth: latency-bound
@@ -381,29 +381,34 @@ def answer(
 
 
 def rounds_fact(runs: pd.DataFrame, rounds: list[Round], rules: Rules) -> dict:
-    """What the rounds of matrix.seeds {initial, max} added and cost (rounds.csv's rows), in a sentence."""
+    """What the rounds of matrix.seeds {initial, max} added and cost (rounds.csv's rows), in a sentence:
+    GPU-hours as runs.csv has them, the cells without a record (a failed job) counted apart."""
     rows = round_table(rounds, runs)
     own = runs[runs["source"] == OWN_SOURCE]
     first = own[own["seed"] <= rules.initial]
-    first_hours, added_hours = (
-        float(first["gpu_hours"].sum(min_count=1)),
-        float(rows["added_gpu_hours"].sum(min_count=1)),
-    )
-    added = int(rows["added"].sum())
-    hours = lambda value: f"{value:.3g} GPU-hours" if math.isfinite(value) else "GPU-hours not known"  # noqa: E731
+    added = pd.Series([found_row(runs, key).get("gpu_hours") for found in rounds for key in found.adds], dtype=float)
+    hours = {"first": float(first["gpu_hours"].sum(min_count=1)), "added": float(added.sum(min_count=1))}
+    unknown, count = int(added.isna().sum()), len(added)
+
+    def cost(value: float, missing: int = 0) -> str:
+        said = f"{value:.3g} GPU-hours" if math.isfinite(value) else "GPU-hours not known"
+        return said + (f", {missing} without a record" if missing else "")
+
     sentence = (
         f"Seeds until sure (matrix.seeds initial {rules.initial}, max {rules.max}): the first seeds' "
-        f"{len(first)} cells took {hours(first_hours)}; {len(rounds)} round{'s' if len(rounds) != 1 else ''} "
-        f"added {added} cell{'s' if added != 1 else ''} ({hours(added_hours)}); {rounds[-1].stopped}."
+        f"{len(first)} cells took {cost(hours['first'])}; {len(rounds)} round{'s' if len(rounds) != 1 else ''} "
+        f"added {count} cell{'s' if count != 1 else ''} ({cost(hours['added'] if count else 0.0, unknown)}); "
+        f"{rounds[-1].stopped}."
     )
     return {
         "initial": rules.initial,
         "max": rules.max,
         "equivalence": rules.equivalence,
         "first_cells": len(first),
-        "first_gpu_hours": number(first_hours),
-        "added_cells": added,
-        "added_gpu_hours": number(added_hours),
+        "first_gpu_hours": number(hours["first"]),
+        "added_cells": count,
+        "added_gpu_hours": number(hours["added"]) if count else 0.0,
+        "added_without_record": unknown,
         "rounds": json.loads(rows.to_json(orient="records")),
         "stopped": rounds[-1].stopped,
         "sentence": sentence,
