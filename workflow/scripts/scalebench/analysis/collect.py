@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 
 from scalebench import measures
-from scalebench.analysis import step_split
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
 from scalebench.records import FINISHED_STATUSES, read_metrics, read_run, run_problem
 from scalebench.records.definitions import EPOCH, FINAL
+from scalebench.timing import step_split
 
 # variant: the label of the optional axes' values ('' for a study without them; see cell.py)
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
@@ -79,7 +79,7 @@ RUN_COLUMNS = [
     "images_per_s_per_gpu",
     "data_wait_s",
     "data_wait_share",
-    # where a steady epoch's time goes (analysis/step_split.py): compute, exposed communication, ...
+    # where a steady epoch's time goes (timing/step_split.py): compute, exposed communication, ...
     *step_split.RUN_COLUMNS,
     "data_placement",  # device or host: where the samples lived (training.loader.placement resolved)
     "data_device_bytes",  # bytes of samples each device held for the run (0 with host placement)
