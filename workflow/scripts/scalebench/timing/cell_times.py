@@ -96,10 +96,15 @@ class Measured:
 
     def setting(self, dotted: str) -> object:
         """The cell's setting at `dotted` (model.width, training.precision), None where its record lacks it."""
-        value: object = self.settings
-        for part in dotted.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        return value
+        return setting(self.settings, dotted)
+
+
+def setting(settings: dict, dotted: str) -> object:
+    """The value at `dotted` (model.width) of a cell's settings, None where they lack it."""
+    value: object = settings
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def read(folder: str | Path) -> Measured | None:
