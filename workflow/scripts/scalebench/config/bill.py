@@ -287,7 +287,7 @@ def _cell_text(value: object) -> object:
     """A value as bill.csv holds it: empty where unknown, seconds and GPU-hours to 4 significant digits."""
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return ""
-    return f"{value:.4g}" if isinstance(value, float) else value
+    return float(f"{value:.4g}") if isinstance(value, float) else value
 
 
 def write_bill(rows: list[dict], path: str | Path = BILL_FILE) -> Path:
