@@ -142,22 +142,3 @@ def node_addresses(env: Mapping[str, str], variable: str = NODE_ADDRESSES) -> di
     """Node name -> address as launch.py exported them in `variable` (empty when it did not)."""
     pairs = [item.split("=", 1) for item in env.get(variable, "").split(",") if "=" in item]
     return {name: address for name, address in pairs}
-
-
-def granted(job: Mapping[str, str]) -> dict[str, int]:
-    """What SLURM allocated a job (the fields of `scontrol show job --oneliner`): its tasks, CPUs per
-    task, and GPUs in all (TRES' gres/gpu: none where it lists none)."""
-    gpus = re.search(r"gres/gpu(?::[^=,]+)?=(\d+)", job.get("TRES", "") or job.get("AllocTRES", ""))
-    tasks, cpus = job.get("NumTasks", "1"), job.get("CPUs/Task", "1")
-    return {
-        "tasks": int(tasks) if tasks.isdigit() else 1,
-        "cpus_per_task": int(cpus) if cpus.isdigit() else 1,
-        "gpus": int(gpus.group(1)) if gpus else 0,
-    }
-
-
-def shortfall(request: Mapping[str, int], job: Mapping[str, str]) -> list[str]:
-    """What a job's allocation lacks of what its cell's job asks for (config/resources.py: request):
-    'tasks: 1 of 2', ... (empty where it holds all of it)."""
-    have = granted(job)
-    return [f"{name}: {have[name]} of {need}" for name, need in request.items() if have.get(name, 0) < int(need)]

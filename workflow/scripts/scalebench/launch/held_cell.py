@@ -21,6 +21,7 @@ from pathlib import Path
 
 from scalebench import records
 from scalebench.cluster import cell_holder, slurm
+from scalebench.launch import accounting
 from scalebench.records import store
 
 
@@ -70,14 +71,33 @@ def say_previous(held: cell_holder.Held) -> None:
         print(f"launch: {previous.describe()} ended without finishing the cell: this job goes on from the checkpoint")
 
 
+def granted(job: dict[str, str]) -> dict[str, int]:
+    """What SLURM allocated a job, from `scontrol show job -d --oneliner`'s fields: its tasks, CPUs
+    per task, and GPUs in all (launch/accounting.py reads them)."""
+    tasks, cpus = job.get("NumTasks", "1"), job.get("CPUs/Task", "1")
+    return {
+        "tasks": int(tasks) if tasks.isdigit() else 1,
+        "cpus_per_task": int(cpus) if cpus.isdigit() else 1,
+        "gpus": accounting.allocated_gpus(job),
+    }
+
+
+def shortfall(request: dict, job: dict[str, str]) -> list[str]:
+    """What an allocation lacks of what its cell's job asks for (config/resources.py: request), as
+    'tasks: 1 of 2' (empty where it holds all of it)."""
+    have = granted(job)
+    return [f"{name}: {have[name]} of {need}" for name, need in request.items() if have.get(name, 0) < int(need)]
+
+
 def allocation_shortfall(request: dict, job_id: str) -> str:
     """Why this SLURM job's allocation cannot train the cell ('' where it holds all its job asks for:
     `request`, the rule's resources as the job's own Snakemake evaluated them)."""
     try:
-        lacking = slurm.shortfall(request, slurm.oneliner_fields(slurm.scontrol("show", "job", "--oneliner", job_id)))
+        job = slurm.oneliner_fields(slurm.scontrol("show", "job", "-d", "--oneliner", job_id))
     except slurm.SlurmError as error:
         print(f"launch: warning: the allocation of SLURM job {job_id} could not be read ({error}): not checked")
         return ""
+    lacking = shortfall(request, job)
     if not lacking:
         return ""
     return (
