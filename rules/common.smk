@@ -15,6 +15,7 @@ from scalebench import cell as sb_cell
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.analysis import baseline_tables as sb_baseline
+from scalebench.config import bill as sb_bill
 from scalebench.config import local_gpus as sb_local_gpus
 from scalebench.config import plan as sb_plan
 from scalebench.config import planning as sb_planning
@@ -201,6 +202,7 @@ def final_outputs():
         "provenance",
         "incomplete",
         "collectives",
+        "cost",
     ]
     if config["compare"]["baseline"] is not None:
         tables.append("baseline")
@@ -223,6 +225,13 @@ def report_page():
     """The report's first page: the answer's page where derive_answer wrote one, else the study's text."""
     page = Path(LANDING_PAGE)
     return str(page.resolve()) if page.is_file() else REPORT_TEXT
+
+
+def submitted_predictions():
+    """Each cell's prediction as the run that trains it started it (config/bill.py), where a run kept
+    any: planning writes it before Snakemake reads this."""
+    path = Path(sb_bill.SUBMITTED_FILE)
+    return [str(path)] if path.is_file() else []
 
 
 def baseline_runs(wildcards):
