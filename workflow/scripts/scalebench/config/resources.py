@@ -204,10 +204,8 @@ def request(resources: Mapping[str, object]) -> dict[str, int]:
     allocation (cluster/slurm.py: shortfall): its tasks, CPUs per task and GPUs in all."""
     nodes = int(resources.get("nodes") or 1)
     tasks = resources.get("tasks") or (int(resources.get("tasks_per_node") or 1) * nodes)
-    gpus = 0
-    gres = str(resources.get("gres") or "")
-    if gres.startswith("gpu") and gres.rsplit(":", 1)[-1].isdigit():
-        gpus = int(gres.rsplit(":", 1)[-1]) * nodes
+    per_node = re.fullmatch(r"gpu(?::[^:]+)?:(\d+)", str(resources.get("gres") or ""))  # cluster.gres: gpu:a100:4
+    gpus = int(per_node.group(1)) * nodes if per_node else 0
     per_task = re.search(r"--gpus-per-task[= ](\d+)", str(resources.get("slurm_extra") or ""))
     if per_task:
         gpus = int(per_task.group(1)) * int(tasks)
