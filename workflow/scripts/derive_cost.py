@@ -9,7 +9,8 @@ from scalebench.analysis import cost
 from scalebench.analysis.summary_csv import read_runs
 from scalebench.report.html_tables import table_html
 
-submitted = cost.read_submitted(snakemake.input.submitted or None)
+kept = list(snakemake.input.submitted)  # results/plan/submitted.csv, where the study kept one
+submitted = cost.read_submitted(kept[0] if kept else None)
 table = cost.cost(read_runs(snakemake.input.runs), submitted)
 table.to_csv(snakemake.output.table, index=False)
 note = cost.sentence(cost.summary(table))

@@ -231,7 +231,7 @@ def line(rows: list[dict], path: str = BILL_FILE) -> str:
         FORMULA: "the cluster.time formula, an upper bound",
     }
     source = "; from " + ", ".join(f"{named[s]} ({n})" for s, n in sources.items() if n) if not formula_only else ""
-    return f"bill: {len(running)} cells to run, {amount}; {biggest}{source}{tail}"
+    return f"bill: {len(running)} cell{'s' if len(running) > 1 else ''} to run, {amount}; {biggest}{source}{tail}"
 
 
 def interval(rows: list[dict]) -> str:
