@@ -41,9 +41,13 @@ def data(tmp_path_factory):
     return prepare_data_locally(tmp_path_factory)
 
 
-def train_jobs_resources(output: str) -> list[str]:
-    """The resources Snakemake printed for each train job it submitted, in order."""
-    return re.findall(r"rule train:.*?resources: ([^\n]*)", output, re.DOTALL)
+def asked(cluster, job: str) -> dict[str, str]:
+    """What SLURM holds of a job (scontrol show job: its CPUs, tasks, TRES and time limit)."""
+    shown = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, env=cluster.env()
+    )
+    assert shown.returncode == 0, shown.stderr
+    return dict(re.findall(r"(\S+?)=(\S*)", shown.stdout))
 
 
 def test_a_held_cell_waits_in_one_cpu_and_the_cells_after_ask_limits_from_what_was_measured(
@@ -73,12 +77,13 @@ def test_a_held_cell_waits_in_one_cpu_and_the_cells_after_ask_limits_from_what_w
     assert second.returncode == 0, output[-6000:]
     assert f"torch/native/g1/s1 is being trained by SLURM job {held_by}" in output
     assert "1 held by a live job" in output  # the bill's line
-    # the waiting job asked for one task of one CPU; its retry for the cell's whole allocation
-    waited, retried = train_jobs_resources(output)
-    assert "tasks=1," in waited and "cpus_per_task=1," in waited and "mem_mb=1000," in waited, waited
-    assert "cpus_per_task=2," in retried and output.count("Trying to restart") == 1, output[-6000:]
+    # the waiting job asked SLURM for one task of one CPU; its retry for the cell's whole allocation
     jobs = slurm_jobs(tmp_path)["torch_native_1_1"]
-    assert len(jobs) == 3 and jobs[0] == held_by, jobs
+    assert len(jobs) == 3 and jobs[0] == held_by and output.count("Trying to restart") == 1, (jobs, output[-6000:])
+    waited, retried = asked(single_node, jobs[1]), asked(single_node, jobs[2])
+    assert (waited["NumTasks"], waited["CPUs/Task"], waited["TimeLimit"]) == ("1", "1", "00:35:00"), waited
+    assert waited["TRES"].startswith("cpu=1,mem=1000M,node=1"), waited
+    assert (retried["NumTasks"], retried["CPUs/Task"]) == ("1", "2"), retried
     # it trained nothing in the small allocation and said why, in its log (kept under its holder's name)
     said = (tmp_path / FIRST / ".holders" / "2.log").read_text()
     assert f"SLURM job {held_by} ended without finishing the cell" in said, said
@@ -96,9 +101,9 @@ def test_a_held_cell_waits_in_one_cpu_and_the_cells_after_ask_limits_from_what_w
         row = next(r for r in csv.DictReader(handle) if r["seed"] == "2")
     assert (row["source"], row["method"]) == ("this study", "measured at 1 GPUs (1 cell(s))")
     limit = int(row["time_limit_min"])
-    assert limit < 35 and f"runtime={limit}," in result.stdout + result.stderr
+    (job,) = slurm_jobs(tmp_path)["torch_native_1_2"]
+    assert limit < 35 and asked(single_node, job)["TimeLimit"] == f"00:{limit:02d}:00"
     assert "Trying to restart" not in result.stdout + result.stderr  # no time-out
     assert read_run(tmp_path, "torch/native/g1/s2")["status"] == "ok"
-    (job,) = slurm_jobs(tmp_path)["torch_native_1_2"]
     slurm_log = next((tmp_path / ".snakemake" / "slurm_logs" / "rule_train").glob(f"*/{job}.log")).read_text()
     assert "DUE TO TIME LIMIT" not in slurm_log

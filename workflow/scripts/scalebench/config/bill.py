@@ -71,6 +71,8 @@ class Bill:
         for name in ("verdicts", "estimates", "nodes"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         object.__setattr__(self, "forced", frozenset(self.forced))
+        # read once: the train rule's every resource asks time_limit (Study.config parses a fresh copy)
+        object.__setattr__(self, "_config", self.study.config)
 
     def state(self, cell: Cell) -> str:
         """finished, to run or held by a live job, as the cell's folder says (a forced cell is to run)."""
@@ -89,7 +91,7 @@ class Bill:
         """Minutes the cell's job asks SLURM for: from its measured prediction with
         cluster.time.safety_factor where the bill has one (never below the formula where the prediction
         is only a lower bound), else the formula; each retry longer by cluster.time.retry_factor."""
-        config = self.study.config
+        config = self._config
         formula = runtime_minutes(config, cell, attempt)
         estimate = self.estimates.get(cell)
         if estimate is None or not estimate.measured:
