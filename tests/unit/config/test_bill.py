@@ -230,6 +230,9 @@ def test_a_study_over_its_budget_is_refused_naming_the_total_the_largest_cells_a
         planning.plan_study(studied, start("-n", declared_gpus=0), out=out)
     message = str(refused.value)
     assert message.startswith("config key 'budget.max_gpu_hours': the bill predicts ")
-    assert "GPU-hours for the 2 cells to run, more than the 0.01 allowed (the largest: torch/native g2 s1" in message
+    assert (
+        "GPU-hours for the 2 cells to run, 2 of them by the cluster.time formula, an upper bound, more than the "
+        "0.01 allowed (the largest: torch/native g2 s1"
+    ) in message
     assert "bill: 2 cells to run, at most " in out.getvalue()  # said before the refusal
     assert not Path(bills.SUBMITTED_FILE).exists()

@@ -269,8 +269,10 @@ def budget_problem(rows: list[dict], limit: float | None) -> str | None:
         return None
     largest = sorted(running, key=lambda row: row["gpu_hours"], reverse=True)[:3]
     named = ", ".join(f"{cell_name(row)} {row['gpu_hours']:.3g}" for row in largest)
+    guessed = sum(row["source"] == FORMULA for row in running)
+    bound = f", {guessed} of them by the cluster.time formula, an upper bound" if guessed else ""
     return (
-        f"config key '{MAX_KEY}': the bill predicts {total:.3g} GPU-hours for the {len(running)} cells to run, "
+        f"config key '{MAX_KEY}': the bill predicts {total:.3g} GPU-hours for the {len(running)} cells to run{bound}, "
         f"more than the {limit:g} allowed (the largest: {named}; results/plan/bill.csv has every cell); "
         f"raise {MAX_KEY}, or run fewer cells (matrix.gpus, matrix.seeds, or name the cells to build)"
     )
