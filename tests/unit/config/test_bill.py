@@ -236,3 +236,13 @@ def test_a_study_over_its_budget_is_refused_naming_the_total_the_largest_cells_a
     ) in message
     assert "bill: 2 cells to run, at most " in out.getvalue()  # said before the refusal
     assert not Path(bills.SUBMITTED_FILE).exists()
+
+
+def test_a_jobs_own_process_reads_nothing_and_asks_the_formula(schema, workdir, monkeypatch):
+    studied = study(schema, gpus=(1, 2), seeds=(1, 2))
+    measure(studied, Cell("torch", "native", 1, 1), 10.0)  # there, but a job's Snakemake does not read it
+    monkeypatch.setattr(bills.cell_times, "read", lambda *_: pytest.fail("a job's process read a record"))
+    made = planning.bill_study(studied, start("--cores", "2", main=False))
+    cell = Cell("torch", "native", 1, 2)
+    assert dict(made.estimates) == {} and made.time_limit(cell) == runtime_minutes(studied.config, cell)
+    assert not made.waits(cell, 1)
