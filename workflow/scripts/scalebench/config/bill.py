@@ -142,14 +142,16 @@ def make_bill(
     config = study.config
     draft = Bill(study, verdicts, forced=forced)
     nodes = {cell: cell_nodes(config, cell, executor) for cell in verdicts}
-    finished = [cell for cell in verdicts if draft.state(cell) == FINISHED and verdicts[cell].state == "current"]
+    to_predict = [cell for cell in verdicts if draft.state(cell) != FINISHED]
+    wanted = {series_of(cell) for cell in to_predict}  # a finished study reads no record here
     measured: dict[tuple, list[cell_times.Measured]] = {}
-    for cell in finished:
-        found = cell_times.read(cell.folder)
-        if found is not None:
-            measured.setdefault(series_of(cell), []).append(found)
+    for cell in verdicts:
+        if series_of(cell) in wanted and draft.state(cell) == FINISHED and verdicts[cell].state == "current":
+            found = cell_times.read(cell.folder)
+            if found is not None:
+                measured.setdefault(series_of(cell), []).append(found)
     predictor = Predictor(study, measured)
-    estimates = {cell: predictor.estimate(cell, nodes[cell]) for cell in verdicts if draft.state(cell) != FINISHED}
+    estimates = {cell: predictor.estimate(cell, nodes[cell]) for cell in to_predict}
     return Bill(study, verdicts, estimates, nodes, forced)
 
 
