@@ -63,24 +63,19 @@ class Bill:
 
     study: Study
     verdicts: Mapping[Cell, Verdict] = field(default_factory=dict)
+    states: Mapping[Cell, str] = field(default_factory=dict)  # cell_state's, as the bill was made
     estimates: Mapping[Cell, Estimate] = field(default_factory=dict)
     nodes: Mapping[Cell, int] = field(default_factory=dict)
-    forced: frozenset[Cell] = frozenset()
 
     def __post_init__(self) -> None:
-        for name in ("verdicts", "estimates", "nodes"):
+        for name in ("verdicts", "states", "estimates", "nodes"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
-        object.__setattr__(self, "forced", frozenset(self.forced))
         # read once: the train rule's every resource asks time_limit (Study.config parses a fresh copy)
         object.__setattr__(self, "_config", self.study.config)
 
     def state(self, cell: Cell) -> str:
-        """finished, to run or held by a live job, as the cell's folder says (a forced cell is to run)."""
-        verdict = self.verdicts.get(cell)
-        if verdict is not None and verdict.held_by:
-            return HELD
-        finished = verdict is not None and outputs_exist(cell) and not verdict.retrain
-        return FINISHED if finished and cell not in self.forced else TO_RUN
+        """finished, to run or held by a live job, as the bill found the cell (to run where it has not)."""
+        return self.states.get(cell, TO_RUN)
 
     def waits(self, cell: Cell, attempt: int) -> bool:
         """Whether the cell's job, at this attempt, only waits for the live job that holds the cell
@@ -128,6 +123,14 @@ def estimate_columns(estimate: Estimate, cell: Cell) -> dict:
     }
 
 
+def cell_state(cell: Cell, verdict: Verdict, forced: frozenset[Cell]) -> str:
+    """finished, to run or held by a live job, as the cell's folder says (a forced cell is to run)."""
+    if verdict.held_by:
+        return HELD
+    finished = outputs_exist(cell) and not verdict.retrain
+    return FINISHED if finished and cell not in forced else TO_RUN
+
+
 def cell_nodes(config: dict, cell: Cell, executor: str | None) -> int:
     """The nodes a cell runs on: one locally, else its job's (config/resources.py)."""
     return 1 if executor == "local" else task_layout(config["cluster"], cell)[0]
@@ -140,19 +143,19 @@ def make_bill(
     held predicted from this study's finished cells of its series, else an earlier study's comparable
     cells, else the cluster.time formula (config/prediction.py)."""
     config = study.config
-    draft = Bill(study, verdicts, forced=forced)
+    states = {cell: cell_state(cell, verdict, forced) for cell, verdict in verdicts.items()}
     nodes = {cell: cell_nodes(config, cell, executor) for cell in verdicts}
-    to_predict = [cell for cell in verdicts if draft.state(cell) != FINISHED]
+    to_predict = [cell for cell in verdicts if states[cell] != FINISHED]
     wanted = {series_of(cell) for cell in to_predict}  # a finished study reads no record here
     measured: dict[tuple, list[cell_times.Measured]] = {}
     for cell in verdicts:
-        if series_of(cell) in wanted and draft.state(cell) == FINISHED and verdicts[cell].state == "current":
+        if series_of(cell) in wanted and states[cell] == FINISHED and verdicts[cell].state == "current":
             found = cell_times.read(cell.folder)
             if found is not None:
                 measured.setdefault(series_of(cell), []).append(found)
     predictor = Predictor(study, measured)
     estimates = {cell: predictor.estimate(cell, nodes[cell]) for cell in to_predict}
-    return Bill(study, verdicts, estimates, nodes, forced)
+    return Bill(study, verdicts, states, estimates, nodes)
 
 
 def series_of(cell: Cell) -> tuple[str, str, str]:
