@@ -284,7 +284,7 @@ rule derive_cost:
         table="results/summary/cost.csv",
         html=report(
             "results/tables/cost.html",
-            caption="../report/cost.rst",
+            caption="../report/bill_cost.rst",
             category="Tables",
             labels={"table": "the bill against what each cell cost"},
         ),
