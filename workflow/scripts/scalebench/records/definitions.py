@@ -51,7 +51,7 @@ RANK = Record(
     ),
 )
 
-# The epoch record's step split (train/step_timing.py writes it, analysis/step_split.py reads it);
+# The epoch record's step split (train/step_timing.py writes it, timing/step_split.py reads it);
 # docs/step-split.md lists the same fields and meanings (a test keeps both equal).
 STEP_SPLIT = (
     Field(
