@@ -315,7 +315,7 @@ RUN = Record(
         Field("launch_host", "str", "", "rank 0's hostname"),
         Field("slurm", "object", "", "the SLURM job (empty outside SLURM)", part=SLURM),
         Field("argv", "list", "", "rank 0's command line"),
-        Field("start", "str", "UTC", "when rank 0 started, ISO 8601 to the second"),
+        Field("start", "str", "UTC", "when rank 0 started, ISO 8601 to the millisecond"),
         Field("end", "str", "UTC", "when the cell ended", "still running"),
         Field("parameters", "int", "", "the model's parameters"),
         Field("gradient_bytes", "int", "bytes", "bytes of the gradients a step reduces (float32)"),
