@@ -18,6 +18,7 @@ localrules:
     plot_predictions,
     compare_baseline,
     analyse_hosts,
+    derive_cost,
 
 
 rule collect_runs:
@@ -286,3 +287,26 @@ rule analyse_hosts:
         exclude=config["cluster"]["exclude"],
     script:
         "../workflow/scripts/analyse_hosts.py"
+
+
+# The bill against what each cell cost: the prediction each cell started with (config/bill.py
+# keeps it in results/plan/submitted.csv) and its measured run (analysis/cost.py).
+rule derive_cost:
+    input:
+        runs="results/summary/runs.csv",
+        submitted=submitted_predictions(),
+        stamp=ANALYSIS_STAMP,
+    output:
+        table="results/summary/cost.csv",
+        html=report(
+            "results/tables/cost.html",
+            caption="../report/bill_cost.rst",
+            category="Tables",
+            labels={"table": "the bill against what each cell cost"},
+        ),
+    log:
+        "results/logs/derive_cost.log",
+    conda:
+        "../envs/pipeline.yaml"
+    script:
+        "../workflow/scripts/derive_cost.py"

@@ -15,6 +15,7 @@ from scalebench import cell as sb_cell
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.analysis import baseline_tables as sb_baseline
+from scalebench.config import bill as sb_bill
 from scalebench.config import local_gpus as sb_local_gpus
 from scalebench.config import plan as sb_plan
 from scalebench.config import planning as sb_planning
@@ -64,14 +65,20 @@ wildcard_constraints:
     variant=sb_cell.VARIANT_REGEX,
 
 
-# --- the plan: built once, by rules/train.smk once the train rule exists (PLAN)
+# --- the bill and the plan: built once, by rules/train.smk once the train rule exists (BILL, PLAN)
+
+
+def study_bill():
+    """The bill (config/bill.py: each cell's verdict and predicted run, its time limit), read before
+    anything acts: the train rule's resources read it, the SLURM pre-flight among them."""
+    return sb_planning.bill_study(STUDY, this_start())
 
 
 def study_plan():
     """The study's plan (config/planning.py: plan_study, which also does what planning does to the
     world, in the process the user started; a job's own Snakemake plans nothing)."""
     try:
-        return sb_planning.plan_study(STUDY, this_start())
+        return sb_planning.plan_study(STUDY, this_start(), BILL)
     except sb_plan.PlanError as error:
         raise WorkflowError(str(error)) from None
 
@@ -272,6 +279,7 @@ def final_outputs():
         "provenance",
         "incomplete",
         "collectives",
+        "cost",
     ]
     if config["compare"]["baseline"] is not None:
         tables.append("baseline")
@@ -294,6 +302,13 @@ def report_page():
     """The report's first page: the answer's page where derive_answer wrote one, else the study's text."""
     page = Path(LANDING_PAGE)
     return str(page.resolve()) if page.is_file() else REPORT_TEXT
+
+
+def submitted_predictions():
+    """Each cell's prediction as the run that trains it started it (config/bill.py), where a run kept
+    any: planning writes it before Snakemake reads this."""
+    path = Path(sb_bill.SUBMITTED_FILE)
+    return [str(path)] if path.is_file() else []
 
 
 def baseline_runs(wildcards):
@@ -387,10 +402,13 @@ def train_threads(wildcards):
 
 
 def slurm_resource(name):
-    """A resource function for the train rule, computed by scalebench.config.resources."""
+    """A resource function for the train rule, computed by scalebench.config.resources: the time
+    limit the bill sets, and a held cell's first attempt only waits (config/bill.py)."""
 
     def resource(wildcards, attempt):
-        return sb_resources.job_resources(config, study_cell(wildcards), attempt)[name]
+        cell = study_cell(wildcards)
+        limit, waits = BILL.time_limit(cell, attempt), BILL.waits(cell, attempt)
+        return sb_resources.job_resources(config, cell, attempt, limit, waits)[name]
 
     resource.__name__ = f"slurm_{name}"
     return resource
@@ -421,6 +439,13 @@ def train_resources():
         name: slurm_resource(name) for name in sb_resources.declared_names(config["cluster"])
     }
     return {**resources, sb_local_gpus.RESOURCE: train_local_gpus}
+
+
+def train_request(wildcards, resources):
+    """What the job asks SLURM for (tasks, CPUs per task, GPUs), as its own Snakemake evaluates it
+    inside the job: launch.py trains only in an allocation that holds it (a held cell's first
+    attempt only waits, in a smaller one: config/resources.py, waiting_resources)."""
+    return json.dumps(sb_resources.request(resources), sort_keys=True)
 
 
 def input_folder(wildcards, input):

@@ -24,6 +24,7 @@ rule train:
         **train_resources(),
     params:
         launchers=launchers_json,
+        request=train_request,
         python=sys.executable,
         launch=str(SCRIPTS / "launch.py"),
         data=input_folder,
@@ -31,7 +32,7 @@ rule train:
     shell:
         "{params.python} {params.launch} --settings-file {input.settings:q}"
         " --data {params.data} --out {params.out}"
-        " --launchers {params.launchers:q} > {log} 2>&1"
+        " --launchers {params.launchers:q} --request {params.request:q} > {log} 2>&1"
 
 
 # A cell of a study with optional axes: the same job, one folder level more
@@ -46,6 +47,8 @@ use rule train as train_variant with:
         f"{RUNS_VARIANT}/benchmark.tsv"
 
 
-# The study's plan, built once the train rule's resources can be asked of SLURM, and read by every
+# The bill (each cell's verdict, predicted run and time limit), which the train rule's resources
+# read; then the study's plan, built once those resources can be asked of SLURM, and read by every
 # rule's functions from here on (rules/common.smk; scalebench/config/planning.py plans).
+BILL = study_bill()
 PLAN = study_plan()

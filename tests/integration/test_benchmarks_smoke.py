@@ -25,6 +25,10 @@ BENCHMARKS = REPO / "benchmarks"
 # once its measurement ran, so a benchmark that silently skipped its work fails.
 PRINTS = {
     "analysis_scale.py": [r"^16 cells x 20 epochs \+ legacy: collect .* plots .* total"],
+    "bill_error.py": [
+        r"^start 1 \(seed 1\): bill: ",
+        r"^median error .* over the 1 cells predicted from measured cells",
+    ],
     "communication.py": [
         r"^torch_native: steady epoch 1 rank .* ratio",
         r"^torch_horovod: .* allreduce busy .* tensor allreduces",

@@ -84,6 +84,8 @@ def test_readme_command_dry_runs_as_printed(checkout_copy, command):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "This was a dry-run" in output, output[-3000:]
+    # before any job, the study's bill in one line (config/bill.py), its rows beside the plan
+    assert "\nbill: " in f"\n{output}" and (checkout_copy / "results" / "plan" / "bill.csv").is_file(), output[-3000:]
     assert not (checkout_copy / "results" / "data").exists(), "a dry run wrote results"
     if "compare=" in command:
         assert "compare_baseline" in output

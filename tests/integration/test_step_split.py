@@ -24,8 +24,9 @@ import numpy as np
 import pytest
 from conftest import allreduce_counts, cell_settings, launch_cell, rank_pids, read_records, start_cell, wait_for
 from scalebench import backends
-from scalebench.analysis import collect, step_split
+from scalebench.analysis import collect
 from scalebench.records import REST_TOLERANCE_S, REST_TOLERANCE_SHARE
+from scalebench.timing import step_split
 
 pytestmark = pytest.mark.integration
 

@@ -140,6 +140,13 @@ def test_tiny_study_runs_to_the_report_with_its_answer(tmp_path):
         parts = terms["ideal"] + terms[["compute_growth", "imbalance", "exposed_comm", "data_wait", "rest"]].sum()
         assert parts == pytest.approx(terms["measured"]) and terms["measured"] > 0
     assert (tmp_path / "results" / "figures" / "speedup.png").stat().st_size > 10_000
+    # the bill against what each cell took: the formula's bill this run started every cell with
+    cost = pd.read_csv(summary / "cost.csv")
+    assert len(cost) == 8 and set(cost["predicted_from"]) == {"formula"} and (cost["gpu_hours"] > 0).all()
+    assert (
+        "The cluster.time formula, an upper bound rather than a prediction, billed 8 cells"
+        in (tmp_path / "results" / "tables" / "cost.html").read_text()
+    )
     report = tmp_path / "report.html"
     result = run_snakemake(tmp_path, config, "--report", str(report))
     assert result.returncode == 0, result.stderr[-3000:]

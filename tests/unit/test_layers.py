@@ -26,11 +26,16 @@ LAYERS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     (BASE, (), "what both sides read and write: a cell, its settings, the backends, records, files"),
     ("cluster", (BASE,), "the allocation and the machine, read by the planner, launch.py and the ranks"),
     ("data", (BASE,), "the dataset; its split's sizes are what the planner checks"),
-    ("config", (BASE, "cluster", "data"), "the planner: everything before a job (the rules import it)"),
+    (
+        "timing",
+        (BASE,),
+        "a cell's time from its records and the scaling model: the planner's bill and the analysis read both",
+    ),
+    ("config", (BASE, "cluster", "data", "timing"), "the planner: everything before a job (the rules import it)"),
     ("launch", (BASE, "cluster"), "the job's launcher: starting the ranks, accounting"),
     ("train", (BASE, "cluster", "data"), "one rank: the training loop, frameworks, backends"),
-    ("analysis", (BASE, "cluster", "data", "config"), "records to tables; the planner's left-out cells"),
-    ("report", (BASE, "cluster", "data", "config", "analysis"), "figures and tables of the report"),
+    ("analysis", (BASE, "cluster", "data", "timing", "config"), "records to tables; the planner's left-out cells"),
+    ("report", (BASE, "cluster", "data", "timing", "config", "analysis"), "figures and tables of the report"),
 )
 ALLOWED = {name: {name, *below} for name, below, _ in LAYERS}
 # The one module that imports by name (the framework and backend the cell names), and the names

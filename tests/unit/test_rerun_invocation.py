@@ -117,14 +117,16 @@ def test_one_more_config_entry_joins_the_study_s_own_so_snakemake_reads_both():
 
 def test_the_command_line_is_read_once_for_the_planner(tmp_path, monkeypatch):
     """What planning reads of this start (config/planning.py): the executor, what is forced, the
-    targets (a cell outside the matrix is planned by them) and the rerun triggers, profiles included."""
+    targets (a cell outside the matrix is planned by them), the rerun triggers, profiles included, and
+    whether it is a dry run (which keeps no prediction as a cell's: config/bill.py)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "profiles" / "default").mkdir(parents=True)
     (tmp_path / "profiles" / "default" / "config.yaml").write_text("rerun-triggers: mtime\n")
     (tmp_path / "Snakefile").write_text("")
     target = "results/runs/torch/native/g8/s2/metrics.jsonl"
     found = rerun.command(["snakemake", "--executor", "slurm", "-n", "--force", "--", target])
-    assert found == rerun.Command("slurm", (False, frozenset({target})), (target,), frozenset({"mtime"}))
+    assert found == rerun.Command("slurm", (False, frozenset({target})), (target,), frozenset({"mtime"}), True)
     asked = rerun.command(["snakemake", "-n", "--rerun-triggers", "mtime", "params", "software-env"])
     assert (asked.executor, asked.targets, asked.rerun_triggers) == ("local", (), {"mtime", "params", "software-env"})
+    assert not rerun.command(["snakemake", "--cores", "2"]).dry_run
     assert rerun.command(["python", "-m", "pytest"]) is None  # not Snakemake's command line: the API

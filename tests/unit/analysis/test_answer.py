@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scalebench.analysis import answer, collectives, verdicts, waterfall
 from scalebench.analysis.scaling import scaling
-from scalebench.analysis.step_split import CRITICAL_PATH
+from scalebench.timing.step_split import CRITICAL_PATH
 
 pytestmark = pytest.mark.unit
 

@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 from cell_records import cell, write_cell
 from scalebench.analysis import collect as analysis
-from scalebench.analysis import completeness, step_split, summary_csv
+from scalebench.analysis import completeness, summary_csv
 from scalebench.analysis import study as summary
 from scalebench.rerun import Invocation
+from scalebench.timing import step_split
 
 
 def test_a_finished_cell_becomes_one_row_with_its_numbers(tmp_path):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scalebench.analysis import waterfall
 from scalebench.analysis.scaling import t_interval
-from scalebench.analysis.step_split import CRITICAL_PATH
+from scalebench.timing.step_split import CRITICAL_PATH
 
 pytestmark = pytest.mark.unit
 

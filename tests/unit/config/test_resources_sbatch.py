@@ -8,6 +8,8 @@ get_submit_command and set_gres_string: the same calls its run_job makes.
 
 from __future__ import annotations
 
+import json
+import math
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +19,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import REPO
+from scalebench.cell import Cell
+from scalebench.cluster import cell_holder
+from scalebench.config import load_schema, plan
 from scalebench.config.resources import RESOURCE_NAMES, declared_names
 from snakemake.api import SnakemakeApi
 from snakemake.rules import Rule
@@ -290,3 +295,66 @@ def test_task_binding_gives_a_one_process_backend_all_its_gpus_in_its_one_task(t
         assert found["--gpus-per-task"] == str(gpus) and "--gres" not in found
         assert (found["--nodes"], found["--ntasks"], found["--ntasks-per-node"]) == ("1", "1", "1")
         assert found["--cpus-per-task"] == str(8 * gpus)
+
+
+# --- the bill's limits and a held cell's waiting job (config/bill.py), read from the study's folder
+
+
+def node_step_truth(gpus: int) -> float:
+    """A weak-scaling epoch on nodes of 4 GPUs: compute 40 s over the ranks, per step latency 1 s,
+    bandwidth 4 s and 3 s more once the ranks span nodes."""
+    return (40.0 + (1.0 if gpus > 1 else 0.0) + 4.0 * (gpus - 1) / gpus + (3.0 if gpus > 4 else 0.0)) / gpus
+
+
+def test_cells_measured_before_ask_for_their_prediction_with_its_margin_instead_of_the_formula(tmp_path):
+    from test_bill import OVERHEAD_S, measure
+
+    config = gpu_study(time={"base_min": 10, "per_epoch_min": 2, "floor_min": 1, "retry_factor": 2})
+    config["matrix"]["seeds"] = [1, 2]
+    studied = plan.Study.validate(config, load_schema(REPO / "config" / "schema.yaml"))
+    for gpus in (1, 2, 4, 8, 16):  # seed 2 finished on every count, seed 1 still to run
+        measure(
+            studied,
+            Cell("torch", "native", gpus, 2),
+            node_step_truth(gpus),
+            tmp_path / "results" / "runs",
+            nodes=-(-gpus // 4),
+        )
+    formula = sbatch_lines(tmp_path / "fresh", config)
+    measured = sbatch_lines(tmp_path, config)
+    for gpus in (1, 2, 4, 8, 16):
+        predicted_s = 20 * node_step_truth(gpus) + OVERHEAD_S  # 20 epochs: the scaling model fits the truth
+        limit = options(measured[("native", gpus)])["-t"]
+        assert int(limit) == math.ceil(10 + predicted_s * 1.5 / 60), gpus  # base_min + prediction x safety_factor
+        assert limit != options(formula[("native", gpus)])["-t"]  # 50, 30, 20, 15 and 13 minutes
+    # a retry still grows it
+    third = options(sbatch_lines(tmp_path, config, attempt=3)[("native", 2)])["-t"]
+    assert int(third) == math.ceil(math.ceil(10 + (20 * node_step_truth(2) + OVERHEAD_S) * 1.5 / 60) * 4)
+
+
+def test_a_held_cells_job_asks_for_one_cpu_and_no_gpu_and_its_retry_for_the_whole_cell(tmp_path):
+    config = gpu_study()
+    folder = tmp_path / "results" / "runs" / "torch" / "native" / "g4" / "s1"
+    folder.mkdir(parents=True)  # a job of an earlier Snakemake trains it: this process holds its lock
+    run = {"framework": "torch", "backend": "native", "gpus": 4, "seed": 1, "status": "running"}
+    (folder / "run.json").write_text(json.dumps(run))
+    (folder / "metrics.jsonl").write_text("")
+    (folder / cell_holder.FOLDER).mkdir()
+    holder, lock = cell_holder.create(folder / cell_holder.FOLDER, 1, None)
+    with lock:
+        waiting = options(sbatch_lines(tmp_path, config)[("native", 4)])
+        retry = options(sbatch_lines(tmp_path, config, attempt=2)[("native", 4)])
+    full = options(sbatch_lines(tmp_path / "free", config)[("native", 4)])
+    assert "--gres" not in waiting and not any("gpu" in option for option in waiting)
+    assert (waiting["--nodes"], waiting["--ntasks"], waiting["--cpus-per-task"], waiting["--mem"]) == (
+        "1",
+        "1",
+        "1",
+        "1000",
+    )
+    assert waiting["-t"] == full["-t"] and (waiting["-p"], waiting["-A"]) == ("gpu", "proj42")  # it may wait as long
+    own = ("-t", "--output", "-D")  # the limit the bill sets, and each study's folder
+    assert retry["--gres"] == "gpu:a100:4"
+    assert {k: v for k, v in retry.items() if k not in own} == {k: v for k, v in full.items() if k not in own}
+    # and the cells around it are not held
+    assert options(sbatch_lines(tmp_path / "other", config)[("native", 2)])["--gres"] == "gpu:a100:2"

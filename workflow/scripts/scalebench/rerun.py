@@ -233,6 +233,7 @@ class Command:
     forced: tuple[bool, frozenset[str]]  # see forced()
     targets: tuple[str, ...]  # the files and rules named to build
     rerun_triggers: frozenset[str]  # Snakemake's names: mtime, params, input, software-env, code
+    dry_run: bool = False  # -n: nothing is submitted or trained
 
 
 def command(argv: list[str]) -> Command | None:
@@ -244,7 +245,11 @@ def command(argv: list[str]) -> Command | None:
     names = set(args.forcerun or ()) | (set(args.targets or ()) if args.force else set())
     triggers = frozenset(trigger.name.lower().replace("_", "-") for trigger in args.rerun_triggers)
     return Command(
-        args.executor or "local", (bool(args.forceall), frozenset(names)), tuple(args.targets or ()), triggers
+        args.executor or "local",
+        (bool(args.forceall), frozenset(names)),
+        tuple(args.targets or ()),
+        triggers,
+        bool(args.dryrun),
     )
 
 

@@ -16,12 +16,12 @@ import numpy as np
 import pandas as pd
 
 from scalebench import measures
-from scalebench.analysis import step_split
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
 from scalebench.records import FINISHED_STATUSES, read_metrics, read_run, run_problem
 from scalebench.records.definitions import EPOCH, FINAL
+from scalebench.timing import cell_times, step_split
 
 # variant: the label of the optional axes' values ('' for a study without them; see cell.py)
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
@@ -75,11 +75,13 @@ RUN_COLUMNS = [
     "first_epoch_s",
     "setup_s",
     "test_time_s",
+    "run_s",  # the rank's whole run: run.json's start to its end (timing/cell_times.py); what the bill predicts
+    "run_s_reason",  # why run_s is empty (a resumed run, a cell that did not end)
     "images_per_s",
     "images_per_s_per_gpu",
     "data_wait_s",
     "data_wait_share",
-    # where a steady epoch's time goes (analysis/step_split.py): compute, exposed communication, ...
+    # where a steady epoch's time goes (timing/step_split.py): compute, exposed communication, ...
     *step_split.RUN_COLUMNS,
     "data_placement",  # device or host: where the samples lived (training.loader.placement resolved)
     "data_device_bytes",  # bytes of samples each device held for the run (0 with host placement)
@@ -234,10 +236,8 @@ def read_cell(
     total_time = float(np.nansum(times)) if times else math.nan
     total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
     images_per_s = measures.steady_median(throughputs, profiled)
-    steady_epoch_s = measures.steady_median(times, profiled)
-    train_time = finite_number(final.get("train_time_s"))
-    if math.isnan(train_time) and epochs:
-        train_time = finite_number(epochs[-1].get("train_time_s"))
+    timed = cell_times.figures(epochs, final, run)  # the bill reads a cell's time alike (config/bill.py)
+    steady_epoch_s = timed["steady_epoch_s"]
     to_target, to_target_reason = time_to_target(epochs, target_iou, run.get("training"))
     row = {
         "source": OWN_SOURCE,
@@ -245,12 +245,8 @@ def read_cell(
         **cell_settings(settings, run, keys),
         "status": status,
         "reason": reason,
-        "epochs": len(epochs),
-        "train_time_s": train_time,
-        "steady_epoch_s": steady_epoch_s,
-        "first_epoch_s": times[0] if times else math.nan,
-        "setup_s": finite_number(final.get("setup_s", run.get("setup_s"))),
-        "test_time_s": finite_number(final.get("test_time_s")),
+        **timed,  # epochs, train_time_s, steady_epoch_s, first_epoch_s, setup_s, test_time_s
+        **run_time(run),
         "images_per_s": images_per_s,
         "images_per_s_per_gpu": images_per_s / gpus,
         "data_wait_s": total_wait,
@@ -298,6 +294,14 @@ def read_cell(
         for e in map(observed_rates, epochs)
     ]
     return row, epoch_rows
+
+
+def run_time(run: dict) -> dict:
+    """run_s and why it is empty (timing/cell_times.py: run_seconds)."""
+    if not run:
+        return {"run_s": math.nan, "run_s_reason": "no run.json"}
+    seconds, reason = cell_times.run_seconds(run)
+    return {"run_s": seconds, "run_s_reason": reason or None}
 
 
 NOT_OBSERVED = "not recorded (the cell predates run.json's observed compute_dtype and compiled)"

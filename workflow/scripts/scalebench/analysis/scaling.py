@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalebench.analysis.scaling_model import (
+from scalebench.timing.scaling_model import (
     GROUP,
     MODEL_COLUMNS,
     backtest,

@@ -9,7 +9,7 @@ and additive terms, in seconds:
 
 - ``ideal``: the base's steady epoch scaled as the study's efficiency scales it (scaling.ideal_factor:
   base / N, times the growth of an epoch's work where training.steps_per_epoch fixes its steps);
-- each other term: the cell's part of its critical path (analysis/step_split.py) less the base's same
+- each other term: the cell's part of its critical path (timing/step_split.py) less the base's same
   part scaled alike: ``compute_growth`` the typical rank's compute, ``imbalance`` the critical rank's
   compute above it (stragglers), ``exposed_comm`` the communication the critical rank itself waited for
   (the network and the collective, never a peer's lateness), ``data_wait`` its wait for batches,
@@ -30,7 +30,7 @@ import math
 import pandas as pd
 
 from scalebench.analysis.scaling import GROUP, base_gpus_of, ideal_factor, t_interval, usable
-from scalebench.analysis.step_split import CRITICAL_PATH
+from scalebench.timing.step_split import CRITICAL_PATH
 
 # term: the critical path's part (runs.csv) it is the growth of
 PARTS = dict(zip(["compute_growth", "imbalance", "exposed_comm", "data_wait", "rest"], CRITICAL_PATH, strict=True))

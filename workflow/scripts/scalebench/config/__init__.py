@@ -11,7 +11,10 @@ plan (plan.py) in one place (planning.py), which the rules only read. One module
 - checks.py: the checks across keys (and the labels of imported studies);
 - matrix.py: the matrix expanded once: the cells, and those left out with the reason;
 - plan.py: the study's plan, immutable, with a method per question the rules ask (cells, variants, left-out cells, verdicts, priorities);
-- planning.py: plan_study, the one place where planning acts (settings files, the SLURM pre-flight, the plugin's patch, the stamp, the warnings);
+- planning.py: bill_study (read before anything acts) and plan_study, the one place where planning acts (settings files, the SLURM pre-flight, the plugin's patch, the bill written and said, the stamp, the warnings);
+- bill.py: the bill: each cell finished, held by a live job or to run, the cells to run predicted, their GPU-hours and time limits, bill.csv and its line, the budget;
+- prediction.py: a cell's run predicted from finished cells of its series through the scaling model, else the cluster.time formula;
+- earlier_study.py: an earlier study's finished cells (budget.from, compare.baseline) and whether they ran a cell's work alike;
 - cell_settings.py: one cell's settings and what changed since it trained;
 - freshness.py: whether a finished cell still stands (each cell's settings.json), the analysis' stamp;
 - local_gpus.py: this machine's GPUs as a Snakemake resource, for a local run;

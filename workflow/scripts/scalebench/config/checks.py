@@ -8,6 +8,7 @@ from pathlib import Path
 
 from scalebench import architecture, backends
 from scalebench.cell import OWN_SOURCE, Cell
+from scalebench.config import earlier_study
 from scalebench.config.cell_settings import cell_model, cell_training
 from scalebench.config.matrix import Matrix, expand
 from scalebench.config.resources import node_layout, ranks_per_node_limit
@@ -73,6 +74,8 @@ def check_semantics(config: dict) -> Matrix:
             if problem:
                 problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
     problems += legacy_label_problems(config["legacy"])
+    if config["budget"]["from"] is not None:  # the earlier study the bill reads (config/bill.py)
+        problems += [problem for problem in [earlier_study.folder_problem(config["budget"]["from"])] if problem]
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return expanded

@@ -133,6 +133,12 @@ class Matrix:
             cell for cell, reason in self.combinations if self._problem(cell, reason, machine_gpus, refused) is None
         )
 
+    def reasons(
+        self, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None
+    ) -> tuple[tuple[Cell, str | None], ...]:
+        """Every combination with why it does not run (None where it runs), in the matrix's order."""
+        return tuple((cell, self._problem(cell, reason, machine_gpus, refused)) for cell, reason in self.combinations)
+
     def left_out(
         self, machine_gpus: int | None = None, refused: Mapping[Cell, str] | None = None
     ) -> tuple[LeftOut, ...]:

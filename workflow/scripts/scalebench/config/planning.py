@@ -1,29 +1,39 @@
 """Planning a study: the one place where a Snakemake start acts on the world before its jobs.
 
-`plan_study` runs once per start (rules/train.smk calls it through rules/common.smk, once the train
-rule exists, before the analysis rules read the cells) and returns the plan (config/plan.py). In
-the process the user started, in this order:
+Each start makes two objects, in this order (rules/train.smk, through rules/common.smk, once the train
+rule exists and before the analysis rules read the cells):
+
+- `bill_study` reads, and acts on nothing: each cell's freshness verdict (config/freshness.py: finished,
+  changed, incomplete, held by a live job) and the bill (config/bill.py: each cell to run predicted,
+  and the time limit its job asks for). The train rule's resources read the bill, and the SLURM
+  pre-flight below evaluates them, so it comes first.
+- `plan_study` returns the plan (config/plan.py), doing everything planning does to the world, in
+  the process the user started, in this order:
 
 1. this machine's GPUs, for a local run (config/local_gpus.py): a bad CUDA_VISIBLE_DEVICES or a
    declared count above the machine's is refused; a counted one becomes the local scheduler's limit;
-2. each cell's freshness (config/freshness.py): its settings.json written and dated so that Snakemake
-   retrains exactly the changed and incomplete cells, and a warning for each cell that will be
-   retrained, is being trained by a live job, or cannot be read; the same for a cell named on the
-   command line outside the matrix (the README's g8 cell on SLURM);
+2. each cell's settings.json written and dated by its verdict so that Snakemake retrains exactly the
+   changed and incomplete cells, and a warning for each cell that will be retrained, is being trained
+   by a live job, or cannot be read; the same for a cell named on the command line outside the
+   matrix (the README's g8 cell on SLURM);
 3. on SLURM, the pre-flight: the plugin patched (config/slurm_plugin.py, which checks its version),
    a rank larger than any node or an excluded node SLURM does not know refused, and `sbatch
    --test-only` asked once per distinct request of the cells to submit (config/slurm_check.py):
    the refused cells are left out;
-4. the run order's priorities (config/run_order.py), the left-out cells and their reasons said,
-   and Snakemake's rerun triggers other than mtime said (they would retrain finished cells);
-5. the analysis' stamp (config/freshness.py), and for matrix.seeds {initial, max} the rounds'
+4. the left-out cells and their reasons said; the bill written (results/plan/bill.csv) and said in
+   one line, with the rounds' worst case where matrix.seeds is {initial, max}, a study over
+   budget.max_gpu_hours refused, and in a run that trains each cell's prediction kept as it starts
+   (results/plan/submitted.csv);
+5. the run order's priorities (config/run_order.py), and Snakemake's rerun triggers other than mtime
+   said (they would retrain finished cells);
+6. the analysis' stamp (config/freshness.py), and for matrix.seeds {initial, max} the rounds'
    stamp (config/seeds.py: what the rounds decide by; the cells a round could add are planned in
-   steps 2 to 4 like the others: settings.json, the pre-flight, the priorities).
+   steps 2 to 5 like the others: settings.json, the pre-flight, the bill, the priorities).
 
-In a job's own process (Snakemake reads the Snakefile again there) it plans nothing: the plan
-holds the config's cells and the outputs as they are (no verdicts, refusals or priorities: those
-order and shape the submissions, which only the process the user started makes), and no file is
-written, no program run.
+In a job's own process (Snakemake reads the Snakefile again there) both plan nothing: the bill is
+empty (each limit the formula's: nothing in a job reads it), the plan holds the config's cells and the
+outputs as they are (no verdicts, refusals or priorities: those order and shape the submissions, which
+only the process the user started makes), and no file is written, no program run.
 """
 
 from __future__ import annotations
@@ -40,7 +50,9 @@ from typing import Any, TextIO
 from scalebench import rerun
 from scalebench.backends import BACKENDS, FRAMEWORKS
 from scalebench.cell import RUNS_ROOT, VARIANT_REGEX, Cell
+from scalebench.config import bill as bills
 from scalebench.config import local_gpus, slurm_check, slurm_plugin
+from scalebench.config.bill import Bill
 from scalebench.config.freshness import OUTPUTS, Verdict, code_digest, verdict, write_settings_file, write_stamp
 from scalebench.config.matrix import cell_problem
 from scalebench.config.plan import PlanError, Study, StudyPlan, finished_cells
@@ -71,27 +83,50 @@ class Start:
     train_resources: Callable[[Cell], tuple[Mapping[str, Any], int]]  # a cell's train job as SLURM gets it
 
 
+def bill_study(study: Study, start: Start) -> Bill:
+    """The bill (config/bill.py): each cell's verdict, as its folder holds it, and each cell to run or
+    held predicted; read before anything acts, since the train rule's resources read it. Empty in a
+    job's own Snakemake (nothing is read there)."""
+    if not start.main_process:
+        return Bill(study)
+    command = rerun.command(list(start.argv))
+    matrix_cells = study.matrix.cells()
+    rounds = round_cells(matrix_cells, study.seed_rule)  # the rounds' worst case: every open comparison to max
+    planned = matrix_cells + rounds
+    cells = [*planned, *named_cells(study, command.targets if command else (), None, planned)]
+    verdicts = {cell: verdict(cell.folder, study.settings(cell), study.default_settings(cell)) for cell in cells}
+    forced = slurm_check.forced_cells(tuple(cells), command.forced if command else (False, frozenset()))
+    executor = command.executor if command else None
+    return bills.make_bill(study, verdicts, executor, frozenset(forced), frozenset(rounds))
+
+
 def plan_study(
-    study: Study, start: Start, env: Mapping[str, str] | None = None, out: TextIO | None = None
+    study: Study,
+    start: Start,
+    bill: Bill | None = None,
+    env: Mapping[str, str] | None = None,
+    out: TextIO | None = None,
 ) -> StudyPlan:
     """The study's plan; in the process the user started, with every side effect of planning, in the
-    order the module's docstring gives (`env`: the environment, `out`: where warnings go). PlanError
-    where the start cannot go on (the message names what to change)."""
+    order the module's docstring gives (`bill`: this start's, bill_study's where not given; `env`: the
+    environment, `out`: where warnings go). PlanError where the start cannot go on (the message names
+    what to change)."""
     matrix = study.matrix
     if not start.main_process:  # a job's own Snakemake: the config's cells, the outputs as they are
         cells = matrix.cells()
         return StudyPlan(study, None, cells, matrix.left_out(), finished=finished_cells(cells, {}))
     env = os.environ if env is None else env
     out = sys.stderr if out is None else out
+    bill = bill_study(study, start) if bill is None else bill
     command = rerun.command(list(start.argv))
     executor = command.executor if command else None
     machine = machine_gpus(start, executor, env)
     cells = matrix.cells(machine)
     rounds = round_cells(cells, study.seed_rule)  # matrix.seeds {initial, max}: the cells a round could add
-    verdicts = {cell: plan_cell(study, cell, out) for cell in cells + rounds}
-    for cell in named_cells(study, command.targets if command else (), machine, cells + rounds):
-        verdicts[cell] = plan_cell(study, cell, out)
+    named = named_cells(study, command.targets if command else (), machine, cells + rounds)
+    verdicts = {cell: plan_cell(study, cell, bill.verdicts.get(cell), out) for cell in (*cells, *rounds, *named)}
     refused: dict[Cell, str] = {}
+    all_rounds = rounds
     if executor == "slurm":
         refused = preflight(study, start, command, cells + rounds, verdicts, out)
         cells = tuple(cell for cell in cells if cell not in refused)
@@ -99,6 +134,8 @@ def plan_study(
     left_out = matrix.left_out(machine, refused)
     for entry in left_out:
         print(entry.describe(), file=out)
+    reasons = [*matrix.reasons(machine, refused), *((cell, refused.get(cell)) for cell in all_rounds)]
+    say_bill(study, bill, [*reasons, *((cell, None) for cell in named)], command, out)
     warn_about_rerun_triggers(command, out)
     stamp_analysis(study, start)
     stamp_rounds(study, cells)
@@ -139,12 +176,14 @@ def machine_gpus(start: Start, executor: str | None, env: Mapping[str, str]) -> 
     return count
 
 
-def plan_cell(study: Study, cell: Cell, out: TextIO) -> Verdict:
+def plan_cell(study: Study, cell: Cell, found: Verdict | None, out: TextIO) -> Verdict:
     """Write the cell's settings.json, the train rule's settings input, dated so that Snakemake retrains
-    it exactly when it finished with other settings or its outputs are incomplete (config/freshness.py),
-    and say so with the reason."""
+    it exactly when it finished with other settings or its outputs are incomplete (`found`: its verdict
+    as the bill read it, config/freshness.py; read here where the bill has none), and say so with the
+    reason."""
     settings = study.settings(cell)
-    found = verdict(cell.folder, settings, study.default_settings(cell))
+    if found is None:
+        found = verdict(cell.folder, settings, study.default_settings(cell))
     write_settings_file(cell.folder, settings, found)
     warning = found.warning(cell.path, cell.folder)
     if warning:
@@ -209,6 +248,22 @@ def preflight(
     for note in findings.notes:
         print(note, file=out)
     return dict(findings.refused)
+
+
+def say_bill(
+    study: Study, bill: Bill, reasons: list[tuple[Cell, str | None]], command: rerun.Command | None, out: TextIO
+) -> None:
+    """The bill written (results/plan/bill.csv) and said in one line; a study whose cells to run are
+    predicted to take more than budget.max_gpu_hours refused (PlanError); in a run that trains, each
+    cell's prediction kept as it starts (results/plan/submitted.csv)."""
+    rows = bill.rows(reasons)
+    bills.write_bill(rows)
+    print(bills.line(rows), file=out)
+    problem = bills.budget_problem(rows, study.config["budget"]["max_gpu_hours"])
+    if problem:
+        raise PlanError(problem)
+    if command is not None and not command.dry_run:
+        bills.write_submitted(rows)
 
 
 def warn_about_rerun_triggers(command: rerun.Command | None, out: TextIO) -> None:

@@ -34,6 +34,8 @@ Plugin rules this mapping works around (submit_string.get_submit_command):
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 
 from scalebench import backends, measures
 from scalebench.cell import Cell
@@ -88,14 +90,16 @@ def training_minutes(config: dict, cell: Cell) -> float:
     return minutes * width**2
 
 
-def runtime_minutes(config: dict, cell: Cell, attempt: int = 1) -> int:
-    """base + training_minutes, at least floor; times retry_factor per retry.
+def runtime_minutes(config: dict, cell: Cell, attempt: int = 1, measured_min: float | None = None) -> int:
+    """base + training_minutes (the formula), or base + `measured_min` where the bill predicts the
+    cell from measured cells (config/bill.py: the prediction with its safety factor); at least
+    floor; times retry_factor per retry.
 
     A cell killed at its time limit is retried by Snakemake with attempt + 1, so
     the next submission asks for a longer limit and resumes from its checkpoint.
     """
     time = config["cluster"]["time"]
-    minutes = time["base_min"] + training_minutes(config, cell)
+    minutes = time["base_min"] + (training_minutes(config, cell) if measured_min is None else measured_min)
     minutes = max(time["floor_min"], minutes) * time["retry_factor"] ** (max(attempt, 1) - 1)
     return int(math.ceil(minutes))
 
@@ -110,15 +114,27 @@ def node_layout(cluster: dict, gpus: int) -> list[int]:
     return block_distribution(gpus, math.ceil(gpus / ranks_per_node_limit(cluster)))
 
 
-def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, object]:
-    """Snakemake resources of the train job of `cell`; None means 'leave unset'."""
-    cluster = config["cluster"]
+def task_layout(cluster: dict, cell: Cell) -> tuple[int, int, int]:
+    """(nodes, tasks per node, devices per task) of a cell's job: one task per rank, as few nodes as
+    hold them; one task on one node holding every device for a backend that drives a node from one
+    process (dp, mirrored)."""
     if backends.exists(cell.framework, cell.backend) and backends.spec(cell.framework, cell.backend).one_process:
-        # one task on one node holds every device of the cell, and the CPUs and memory of as many ranks
-        nodes, ranks_per_node, per_task = 1, 1, cell.gpus
-    else:
-        layout = node_layout(cluster, cell.gpus)
-        nodes, ranks_per_node, per_task = len(layout), layout[0], 1
+        return 1, 1, cell.gpus
+    layout = node_layout(cluster, cell.gpus)
+    return len(layout), layout[0], 1
+
+
+def job_resources(
+    config: dict, cell: Cell, attempt: int = 1, runtime: int | None = None, waiting: bool = False
+) -> dict[str, object]:
+    """Snakemake resources of the train job of `cell`; None means 'leave unset'. `runtime`: the time
+    limit in minutes where the bill sets it (config/bill.py), else the formula's; `waiting`: the job
+    of a cell that a live job holds, which waits for that job and adopts its outcome (waiting_resources)."""
+    cluster = config["cluster"]
+    runtime = runtime_minutes(config, cell, attempt) if runtime is None else runtime
+    if waiting:
+        return waiting_resources(cluster, runtime)
+    nodes, ranks_per_node, per_task = task_layout(cluster, cell)
     uses_gpus = cluster["gpus_per_node"] > 0
     per_node_gres = uses_gpus and cluster["gpu_binding"] == "node"
     extra = [cluster["extra"]] if cluster["extra"] else []
@@ -136,7 +152,7 @@ def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, objec
         "gres": cluster["gres"].format(n=ranks_per_node * per_task) if per_node_gres else None,
         "cpus_per_task": cluster["cpus_per_rank"] * per_task,
         "mem_mb": cluster["mem_mb_per_rank"] * ranks_per_node * per_task,
-        "runtime": runtime_minutes(config, cell, attempt),
+        "runtime": runtime,
         "slurm_partition": cluster["partition"] or None,
         "slurm_account": cluster["account"] or None,
         "qos": cluster["qos"] or None,
@@ -151,3 +167,46 @@ def job_resources(config: dict, cell: Cell, attempt: int = 1) -> dict[str, objec
             resources["tasks"] = nodes
     resources["slurm_extra"] = " ".join(extra) or None
     return resources
+
+
+# A waiting job's memory: its own Snakemake and launch.py, which wait and then adopt an outcome.
+WAITING_MEM_MB = 1000
+
+
+def waiting_resources(cluster: dict, runtime: int) -> dict[str, object]:
+    """The job of a cell held by a live job (its SLURM job pending or running, or a process holding
+    its lock): launch.py waits for that job and adopts its outcome, so it asks for one task of one CPU
+    on one node, no GPU and little memory, for the cell's time limit (the holder may train that long),
+    in the cell's partition and account. It never trains: where the holder ends without finishing,
+    launch.py ends this job failed, and Snakemake's retry asks for the cell's full allocation."""
+    extra = [cluster["extra"]] if cluster["extra"] else []
+    if cluster.get("exclude"):
+        extra.append(f"--exclude={','.join(cluster['exclude'])}")
+    return {
+        "nodes": 1,
+        "tasks": 1,
+        "tasks_per_node": None,
+        "mpi": "",  # present, so the jobstep runs launch.py once, as for every cell
+        "gres": None,
+        "cpus_per_task": 1,
+        "mem_mb": min(WAITING_MEM_MB, cluster["mem_mb_per_rank"]),
+        "runtime": runtime,
+        "slurm_partition": cluster["partition"] or None,
+        "slurm_account": cluster["account"] or None,
+        "qos": cluster["qos"] or None,
+        "constraint": cluster["constraint"] or None,
+        "slurm_extra": " ".join(extra) or None,
+    }
+
+
+def request(resources: Mapping[str, object]) -> dict[str, int]:
+    """What a train job's resources ask SLURM for, in the terms launch.py can read back from its
+    allocation (cluster/slurm.py: shortfall): its tasks, CPUs per task and GPUs in all."""
+    nodes = int(resources.get("nodes") or 1)
+    tasks = resources.get("tasks") or (int(resources.get("tasks_per_node") or 1) * nodes)
+    per_node = re.fullmatch(r"gpu(?::[^:]+)?:(\d+)", str(resources.get("gres") or ""))  # cluster.gres: gpu:a100:4
+    gpus = int(per_node.group(1)) * nodes if per_node else 0
+    per_task = re.search(r"--gpus-per-task[= ](\d+)", str(resources.get("slurm_extra") or ""))
+    if per_task:
+        gpus = int(per_task.group(1)) * int(tasks)
+    return {"tasks": int(tasks), "cpus_per_task": int(resources.get("cpus_per_task") or 1), "gpus": gpus}

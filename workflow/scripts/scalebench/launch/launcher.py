@@ -208,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--launchers", required=True, help="the config's launchers section as JSON")
+    parser.add_argument(
+        "--request", help="what the cell's job asks SLURM for (tasks, cpus_per_task, gpus) as JSON: the rule's"
+    )
     args = parser.parse_args(argv)
     if args.settings_file:
         args.settings = json.dumps(json.loads(Path(args.settings_file).read_text()))
@@ -224,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if held.waited_for is not None and held_cell.adopt(held, args.out, run_settings.source):
             return 0
+        if where == "slurm" and args.request:
+            missing = held_cell.allocation_shortfall(json.loads(args.request), env["SLURM_JOB_ID"])
+            if missing:
+                print(f"launch: {missing}", flush=True)
+                return 1
         held_cell.say_previous(held)
         return start(args, run_settings, env, where)
     finally:

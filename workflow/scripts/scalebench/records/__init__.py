@@ -14,8 +14,9 @@ from scalebench.records.fields import ReadRecord
 
 
 def now_iso() -> str:
-    """run.json's start and end: UTC, to the second."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    """run.json's start and end: UTC, to the millisecond (a tiny cell ends within its first second,
+    and its GPU-hours must not read as zero)."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def read_run(run: dict) -> ReadRecord:

@@ -51,7 +51,7 @@ RANK = Record(
     ),
 )
 
-# The epoch record's step split (train/step_timing.py writes it, analysis/step_split.py reads it);
+# The epoch record's step split (train/step_timing.py writes it, timing/step_split.py reads it);
 # docs/step-split.md lists the same fields and meanings (a test keeps both equal).
 STEP_SPLIT = (
     Field(
@@ -315,7 +315,7 @@ RUN = Record(
         Field("launch_host", "str", "", "rank 0's hostname"),
         Field("slurm", "object", "", "the SLURM job (empty outside SLURM)", part=SLURM),
         Field("argv", "list", "", "rank 0's command line"),
-        Field("start", "str", "UTC", "when rank 0 started, ISO 8601 to the second"),
+        Field("start", "str", "UTC", "when rank 0 started, ISO 8601 to the millisecond"),
         Field("end", "str", "UTC", "when the cell ended", "still running"),
         Field("parameters", "int", "", "the model's parameters"),
         Field("gradient_bytes", "int", "bytes", "bytes of the gradients a step reduces (float32)"),

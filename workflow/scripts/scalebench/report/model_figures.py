@@ -27,8 +27,8 @@ from plotnine import (
 )
 
 from scalebench.analysis.collect import OWN_SOURCE
-from scalebench.analysis.scaling_model import FORMULAS, GROUP, METRIC, Backtest, Fit, backtests, curve, series_columns
 from scalebench.report.style import backend_label, figure_theme, gpu_axis, placeholder, wrap
+from scalebench.timing.scaling_model import FORMULAS, GROUP, METRIC, Backtest, Fit, backtests, curve, series_columns
 
 PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "per-step floor": "#7570b3", "communication": "#d95f02"}
 BACKTEST_COLOUR = "#0f766e"

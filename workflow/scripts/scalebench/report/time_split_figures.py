@@ -1,4 +1,4 @@
-"""Why a backend scales as it does, from the step split's critical path (analysis/step_split.py):
+"""Why a backend scales as it does, from the step split's critical path (timing/step_split.py):
 where a steady epoch's time goes, how unevenly the ranks compute, and the exposed communication's
 share beside the parallel efficiency. Drawn with the style kit of style.py; a cell that predates the split
 shows its data wait and the rest unsplit, never zeros."""
@@ -43,7 +43,7 @@ PART_COLOURS = {
     "rest": "#d9d9d9",
     "not split (the cell predates the step split)": "#9e9e9e",
 }
-SPLIT = {  # part: runs.csv column of the critical path (analysis/step_split.py), per steady epoch
+SPLIT = {  # part: runs.csv column of the critical path (timing/step_split.py), per steady epoch
     "compute": "compute_typical_s",
     "imbalance (stragglers)": "imbalance_s",
     "exposed communication": "comm_exposed_critical_s",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from scalebench.analysis import step_split
+from scalebench.timing import step_split
 
 pytestmark = pytest.mark.unit
 

@@ -58,7 +58,7 @@ terms is refused (empty fields with a reason), never extrapolated.
 Measured communication: where every usable cell of a series has the step split's exposed
 communication (runs.csv ``comm_exposed_critical_s``, per steady epoch: the reduction's time that no
 compute hid, measured on the critical rank, so a straggler's lateness that its peers wait out in
-the reduction is not counted as communication: analysis/step_split.py), the model does not infer communication from the fit alone. The
+the reduction is not counted as communication: timing/step_split.py), the model does not infer communication from the fit alone. The
 compute terms (compute, floor) are fitted to the epoch time less the measured communication and
 the communication terms (latency, bandwidth, node_step) to the measured communication, in one
 weighted least squares over both (the same weights, so both are relative errors of the epoch).

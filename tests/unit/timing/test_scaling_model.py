@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from scalebench.analysis.scaling_model import (
+from scalebench.timing.scaling_model import (
     Backtest,
     Fit,
     Refused,

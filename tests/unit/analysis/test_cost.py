@@ -1,0 +1,70 @@
+"""The bill against what each cell cost (analysis/cost.py): the prediction a cell started with beside
+its measured run, the study's total, the error of the measured predictions (the formula kept out of
+it), and the note generated from those numbers."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from cell_records import cell, write_cell
+from scalebench.analysis import collect, cost
+from scalebench.config import bill as bills
+
+RUN = {"start": "2025-01-01T10:00:00+00:00"}
+
+
+def ended(seconds: int) -> dict:
+    return {**RUN, "end": f"2025-01-01T10:{seconds // 60:02d}:{seconds % 60:02d}+00:00"}
+
+
+def test_each_cell_is_set_against_the_prediction_it_started_with(tmp_path):
+    for gpus, seconds in ((1, 100), (2, 60), (4, 50)):
+        write_cell(tmp_path, gpus=gpus, run_extra=ended(seconds))
+    write_cell(tmp_path, gpus=8, run_extra={**ended(40), "resumed_from_epoch": 2})
+    runs, _ = collect.collect(tmp_path, [cell(gpus=g) for g in (1, 2, 4, 8, 16)])
+    rows = [
+        {**cell(gpus=1), "source": "formula", "predicted_s": 1200.0, "high_s": 1200.0, "time_limit_min": 20},
+        {**cell(gpus=2), "source": "this study", "predicted_s": 66.0, "low_s": 55.0, "high_s": 70.0},
+        {**cell(gpus=4), "source": "this study", "predicted_s": 45.0, "low_s": 44.0, "high_s": 46.0},
+        {**cell(gpus=8), "source": "this study", "predicted_s": 30.0},
+        {**cell(gpus=16), "source": "this study", "predicted_s": 25.0},  # never ran: not in the table
+    ]
+    path = tmp_path / "submitted.csv"
+    path.write_text(bills.csv_text([{"method": "", **row} for row in rows]))
+    table = cost.cost(runs, cost.read_submitted(str(path)))
+    assert list(table["gpus"]) == [1, 2, 4, 8]
+    two = table.set_index("gpus").loc[2]
+    assert two["gpu_hours"] == pytest.approx(2 * 60 / 3600) and two["predicted_gpu_hours"] == pytest.approx(
+        2 * 66 / 3600
+    )
+    assert two["error"] == pytest.approx(0.1) and bool(two["within_interval"])
+    assert not table.set_index("gpus").loc[4, "within_interval"]  # 50 s ran outside 44-46
+    resumed = table.set_index("gpus").loc[8]
+    assert math.isnan(resumed["gpu_hours"]) and "resumed after epoch 2" in resumed["reason"]
+    found = cost.summary(table)
+    # the total of the cells with both; the error only of the predictions made from measured cells
+    assert found["cells"] == 3 and found["measured_cells"] == 2 and found["formula_cells"] == 1
+    assert found["median_error"] == pytest.approx((0.1 + (45 / 50 - 1)) / 2) and found["worst_error"] == pytest.approx(
+        0.1
+    )
+    assert found["formula_ratio"] == pytest.approx(12.0)
+    text = cost.sentence(found)
+    assert text.startswith(
+        "The 3 cells with a prediction kept from when they started were billed 0.42 GPU-hours and took 0.117."
+    )
+    assert (
+        "The 2 cells predicted from measured cells: median error +0%, worst +10%; 1 of the 2 with an interval ran inside it"
+        in text
+    )
+    assert "billed 1 cell 12 times what they took" in text
+
+
+def test_a_study_without_kept_predictions_says_there_is_nothing_to_set_the_bill_against(tmp_path):
+    write_cell(tmp_path, run_extra=ended(100))
+    runs, _ = collect.collect(tmp_path, [cell()])
+    table = cost.cost(runs, cost.read_submitted(None))
+    assert table["reason"].iloc[0].startswith("no prediction kept")
+    assert cost.sentence(cost.summary(table)).startswith("No cell that ended has a prediction kept")
+    assert isinstance(table, pd.DataFrame)

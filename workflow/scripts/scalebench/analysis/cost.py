@@ -1,0 +1,128 @@
+"""The bill against what each cell cost (results/summary/cost.csv, the report's cost table): the bill
+back-tested on every study.
+
+Each cell's prediction is the one its run started with (results/plan/submitted.csv: planning keeps
+it as a run that trains starts the cell, config/bill.py), never one made afterwards from its own
+records. It is set against what the cell took, measured the same way: its GPUs times its run,
+run.json's start to its end (runs.csv's run_s). The error is predicted / measured - 1; the formula's
+rows are an upper bound, not a prediction, and are kept out of the error's median and worst.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from scalebench.analysis.collect import KEYS
+from scalebench.cell import OWN_SOURCE
+
+FORMULA = "formula"  # config/prediction.py's source of the cluster.time formula
+COLUMNS = [
+    *KEYS,
+    "status",
+    "predicted_from",  # the bill's source: this study, earlier study, formula (config/prediction.py)
+    "method",
+    "time_limit_min",
+    "predicted_s",
+    "low_s",
+    "high_s",
+    "run_s",
+    "predicted_gpu_hours",
+    "gpu_hours",  # measured: gpus x run_s
+    "error",  # predicted / measured - 1
+    "within_interval",  # the run fell inside the prediction's 95% interval (empty where it has none)
+    "alloc_gpu_hours",  # what SLURM accounted for the allocation, where it did
+    "reason",  # why a row has no prediction or no measurement
+]
+
+
+def read_submitted(path: str | None) -> pd.DataFrame:
+    """results/plan/submitted.csv (empty where the study kept none: a version before the bill, or dry runs only)."""
+    if path is None:
+        return pd.DataFrame(columns=[*KEYS, "source", "method", "time_limit_min", "predicted_s", "low_s", "high_s"])
+    frame = pd.read_csv(path, dtype={"variant": str, "source": str, "method": str, "note": str})
+    frame["variant"] = frame["variant"].fillna("")
+    return frame
+
+
+def cost(runs: pd.DataFrame, submitted: pd.DataFrame) -> pd.DataFrame:
+    """Per cell of this study that ended (any status), its prediction as it started and what it took."""
+    own = runs[(runs["source"] == OWN_SOURCE) & (runs["status"] != "missing")].copy()
+    own["variant"] = own["variant"].fillna("").astype(str)
+    for key in ("gpus", "seed"):
+        own[key] = own[key].astype(int)
+        submitted[key] = submitted[key].astype(int)
+    kept = submitted[[*KEYS, "source", "method", "time_limit_min", "predicted_s", "low_s", "high_s"]]
+    kept = kept.rename(columns={"source": "predicted_from"})
+    table = own.merge(kept, on=KEYS, how="left")
+    gpus = table["gpus"].astype(float)
+    table["predicted_gpu_hours"] = gpus * table["predicted_s"] / 3600
+    table["gpu_hours"] = gpus * pd.to_numeric(table["run_s"]) / 3600
+    table["error"] = table["predicted_s"] / pd.to_numeric(table["run_s"]) - 1  # NaN where either is unknown
+    run, low, high = pd.to_numeric(table["run_s"]), table["low_s"], table["high_s"]
+    known = low.notna() & high.notna() & run.notna()
+    table["within_interval"] = pd.Series(pd.NA, index=table.index, dtype="boolean")
+    table.loc[known, "within_interval"] = (low[known] <= run[known]) & (run[known] <= high[known])
+    table["reason"] = [reason(row) for _, row in table.iterrows()]
+    return table[COLUMNS].reset_index(drop=True)
+
+
+def reason(row: pd.Series) -> str | None:
+    parts = []
+    if pd.isna(row["predicted_from"]):
+        parts.append("no prediction kept (started by a version before the bill, or by a dry run only)")
+    if pd.isna(row["run_s"]):
+        parts.append(f"no measured run ({row['run_s_reason']})" if "run_s_reason" in row else "no measured run")
+    return "; ".join(parts) or None
+
+
+def summary(table: pd.DataFrame) -> dict:
+    """The study's total and the per-cell error of the predictions made from measured cells."""
+    both = table[table["predicted_gpu_hours"].notna() & table["gpu_hours"].notna()]
+    measured = both[both["predicted_from"] != FORMULA]
+    formula = both["predicted_from"] == FORMULA
+    errors = measured["error"].abs()
+    worst = measured.loc[errors.idxmax(), "error"] if len(measured) else math.nan
+    return {
+        "cells": len(both),
+        "predicted_gpu_hours": float(both["predicted_gpu_hours"].sum()),
+        "gpu_hours": float(both["gpu_hours"].sum()),
+        "measured_cells": len(measured),
+        "median_error": float(measured["error"].median()) if len(measured) else math.nan,
+        "worst_error": float(worst),
+        "within_interval": int(measured["within_interval"].fillna(False).sum()),
+        "with_interval": int(measured["within_interval"].notna().sum()),
+        "formula_cells": int(formula.sum()),
+        "formula_ratio": float(both.loc[formula, "predicted_gpu_hours"].sum() / both.loc[formula, "gpu_hours"].sum())
+        if formula.any()
+        else math.nan,
+    }
+
+
+def sentence(found: dict) -> str:
+    """The cost table's note, generated from its numbers."""
+    if not found["cells"]:
+        return "No cell that ended has a prediction kept from when it started: nothing to set the bill against."
+    text = (
+        f"The {cells(found['cells'])} with a prediction kept from when they started were billed "
+        f"{found['predicted_gpu_hours']:.3g} GPU-hours and took {found['gpu_hours']:.3g}."
+    )
+    if found["measured_cells"]:
+        text += (
+            f" The {cells(found['measured_cells'])} predicted from measured cells: median error "
+            f"{found['median_error']:+.0%}, worst {found['worst_error']:+.0%}"
+        )
+        if found["with_interval"]:
+            text += f"; {found['within_interval']} of the {found['with_interval']} with an interval ran inside it"
+        text += "."
+    if found["formula_cells"]:
+        text += (
+            f" The cluster.time formula, an upper bound rather than a prediction, billed {cells(found['formula_cells'])} "
+            f"{found['formula_ratio']:.3g} times what they took."
+        )
+    return text
+
+
+def cells(count: int) -> str:
+    return f"{count} cell" + ("" if count == 1 else "s")
