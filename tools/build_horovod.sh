@@ -11,7 +11,7 @@ set -euo pipefail
 PY=${1:?usage: build_horovod.sh PYTHON}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-HVD_VERSION=$(python3 "$HERE/pins.py" "$ROOT/envs/train.yaml" --only horovod)
+HVD_VERSION=$("$PY" "$HERE/pins.py" "$ROOT/envs/train.yaml" --only horovod)
 versions=$("$PY" - <<'PYEOF'
 import sys, importlib.metadata as md
 print(f"torch{md.version('torch').split('+')[0]}-tf{md.version('tensorflow')}-py{sys.version_info.major}{sys.version_info.minor}")
@@ -67,7 +67,7 @@ if [[ -z "$wheel" ]]; then
     echo "build_horovod: building Horovod $HVD_VERSION ($versions, GPU ops: $GPU_OPS); about 8 minutes on 2 cores"
     "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$HVD_VERSION" -d "$work"
     tar -xzf "$work"/horovod-"$HVD_VERSION".tar.gz -C "$work"
-    python3 "$HERE/horovod_fixes.py" "$work/horovod-$HVD_VERSION"
+    "$PY" "$HERE/horovod_fixes.py" "$work/horovod-$HVD_VERSION"
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
     export HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=${HOROVOD_WITHOUT_MPI:-1}
     export HOROVOD_CPU_OPERATIONS=${HOROVOD_CPU_OPERATIONS:-gloo}
@@ -76,7 +76,7 @@ if [[ -z "$wheel" ]]; then
         > "$work/build.log" 2>&1 || {
         # the cause is the first error, far above the Python tracebacks that end the log
         cp "$work/build.log" "$CACHE/../horovod-build-failed.log"
-        python3 "$HERE/first_error.py" "$work/build.log" >&2
+        "$PY" "$HERE/first_error.py" "$work/build.log" >&2
         echo "build_horovod: build failed; above: its first error; the whole log: $(cd "$CACHE/.." && pwd)/horovod-build-failed.log" >&2
         exit 1
     }
