@@ -15,6 +15,12 @@
 # another is refused (one environment holds one Python's packages). An environment whose Python
 # no longer runs (a removed module or pyenv version) is made again.
 set -euo pipefail
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | cut -c3-; }
+case "${1:-}" in
+    "") ;;
+    -h | --help) usage && exit 0 ;;
+    *) usage >&2 && echo "install.sh: '$1': it takes no arguments; the settings are the variables above" >&2 && exit 2 ;;
+esac
 
 ROOT=$(cd "$(dirname "$0")" && pwd)
 RERUN=${VENV:+VENV=$VENV }./install.sh  # how this run is started again, for the messages

@@ -60,6 +60,10 @@ def test_a_python_outside_3_11_to_3_13_is_refused_at_once_naming_the_range_and_h
         "install.sh: PYTHON=python3.99 does not run (not found); scalebench needs CPython 3.11 to 3.13"
         in missing.stderr
     )
+    argument = subprocess.run([str(REPO / "install.sh"), "--python", "3.12"], capture_output=True, text=True)
+    assert argument.returncode == 2  # its usage, with the variables that choose
+    assert "PYTHON=python3.12 ./install.sh      # with that Python (default: python3)" in argument.stderr
+    assert "install.sh: '--python': it takes no arguments; the settings are the variables above" in argument.stderr
     asked = install(str(venv), SCALEBENCH_HOROVOD="no")
     assert asked.returncode == 1
     assert "SCALEBENCH_HOROVOD is 'no': 1 builds Horovod (the default), 0 installs everything else" in asked.stderr

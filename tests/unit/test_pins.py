@@ -65,3 +65,14 @@ def test_pins_that_contradict_each_other_or_cannot_be_read_are_refused_by_file_a
     bare = env_file(tmp_path, "bare.yaml", "", head=HEAD.replace("python>=3.11,<3.14", "python=3.11"))
     with pytest.raises(PinError, match=r"no `- python>=3.X,<3.Y` line"):
         supported_pythons([bare])
+
+
+def test_the_pages_that_name_the_supported_pythons_name_the_files_range():
+    """The range is stated once in envs/*.yaml; install.sh's usage and the install paragraphs that
+    repeat it for a reader are checked against it, so a range bump that forgets one fails here."""
+    first, *_, last = supported_pythons(ENVS)
+    usage = (REPO / "install.sh").read_text()
+    assert f"# The Python: CPython {first} to {last} (the `python` line of envs/*.yaml)" in usage
+    pythons = ", ".join(supported_pythons(ENVS)[:-1]) + f" or {last}"
+    for page in (REPO / "README.md", REPO / "docs" / "user-guide.md"):
+        assert f"CPython {pythons}" in " ".join(page.read_text().split()), page.name
