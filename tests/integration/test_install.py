@@ -210,8 +210,13 @@ def test_an_old_cmake_or_a_compiler_without_cxx17_is_named_before_building(tmp_p
 
 
 def test_a_failed_build_shows_its_first_error_not_the_tracebacks_after_it():
-    # the log of a Horovod build CMake 4 refused (before tools/horovod_fixes.py fixed it), shortened
+    # the log of a Horovod build CMake 4 refused (before tools/horovod_fixes.py fixed it), shortened,
+    # as pip 26 writes it: its own words that the build failed first, then the build's output
     log = [
+        "  Building wheel for horovod (pyproject.toml): finished with status 'error'",
+        "  error: subprocess-exited-with-error",
+        "  × Building wheel for horovod (pyproject.toml) did not run successfully.",
+        "  ╰─> [303 lines of output]",
         "Running CMake in build/temp.linux-x86_64-cpython-311/RelWithDebInfo:",
         "-- The CXX compiler identification is GNU 13.3.0",
         "CMake Error at third_party/gloo/CMakeLists.txt:1 (cmake_minimum_required):",
@@ -225,7 +230,7 @@ def test_a_failed_build_shows_its_first_error_not_the_tracebacks_after_it():
     from first_error import first_error
 
     shown = first_error(log, 5)
-    assert shown[1].startswith("CMake Error at third_party/gloo/CMakeLists.txt:1")
+    assert shown[1].startswith("CMake Error at third_party/gloo/CMakeLists.txt:1"), shown
     assert "Compatibility with CMake < 3.5 has been removed" in shown[2]
     assert not any("CalledProcessError" in line for line in shown)
     compiler = [
