@@ -52,6 +52,25 @@ toolchain_problem() {  # why this CMake or compiler cannot build Horovod, and wh
     fi
 }
 
+cuda_toolkit_problem() {  # why the CUDA parts Horovod compiles for a CUDA build of torch cannot build here, or nothing
+    # Horovod compiles them when torch is a CUDA build and torch finds a CUDA_HOME (FindPytorch.cmake),
+    # then needs the toolkit's headers: PyPI's torch for Linux is the CUDA build, and a lone nvcc on
+    # PATH (no toolkit around it) is enough for torch to find one
+    local answer torch_cuda cuda_home nvcc root
+    answer=$("$PY" -c 'import torch; from torch.utils.cpp_extension import CUDA_HOME; print(torch.version.cuda or "-", CUDA_HOME or "-")' 2>/dev/null) || return 0
+    read -r torch_cuda cuda_home <<< "$answer"
+    [[ $torch_cuda != - && $cuda_home != - ]] || return 0
+    nvcc=$(command -v nvcc || true)
+    for root in ${HOROVOD_CUDA_HOME:-} "$cuda_home" ${nvcc:+"$(dirname "$(dirname "$nvcc")")" "$(dirname "$(dirname "$(realpath "$nvcc")")")"}; do
+        compgen -G "$root/include/cuda_runtime.h" > /dev/null && return
+        compgen -G "$root/targets/*/include/cuda_runtime.h" > /dev/null && return
+    done
+    echo "torch in $PY is a CUDA build (CUDA $torch_cuda) and finds CUDA in $cuda_home, so Horovod compiles its CUDA" \
+         "parts, but no cuda_runtime.h is there${nvcc:+ nor beside $nvcc} (not a whole CUDA toolkit): 'module load cuda'" \
+         "and set CUDA_HOME and HOROVOD_CUDA_HOME to its folder, or install torch's CPU build first" \
+         "($PY -m pip install torch==$("$PY" "$HERE/pins.py" "$ROOT/envs/train.yaml" --only torch) --index-url https://download.pytorch.org/whl/cpu)"
+}
+
 if [[ -z "$wheel" ]]; then
     for tool in cmake "$CXX_COMPILER" make; do
         command -v "${tool%% *}" >/dev/null || { echo "build_horovod: '$tool' is missing (Debian: apt-get install cmake g++ make)" >&2; exit 1; }
@@ -62,6 +81,8 @@ if [[ -z "$wheel" ]]; then
         problem=$(gpu_toolchain_problem)
         [[ -z "$problem" ]] || { echo "build_horovod: HOROVOD_GPU_OPERATIONS=NCCL, but $problem" >&2; exit 1; }
     fi
+    problem=$(cuda_toolkit_problem)
+    [[ -z "$problem" ]] || { echo "build_horovod: $problem" >&2; exit 1; }
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     echo "build_horovod: building Horovod $HVD_VERSION ($versions, GPU ops: $GPU_OPS); about 8 minutes on 2 cores"

@@ -209,6 +209,30 @@ def test_an_old_cmake_or_a_compiler_without_cxx17_is_named_before_building(tmp_p
     assert "building Horovod" not in result.stdout
 
 
+def test_a_cuda_torch_beside_a_lone_nvcc_is_named_before_building(tmp_path):
+    """PyPI's torch for Linux is the CUDA build (every Python but this machine's 3.11, whose CPU wheel
+    is on disk), and Horovod then compiles CUDA parts that need the toolkit's headers; a lone nvcc
+    (here /usr/local/bin/nvcc) made that build fail after minutes. A stand-in torch answers as that
+    CUDA build does, and a stand-in nvcc stands alone on PATH."""
+    fake = tmp_path / "fake" / "torch"
+    (fake / "utils").mkdir(parents=True)
+    cuda = tmp_path / "cuda"
+    (fake / "__init__.py").write_text("from . import utils, version\n")
+    (fake / "version.py").write_text('cuda = "13.0"\n')
+    (fake / "utils" / "__init__.py").write_text("")
+    (fake / "utils" / "cpp_extension.py").write_text(f"CUDA_HOME = {str(cuda)!r}\n")
+    (cuda / "bin").mkdir(parents=True)
+    tool(cuda / "bin", "nvcc", "echo 'Cuda compilation tools, release 13.0'")
+    result = build_horovod(tmp_path, PATH=f"{cuda / 'bin'}:{tool_env()['PATH']}", PYTHONPATH=str(fake.parent))
+    assert result.returncode == 1
+    assert (
+        f"build_horovod: torch in {sys.executable} is a CUDA build (CUDA 13.0) and finds CUDA in {cuda}, so "
+        f"Horovod compiles its CUDA parts, but no cuda_runtime.h is there nor beside {cuda}/bin/nvcc"
+    ) in result.stderr
+    assert "--index-url https://download.pytorch.org/whl/cpu" in result.stderr
+    assert "building Horovod" not in result.stdout
+
+
 def test_a_failed_build_shows_its_first_error_not_the_tracebacks_after_it():
     # the log of a Horovod build CMake 4 refused (before tools/horovod_fixes.py fixed it), shortened,
     # as pip 26 writes it: its own words that the build failed first, then the build's output
