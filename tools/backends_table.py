@@ -3,7 +3,8 @@ sentences about them from the registry (scalebench/backends.py).
 
     python tools/backends_table.py            # print the table
     python tools/backends_table.py --write    # update docs/backends.md, the user guide's table and report/workflow.rst
-                                              # (what each backend is; the cells a matrix leaves out and the bases)
+                                              # (what each backend is; the cells a matrix leaves out and the bases),
+                                              # and where a backend's library stands upstream (README, guide, report)
 
 A unit test checks that each holds the current text, so a new registry entry reaches the docs
 and the report with this command and nothing else.
@@ -21,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 from generated_text import write_between  # noqa: E402
 from scalebench import backends  # noqa: E402
-from scalebench.backends import about, guide_table, markdown_table  # noqa: E402
+from scalebench.backends import about, guide_table, markdown_table, upstream_status  # noqa: E402
 
 DOC = ROOT / "docs" / "backends.md"
 START, END = "<!-- backends-table:start -->", "<!-- backends-table:end -->"
@@ -30,12 +31,25 @@ GUIDE_START, GUIDE_END = "<!-- backends-guide:start -->", "<!-- backends-guide:e
 REPORT = ROOT / "report" / "workflow.rst"
 ABOUT_START, ABOUT_END = "{# backends-about:start #}", "{# backends-about:end #}"
 LEFT_OUT_START, LEFT_OUT_END = "{# backends-left-out:start #}", "{# backends-left-out:end #}"
+README = ROOT / "README.md"
+UPSTREAM_START, UPSTREAM_END = "<!-- backends-upstream:start -->", "<!-- backends-upstream:end -->"
+REPORT_UPSTREAM_START, REPORT_UPSTREAM_END = "{# backends-upstream:start #}", "{# backends-upstream:end #}"
+
+
+def jinja_dict(name: str, texts: dict[str, str]) -> str:
+    """A Jinja dict for the report (its template reads only the config)."""
+    entries = "".join(f"  {json.dumps(key)}: {json.dumps(text)},\n" for key, text in texts.items())
+    return f"{{% set {name} = {{\n{entries}}} %}}"
 
 
 def report_about() -> str:
-    """The report's Jinja dict of what each backend is (the template reads only the config)."""
-    entries = "".join(f"  {json.dumps(name)}: {json.dumps(text)},\n" for name, text in about().items())
-    return "{% set about = {\n" + entries + "} %}"
+    """The report's Jinja dict of what each backend is."""
+    return jinja_dict("about", about())
+
+
+def upstream_paragraph() -> str:
+    """The README's and the user guide's sentences on where the backends' libraries stand upstream."""
+    return "\n".join(textwrap.wrap(" ".join(upstream_status().values()), 100))
 
 
 def joined(names: list[str]) -> str:
@@ -78,6 +92,9 @@ def main() -> int:
     write_between(GUIDE, GUIDE_START, GUIDE_END, guide_table(), newlines=True)
     write_between(REPORT, ABOUT_START, ABOUT_END, report_about(), newlines=False)
     write_between(REPORT, LEFT_OUT_START, LEFT_OUT_END, report_left_out(), newlines=False)
+    write_between(REPORT, REPORT_UPSTREAM_START, REPORT_UPSTREAM_END, jinja_dict("upstream", upstream_status()), False)
+    for path in (README, GUIDE):
+        write_between(path, UPSTREAM_START, UPSTREAM_END, upstream_paragraph(), newlines=True)
     return 0
 
 

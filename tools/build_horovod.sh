@@ -11,7 +11,7 @@ set -euo pipefail
 PY=${1:?usage: build_horovod.sh PYTHON}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-HVD_VERSION=$(python3 "$HERE/pins.py" "$ROOT/envs/train.yaml" --only horovod)
+HVD_VERSION=$("$PY" "$HERE/pins.py" "$ROOT/envs/train.yaml" --only horovod)
 versions=$("$PY" - <<'PYEOF'
 import sys, importlib.metadata as md
 print(f"torch{md.version('torch').split('+')[0]}-tf{md.version('tensorflow')}-py{sys.version_info.major}{sys.version_info.minor}")
@@ -52,6 +52,25 @@ toolchain_problem() {  # why this CMake or compiler cannot build Horovod, and wh
     fi
 }
 
+cuda_toolkit_problem() {  # why the CUDA parts Horovod compiles for a CUDA build of torch cannot build here, or nothing
+    # Horovod compiles them when torch is a CUDA build and torch finds a CUDA_HOME (FindPytorch.cmake),
+    # then needs the toolkit's headers: PyPI's torch for Linux is the CUDA build, and a lone nvcc on
+    # PATH (no toolkit around it) is enough for torch to find one
+    local answer torch_cuda cuda_home nvcc root
+    answer=$("$PY" -c 'import torch; from torch.utils.cpp_extension import CUDA_HOME; print(torch.version.cuda or "-", CUDA_HOME or "-")' 2>/dev/null) || return 0
+    read -r torch_cuda cuda_home <<< "$answer"
+    [[ $torch_cuda != - && $cuda_home != - ]] || return 0
+    nvcc=$(command -v nvcc || true)
+    for root in ${HOROVOD_CUDA_HOME:-} "$cuda_home" ${nvcc:+"$(dirname "$(dirname "$nvcc")")" "$(dirname "$(dirname "$(realpath "$nvcc")")")"}; do
+        compgen -G "$root/include/cuda_runtime.h" > /dev/null && return
+        compgen -G "$root/targets/*/include/cuda_runtime.h" > /dev/null && return
+    done
+    echo "torch in $PY is a CUDA build (CUDA $torch_cuda) and finds CUDA in $cuda_home, so Horovod compiles its CUDA" \
+         "parts, but no cuda_runtime.h is there${nvcc:+ nor beside $nvcc} (not a whole CUDA toolkit): 'module load cuda'" \
+         "and set CUDA_HOME and HOROVOD_CUDA_HOME to its folder, or install torch's CPU build first" \
+         "($PY -m pip install torch==$("$PY" "$HERE/pins.py" "$ROOT/envs/train.yaml" --only torch) --index-url https://download.pytorch.org/whl/cpu)"
+}
+
 if [[ -z "$wheel" ]]; then
     for tool in cmake "$CXX_COMPILER" make; do
         command -v "${tool%% *}" >/dev/null || { echo "build_horovod: '$tool' is missing (Debian: apt-get install cmake g++ make)" >&2; exit 1; }
@@ -62,12 +81,14 @@ if [[ -z "$wheel" ]]; then
         problem=$(gpu_toolchain_problem)
         [[ -z "$problem" ]] || { echo "build_horovod: HOROVOD_GPU_OPERATIONS=NCCL, but $problem" >&2; exit 1; }
     fi
+    problem=$(cuda_toolkit_problem)
+    [[ -z "$problem" ]] || { echo "build_horovod: $problem" >&2; exit 1; }
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
     echo "build_horovod: building Horovod $HVD_VERSION ($versions, GPU ops: $GPU_OPS); about 8 minutes on 2 cores"
     "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$HVD_VERSION" -d "$work"
     tar -xzf "$work"/horovod-"$HVD_VERSION".tar.gz -C "$work"
-    python3 "$HERE/horovod_fixes.py" "$work/horovod-$HVD_VERSION"
+    "$PY" "$HERE/horovod_fixes.py" "$work/horovod-$HVD_VERSION"
     export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
     export HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=${HOROVOD_WITHOUT_MPI:-1}
     export HOROVOD_CPU_OPERATIONS=${HOROVOD_CPU_OPERATIONS:-gloo}
@@ -76,7 +97,7 @@ if [[ -z "$wheel" ]]; then
         > "$work/build.log" 2>&1 || {
         # the cause is the first error, far above the Python tracebacks that end the log
         cp "$work/build.log" "$CACHE/../horovod-build-failed.log"
-        python3 "$HERE/first_error.py" "$work/build.log" >&2
+        "$PY" "$HERE/first_error.py" "$work/build.log" >&2
         echo "build_horovod: build failed; above: its first error; the whole log: $(cd "$CACHE/.." && pwd)/horovod-build-failed.log" >&2
         exit 1
     }

@@ -13,13 +13,15 @@ import sys
 
 # CMake's errors, then a compiler's or linker's (file:line: error: / fatal error:), then make's.
 ERROR = re.compile(r"CMake Error|(^|\s|:)(fatal )?error:|undefined reference to|\*\*\* \[.*\] Error \d")
+# pip's own words that a build failed, which pip 23.1 and newer print above the build's output
+PIP_WRAPPER = re.compile(r"^\s*error: subprocess-exited-with-error\s*$")
 
 
 def first_error(lines: list[str], context: int) -> list[str]:
     """The first line that reports an error, the one before it and the `context` lines after it;
     the last `context` lines where none does."""
     for index, line in enumerate(lines):
-        if ERROR.search(line):
+        if ERROR.search(line) and not PIP_WRAPPER.match(line):
             return lines[max(index - 1, 0) : index + context]
     return lines[-context:]
 

@@ -8,6 +8,7 @@ import re
 import pandas as pd
 import pytest
 from conftest import read_report, run_snakemake, tiny_config
+from scalebench import backends
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -152,6 +153,7 @@ def test_tiny_study_runs_to_the_report_with_its_answer(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     html = read_report(report)
     assert "speedup.png" in html and "runs.csv" in html
+    assert backends.upstream_status()["horovod"] in html  # the intro says where Horovod stands upstream
     # the answer leads the first page, generated from the study's numbers (analysis/answer.py)
     answer = json.loads((tmp_path / "results" / "summary" / "answer.json").read_text())
     (torch,) = answer["frameworks"]

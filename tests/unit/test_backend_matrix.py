@@ -104,6 +104,30 @@ def test_the_docs_and_the_report_hold_the_registry_s_current_text():
     assert about in report, "run: python tools/backends_table.py --write"
     assert backends_table.report_left_out() in report, "run: python tools/backends_table.py --write"
     assert all(f'"{name}":' in about for name in backends.BACKENDS)
+    upstream = backends_table.upstream_paragraph()
+    assert "Horovod has had no release since 0.28.1 (2023-06-12)" in " ".join(upstream.split())
+    for page in (REPO / "README.md", REPO / "docs" / "user-guide.md"):
+        assert upstream in page.read_text(), f"{page.name}: run python tools/backends_table.py --write"
+    assert backends_table.jinja_dict("upstream", backends.upstream_status()) in report
+
+
+def test_the_upstream_status_is_generated_from_the_entry_s_facts_and_names_the_release_we_build(monkeypatch):
+    """One sentence per library, from its entry's facts: a new fact changes every page that says it,
+    and the release it names is the one envs/train.yaml pins (tools/build_horovod.sh builds it)."""
+    sys.path.insert(0, str(REPO / "tools"))
+    from pins import pins_for, supported_pythons
+
+    facts = backends.HOROVOD.upstream
+    train = [str(REPO / "envs" / "train.yaml")]
+    assert {pins_for(train, python)["horovod"] for python in supported_pythons(train)} == {facts.last_release}
+    later = dataclasses.replace(facts, last_release="0.29.0", released="2027-01-02")
+    entry = dataclasses.replace(backends.HOROVOD, upstream=later)
+    for framework in ("torch", "tensorflow"):
+        monkeypatch.setitem(backends.REGISTRY[framework], "horovod", entry)
+    said = backends.upstream_status()
+    assert list(said) == ["horovod"]  # once, though two frameworks have it
+    assert said["horovod"].startswith("Horovod has had no release since 0.29.0 (2027-01-02): ")
+    assert "scalebench builds 0.29.0 with fixes of its own (tools/horovod_fixes.py)" in said["horovod"]
 
 
 def test_both_frameworks_with_every_backend_run_each_backend_where_it_exists(schema):

@@ -111,7 +111,8 @@ def test_programs_the_docs_name_by_path_exist():
 
     missing = []
     for command in [c for document in documents(REPO) for c in shell_commands(document.read_text())]:
-        program = command.split()[0]
+        # the program, after any NAME=value words that set its environment (PYTHON=... ./install.sh)
+        program = next(word for word in command.split() if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=\S*", word))
         if program.startswith(".venv/"):
             path = Path(sys.prefix) / program.removeprefix(".venv/")
         elif "/" in program:

@@ -20,6 +20,23 @@ FRAMEWORK_NAMES = {"torch": "PyTorch", "tensorflow": "TensorFlow"}
 
 
 @dataclass(frozen=True)
+class Upstream:
+    """Where a backend's library stands upstream, as read on `checked` from its repository and
+    trackers. The README, the user guide and the report say it in one generated sentence
+    (`upstream_status`): a result of a library nobody releases any more is weighed differently."""
+
+    project: str  # its name, as the sentence starts: "Horovod"
+    last_release: str  # its newest release, the version tools/build_horovod.sh builds
+    released: str  # that release's date (its tag): "2023-06-12"
+    last_commit: str  # the date of its newest commit on its default branch
+    last_commit_did: str  # what that commit did
+    open_fix: str  # a fix this project needs that upstream has not merged
+    open_since: str  # since when it waits (year-month)
+    checked: str  # the date the facts above were read
+    fixes_here: str = ""  # where this project keeps the fixes it applies instead, if any
+
+
+@dataclass(frozen=True)
 class BackendSpec:
     name: str
     summary: str  # what it is, for messages
@@ -49,6 +66,12 @@ class BackendSpec:
     colour: str = ""
     # how its ranks start: a key of LAUNCH_TEMPLATES ("" = one_process or per_device, as one_process says)
     launch: str = ""
+    # the Python package it needs beyond its framework, which an install may leave out
+    # (SCALEBENCH_HOROVOD=0 ./install.sh), and the command that installs it: a study that asks for
+    # the backend where the package is missing is refused before any job (config/checks.py)
+    package: str = ""
+    package_install: str = ""
+    upstream: Upstream | None = None
 
     @property
     def launch_kind(self) -> str:
@@ -130,6 +153,19 @@ HOROVOD = BackendSpec(
     label="Horovod",
     colour="#d95f02",
     launch=HOROVOD_RUN,
+    package="horovod",
+    package_install="./install.sh (it builds Horovod unless SCALEBENCH_HOROVOD=0), or tools/build_horovod.sh {python}",
+    upstream=Upstream(
+        project="Horovod",
+        last_release="0.28.1",
+        released="2023-06-12",
+        last_commit="2026-06-20",
+        last_commit_did="turned off its scheduled CI",
+        open_fix="its build fix for TensorFlow 2.20 (horovod/horovod#4302)",
+        open_since="2025-09",
+        checked="2026-11-27",
+        fixes_here="tools/horovod_fixes.py",
+    ),
 )
 FSDP = BackendSpec(
     "fsdp",
@@ -302,6 +338,25 @@ def about() -> dict[str, str]:
         )
         for name, kinds in told.items()
     }
+
+
+def upstream_status() -> dict[str, str]:
+    """Per backend name whose library has upstream facts, the one sentence that says where it stands
+    (the README, the user guide and the report print it: tools/backends_table.py --write)."""
+    said: dict[str, str] = {}
+    for entries in REGISTRY.values():
+        for name, entry in entries.items():
+            facts = entry.upstream
+            if facts is None or name in said:
+                continue
+            ours = f"; scalebench builds {facts.last_release} with fixes of its own ({facts.fixes_here})"
+            said[name] = (
+                f"{facts.project} has had no release since {facts.last_release} ({facts.released}): its last "
+                f"upstream commit ({facts.last_commit}) {facts.last_commit_did}, and {facts.open_fix} has been "
+                f"an open pull request since {facts.open_since} (as of {facts.checked})"
+                f"{ours if facts.fixes_here else ''}."
+            )
+    return said
 
 
 def guide_rows() -> dict[str, list[str]]:

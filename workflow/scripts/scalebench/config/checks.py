@@ -4,6 +4,7 @@ naming the config key, before Snakemake builds a job."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from scalebench import architecture, backends
@@ -43,6 +44,7 @@ def check_semantics(config: dict) -> Matrix:
         problems += synthetic_batch_problems(config, runnable)
     problems += model_fit_problems(config, runnable)
     problems += profile_problems(config, runnable)
+    problems += missing_package_problems(runnable)
     if config["training"]["steps_per_epoch"] is not None and config["training"]["dataset_repeat"] > 1:
         problems.append(
             "config key 'training.steps_per_epoch': set together with training.dataset_repeat > 1; the "
@@ -212,6 +214,20 @@ def profile_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
         if missing:
             problems.append(f"config key 'training.profile': the {framework} cells cannot be traced: {missing}")
     return problems
+
+
+def missing_package_problems(runnable: tuple[Cell, ...]) -> list[str]:
+    """The backends of the cells to run whose package this environment lacks (Horovod after
+    `SCALEBENCH_HOROVOD=0 ./install.sh`), each with the command that installs it: found without
+    importing it, in the Python that runs Snakemake, which the train jobs run too."""
+    entries = {cell.backend: backends.spec(cell.framework, cell.backend) for cell in runnable}
+    return [
+        f"config key 'matrix.backends': backend {backend} needs the package {entry.package}, which this "
+        f"environment ({sys.executable}) does not have: install it with "
+        f"{entry.package_install.format(python=sys.executable)}, or leave {backend} out of matrix.backends"
+        for backend, entry in entries.items()
+        if entry.package and importlib.util.find_spec(entry.package) is None
+    ]
 
 
 def shortest_epoch(config: dict, runnable: tuple[Cell, ...]) -> tuple[int, Cell] | None:
