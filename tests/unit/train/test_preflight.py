@@ -68,3 +68,35 @@ def test_the_planner_and_the_rank_read_one_fact_of_whether_a_backend_shards(sche
         sb_config.validate(planned, schema)
     with pytest.raises(SettingRefused, match=r"model.width = 16: .* more than the 1.50 GiB free"):
         check_model_fits(run, Framework())
+
+
+def test_the_planner_and_the_rank_read_one_size_of_an_activation(schema, monkeypatch):
+    """Bytes per activation element at a precision are architecture.ACTIVATION_ITEMSIZE's: the
+    planner's memory check (config/checks.py) and the rank's (check_model_fits) both read it, so a
+    size changed there changes both verdicts, with no other edit."""
+    import numpy as np
+    from conftest import cell_settings, tiny_config
+    from scalebench import architecture
+    from scalebench import config as sb_config
+    from scalebench.refusal import SettingRefused
+    from scalebench.settings import RunSettings
+    from scalebench.train.preflight import check_model_fits
+
+    planned = tiny_config(cluster={"device_memory_gb": 1.0})
+    run = RunSettings.from_json(cell_settings("torch", "native", 1), "data", "out")
+    assert run.training.precision == "fp32"
+
+    class Framework:  # one rank with 1 GiB free
+        backend = DDPBackend(rank_env.detect({}))
+        backend.allreduce_max = staticmethod(lambda values: np.asarray(values, dtype=np.float64))
+
+        def free_device_bytes(self) -> int:
+            return 2**30
+
+    sb_config.validate(planned, schema)  # width 1 fits 1 GiB at four bytes per activation
+    check_model_fits(run, Framework())
+    monkeypatch.setitem(architecture.ACTIVATION_ITEMSIZE, "fp32", 10**5)
+    with pytest.raises(sb_config.ConfigError, match=r"config key 'model.width': width 1 .* \(fp32\) needs"):
+        sb_config.validate(planned, schema)
+    with pytest.raises(SettingRefused, match=r"^model.width = 1: .* more than the 1.00 GiB free"):
+        check_model_fits(run, Framework())

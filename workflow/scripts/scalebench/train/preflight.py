@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from scalebench import architecture, backends
+from scalebench.cell import width_key
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import LoaderSettings, ProfileSettings, RunSettings
 from scalebench.train import placement
@@ -93,13 +94,12 @@ def check_model_fits(run: RunSettings, framework: Framework) -> None:
     free = framework.free_device_bytes()
     fewest = -float(backend.allreduce_max(np.array([-(np.inf if free is None else free)], dtype=np.float64))[0])
     shards = backend.processes if backend.spec.shards_state else 1  # the planner reads the same entry
-    itemsize = 2 if training.autocast_dtype else 4
+    itemsize = architecture.activation_itemsize(training.precision)
     batch = training.batch_per_gpu
     needed = architecture.memory_floor_bytes(run.model_width, batch, run.image_size, itemsize, shards)
     if needed > fewest:
-        key = "matrix.model_width" if "model_width" in dict(run.cell.axes) else "model.width"
         raise SettingRefused(
-            f"{key} = {run.model_width}: the UNet's {architecture.parameter_count(run.model_width):,} parameters "
+            f"{width_key(dict(run.cell.axes))} = {run.model_width}: the UNet's {architecture.parameter_count(run.model_width):,} parameters "
             f"and a batch of {batch} need at least {needed / 2**30:.2f} GiB on each device (weights, gradients "
             f"and Adam's moments, and the convolutions' outputs), more than the {fewest / 2**30:.2f} GiB free "
             "on the fullest device of the cell: use a smaller width or batch"
