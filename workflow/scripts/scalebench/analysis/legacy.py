@@ -6,9 +6,9 @@ lr, training_time, test_time, iou, one row per epoch; training_time, test_time a
 iou are repeated on every row (seconds; IOU in [0, 1]). A study that ran a world
 size again wrote each repeat as ``log_<repeat>_<gpus>.csv`` (``log_hvd_<repeat>_<gpus>.csv``),
 e.g. ``Logs/log_1_10.csv`` beside ``Logs/log_10.csv``; the plain name is repeat 0.
-The repeat number becomes the seed, so repeats of one world size are the seeds of
+The repeat number becomes the seed, so repeats of one GPU count are the seeds of
 one cell and get intervals as our own cells do, paired by repeat number (the
-reference studies ran repeat k of every world size with the same code and seed).
+reference studies ran repeat k of every GPU count with the same code and seed).
 Each file becomes one runs.csv row (status ok) and its epochs.csv rows, with
 source = the label. A malformed file is skipped and reported by name, never silently.
 """

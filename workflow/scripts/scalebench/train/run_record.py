@@ -10,7 +10,7 @@
    and the compiles of the whole run.
 
 Every rank holds the record, since the epoch records read it (the model's FLOPs, the peak, the
-world size); only rank 0 writes, each time whole and atomically (records/store.py). A rank that
+replicas); only rank 0 writes, each time whole and atomically (records/store.py). A rank that
 fails records the failure itself (provenance.record_failure, from entry.py).
 """
 

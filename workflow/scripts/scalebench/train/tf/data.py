@@ -2,7 +2,7 @@
 
 Every replica takes its shard of the (repeated) training indices in exactly the order torch's
 DistributedSampler gives rank r in an epoch (shuffled by seed + epoch, padded to a multiple of
-the world size) and `batches` full batches of it (accumulation.batches_per_epoch: one pass, or
+the replicas) and `batches` full batches of it (accumulation.batches_per_epoch: one pass, or
 the shard cycled in its order for training.steps_per_epoch, as torch/data.py's sampler); evaluation: process r takes test[r::world], nothing
 dropped or repeated. The conversion to float (image / 255, the mask as 0/1, a channel axis) is
 model_inputs, inside the compiled step, on the replica's device, in both placements

@@ -1,6 +1,6 @@
 """Horovod for TensorFlow (Gloo controller here; NCCL allreduce when built with it).
 
-The learning rate is already scaled by the world size in lr_schedule.learning_rate,
+The learning rate is already scaled by the replicas in lr_schedule.learning_rate,
 so nothing here scales it again.
 """
 

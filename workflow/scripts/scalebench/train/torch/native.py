@@ -52,7 +52,7 @@ class DDPBackend(Backend):
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
         self.bucket_bytes = int(wrapped.bucket_bytes_cap)  # the size its gradients are reduced in
-        # fp16: each gradient bucket is cast to float16, divided by the world size, allreduced and cast back
+        # fp16: each gradient bucket is cast to float16, divided by the processes, allreduced and cast back
         hook = fp16_compress_hook if self.gradient_compression == "fp16" else None
         marks = self.step_marks
         if marks is not None and marks.comm is not None:  # the same reduction, each allreduce's span noted
