@@ -87,10 +87,10 @@ def oversized_loop(sources: dict[str, str]) -> dict[str, str]:
 
 
 def oversized_constructor(sources: dict[str, str]) -> dict[str, str]:
-    """tf/framework.py with a 61-line constructor in a class nested in a function."""
+    """tf/steps.py with a 61-line constructor in a class nested in a function."""
     body = "".join(f"            self.a{index} = {index}\n" for index in range(INIT_LIMIT))
     planted = f"def make():\n    class Inner:\n        def __init__(self):\n{body}    return Inner\n"
-    return {**sources, "tf/framework.py": sources["tf/framework.py"] + "\n\n" + planted}
+    return {**sources, "tf/steps.py": sources["tf/steps.py"] + "\n\n" + planted}
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def oversized_constructor(sources: dict[str, str]) -> dict[str, str]:
         (oversized_loop, f"train/loop.py: TrainingLoop is {LOOP_LIMIT + 1} lines (at most {LOOP_LIMIT})"),
         (
             oversized_constructor,
-            f"train/tf/framework.py: Inner.__init__ is {INIT_LIMIT + 1} lines (at most {INIT_LIMIT})",
+            f"train/tf/steps.py: Inner.__init__ is {INIT_LIMIT + 1} lines (at most {INIT_LIMIT})",
         ),
     ],
     ids=["loop", "constructor"],

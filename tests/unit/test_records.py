@@ -71,7 +71,12 @@ def training_record_of(training, framework: str, backend: str) -> tuple[dict, di
     from scalebench.train.torch.horovod import HorovodTorchBackend
 
     place = rank_env.detect({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
-    made = HorovodTorchBackend(place, training.horovod) if backend == "horovod" else MultiWorkerBackend(place)
+    if backend == "horovod":
+        made = HorovodTorchBackend(place, training.horovod)
+    else:  # around the default strategy: its options need no workers
+        import tensorflow as tf
+
+        made = MultiWorkerBackend(place, "cpu", False, tf.distribute.get_strategy(), "RING")
     options = made.options()
     record = provenance.training_record(
         training,

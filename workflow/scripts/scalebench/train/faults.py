@@ -98,6 +98,19 @@ class Delays:
     loader_s: float = 0.0
 
 
+class EpochDelays:
+    """This rank's delays of the epoch under way (`now`), which its framework's steps read; the
+    steps move it on at each epoch's start (start_epoch)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.now = Delays()
+
+    def start_epoch(self, epoch: int) -> Delays:
+        self.now = delays(self.rank, epoch)
+        return self.now
+
+
 def delays(rank: int, epoch: int) -> Delays:
     """The delays SCALEBENCH_FAULT sets for `rank` in 0-based `epoch` (none: all 0)."""
     found = {}

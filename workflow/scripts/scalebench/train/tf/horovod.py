@@ -12,7 +12,7 @@ import tensorflow as tf
 from scalebench.refusal import HorovodBuildError
 from scalebench.settings import HorovodSettings, RunSettings
 from scalebench.train.collectives import Bench
-from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold
+from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold, join
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf import collectives
 
@@ -31,13 +31,17 @@ def _import_horovod():
 class HorovodTFBackend(HorovodBackend):
     framework = "tensorflow"
 
-    def __init__(self, place: RankInfo, horovod: HorovodSettings, compression: str = "none") -> None:
-        super().__init__(place, _import_horovod(), horovod, compression)
+    def __init__(
+        self,
+        place: RankInfo,
+        horovod: HorovodSettings,
+        compression: str = "none",
+        device_type: str = "cpu",
+        share_gpu: bool = False,
+    ) -> None:
+        super().__init__(place, _import_horovod(), horovod, compression, device_type, share_gpu)
 
-    def setup(self, run: RunSettings) -> None:
-        self.join(run)
-
-    def distribute(self, model, optimizer) -> tuple:
+    def distribute(self, model, optimizer, marks=None) -> tuple:
         # Every rank starts from rank 0's weights and optimizer state (its slots exist: built or restored).
         self.hvd.broadcast_variables(model.variables, root_rank=0)
         self.hvd.broadcast_variables(optimizer.variables, root_rank=0)
@@ -57,9 +61,11 @@ class HorovodTFBackend(HorovodBackend):
     def allreduce_max(self, values: np.ndarray) -> np.ndarray:
         return self.hvd.allreduce(tf.constant(values, dtype=tf.float64), op=self.hvd.Max).numpy()
 
-    def collective_bench(self) -> Bench:
+    def collective_bench(self, model) -> Bench:
         return collectives.horovod(self.hvd, self.collective_library(), *fusion_threshold())
 
 
-def create(run: RunSettings, place: RankInfo) -> HorovodTFBackend:
-    return HorovodTFBackend(place, run.training.horovod, run.training.compression)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> HorovodTFBackend:
+    """The backend once hvd.init() has joined the ranks."""
+    joined = join(_import_horovod(), run, place, device_type)
+    return HorovodTFBackend(joined, run.training.horovod, run.training.compression, device_type, share_gpu)
