@@ -63,16 +63,21 @@ class FakeBackend:
         self.timeline.append("stop")
 
 
-# what a rank's model, device and numerics describe of themselves (the loop gathers it for run.json)
-DESCRIBED = {
-    "parameters": 10,
-    "gradient_bytes": 40,
-    "device": "cpu",
-    "layout": "channels_last",
-    "tf32": False,
-    "versions": {"torch": "2"},
-    "deterministic": True,
-}
+class FakeModel:
+    def fields(self) -> dict:
+        return {"parameters": 10, "gradient_bytes": 40}
+
+
+class FakeDevice:
+    def describe(self) -> dict:
+        return {"device": "cpu", "layout": "channels_last", "tf32": False, "versions": {"torch": "2"}}
+
+    def model(self) -> str:
+        return "cpu (x86_64)"
+
+
+class FakeNumerics:
+    deterministic = True
 
 
 class FakeSteps:
@@ -117,8 +122,9 @@ def started_record(tmp_path: Path, monkeypatch, rank: int = 0) -> RunRecord:
         ProcessFacts(threads=3, gpu_required=False),
         "hash",
         framework="torch",
-        described=DESCRIBED,
-        device_model="cpu (x86_64)",
+        model=FakeModel(),
+        device=FakeDevice(),
+        numerics=FakeNumerics(),
         placement=DataPlacement("host", 0, "training.loader.placement is host"),
     )
 

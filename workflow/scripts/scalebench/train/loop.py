@@ -99,17 +99,10 @@ class TrainingLoop:
         per_epoch = accumulation.epoch_batches(self.training, len(train_indices), backend.replicas, passes)
         order = spec.build_order(run, backend, train_indices, per_epoch)
         placement = preflight.place_data(run, backend, device, order, self.eval_shards())
-        described = {**model.fields(), **device.describe(), "deterministic": self.numerics.deterministic}
         self.record = RunRecord(
-            run,
-            backend,
-            process,
-            config_hash,
-            framework=spec.name,
-            described=described,
-            device_model=device.model(),
-            placement=placement,
-        )
+            run, backend, process, config_hash, framework=spec.name, model=model, device=device,
+            numerics=self.numerics, placement=placement,
+        )  # fmt: skip
         self.progress = self.resume(partial(spec.restore, model))
         marks = spec.build_marks(device, backend) if self.training.step_split else None
         delays = faults.EpochDelays(backend.rank)  # the test faults' delays, which the steps read

@@ -25,7 +25,7 @@ from scalebench import architecture, records
 from scalebench.records import store
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import binding, flops, observed, provenance, site
-from scalebench.train.interfaces import Backend
+from scalebench.train.interfaces import Backend, Device, Model, Numerics
 from scalebench.train.placement import DataPlacement
 
 FILE = "run.json"  # in the cell's folder
@@ -34,9 +34,9 @@ FILE = "run.json"  # in the cell's folder
 class RunRecord:
     """run.json of this rank's cell (`fields`), and the ranks' hosts in rank order (`hosts`).
 
-    Built as the cell starts, every rank joining its gathers: `described` is what the rank built
-    (the model's parameters and gradient bytes, the device's type, layout, TF32 and the framework's
-    versions, the determinism), `device_model` this rank's device as its framework names it."""
+    Built as the cell starts, every rank joining its gathers, from what the rank built: the model
+    (its parameters and gradient bytes), the device (its type, layout, TF32, the framework's
+    versions, its model's name) and the numerics (the determinism)."""
 
     def __init__(
         self,
@@ -46,8 +46,9 @@ class RunRecord:
         config_hash: str,
         *,
         framework: str,
-        described: dict,
-        device_model: str,
+        model: Model,
+        device: Device,
+        numerics: Numerics,
         placement: DataPlacement,
     ) -> None:
         self.run, self.backend, self.process = run, backend, process
@@ -55,7 +56,7 @@ class RunRecord:
         self.hosts = backend.allgather_text(provenance.host_name())  # every rank joins, first
         self.observed = False  # the first step's observations are in (observe)
         record = provenance.start_record(dataclasses.asdict(run.cell), config_hash)
-        record.update(described)
+        record.update({**model.fields(), **device.describe(), "deterministic": numerics.deterministic})
         record.update(self.process_fields(placement))
         record["versions"] = {**record.get("versions", {}), **backend.versions()}
         record["settings"] = run.source
@@ -70,7 +71,7 @@ class RunRecord:
             compression=backend.gradient_compression,
             backend_options=backend.options(),
         )
-        record.update(self.rank_fields(device_model, bool(record["tf32"])))
+        record.update(self.rank_fields(device.model(), bool(record["tf32"])))
         self.fields = record
         self.write()
 
