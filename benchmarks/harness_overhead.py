@@ -118,14 +118,14 @@ def harness(args: dict, framework: str) -> dict:
     """The project's loop in this process, rank 0 of 1, writing its records into args['out']."""
     from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
-    from scalebench.train.entry import cell_hash, join
+    from scalebench.train.entry import build_rank, cell_hash
     from scalebench.train.loop import TrainingLoop
 
     started = time.perf_counter()
     settings = args["settings"]
     run = RunSettings.from_json(settings, args["data"], args["out"])
     process = ProcessFacts.of_rank(run, os.environ)
-    spec, device, backend = join(run, process, rank_env.detect())
+    spec, device, backend = build_rank(run, process, rank_env.detect())
     try:
         loop = TrainingLoop(run, spec, device, backend, process, cell_hash(settings, args["data"]), started)
         status = loop.train()

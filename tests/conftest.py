@@ -348,7 +348,7 @@ def rank_in_process(framework_name: str, backend: str, data: Path, out: Path, **
 
     from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
-    from scalebench.train.entry import cell_hash, join
+    from scalebench.train.entry import build_rank, cell_hash
     from scalebench.train.loop import TrainingLoop
 
     started = time.perf_counter()
@@ -356,7 +356,7 @@ def rank_in_process(framework_name: str, backend: str, data: Path, out: Path, **
     out.mkdir(exist_ok=True)
     run = RunSettings.from_json(settings, data, out)
     process = ProcessFacts.of_rank(run, {})
-    spec, device, built = join(run, process, rank_env.detect({}))
+    spec, device, built = build_rank(run, process, rank_env.detect({}))
     try:
         return TrainingLoop(run, spec, device, built, process, cell_hash(settings, data), started)
     except BaseException:

@@ -104,6 +104,7 @@ PRODUCTS = [
     ("runtime", "Device", interfaces.Device),
     ("runtime", "Numerics", interfaces.Numerics),
     ("model", "Model", interfaces.Model),
+    ("model", "Distributed", interfaces.Distributed),
     ("data", "ReplicaShards", interfaces.SampleOrder),
     ("data", "Batches", interfaces.Batches),
     ("steps", "Steps", interfaces.Steps),

@@ -77,9 +77,10 @@ def test_the_backends_take_the_cells_compression(compression, monkeypatch):
 
 def test_tensorflow_horovod_compresses_with_hvd_fp16(monkeypatch):
     hvd = pytest.importorskip("horovod.tensorflow", reason="Horovod is built with TensorFlow by ./install.sh")
+    from scalebench.train import horovod_common
     from scalebench.train.tf import horovod as tf_horovod
 
-    monkeypatch.setattr(tf_horovod, "join", lambda hvd, run, place, device_type: place)  # hvd.init(): not here
+    monkeypatch.setattr(horovod_common, "join", lambda hvd, run, place, device_type: place)  # hvd.init(): not here
     for compression, expected in (("none", hvd.Compression.none), ("fp16", hvd.Compression.fp16)):
         run = run_settings("tensorflow", "horovod", compression)
         backend = tf_horovod.create(run, rank_env.detect({}), "cpu", False)

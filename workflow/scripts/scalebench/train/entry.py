@@ -72,7 +72,9 @@ def check_settings(run: RunSettings) -> None:
         raise SettingRefused(f"training.compile: {problem}")
 
 
-def join(run: RunSettings, process: ProcessFacts, place: rank_env.RankInfo) -> tuple[FrameworkSpec, Device, Backend]:
+def build_rank(
+    run: RunSettings, process: ProcessFacts, place: rank_env.RankInfo
+) -> tuple[FrameworkSpec, Device, Backend]:
     """The framework's spec, this rank's device (before any rank joins: NCCL uses it) and its
     backend, joined to the other ranks (backend_module's create)."""
     spec = framework_spec(run.cell.framework)
@@ -108,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         network.check_node()  # cluster.network_interface exists on this rank's node
         check_settings(run)
         check_launch(place.processes, place.processes_source, run.cell.framework, run.cell.backend, run.cell.gpus)
-        spec, device, backend = join(run, process, place)
+        spec, device, backend = build_rank(run, process, place)
         loop = TrainingLoop(run, spec, device, backend, process, cell_hash(run.source, args.data), started)
         status = loop.train()
         return 0 if status in ("ok", "diverged") else 1

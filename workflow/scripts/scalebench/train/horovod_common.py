@@ -74,23 +74,39 @@ class HorovodBackend(Backend):
     def __init__(
         self,
         place: RankInfo,
-        hvd,
         settings: HorovodSettings,
         compression: str = "none",
         device_type: str = "cpu",
         share_gpu: bool = False,
     ) -> None:
         super().__init__(place, device_type, share_gpu)
-        check_build(hvd)
-        self.hvd = hvd
+        self.hvd = self.library()
+        check_build(self.hvd)
         self.settings = settings
         self.gradient_compression = compression
         # fp16: each gradient is cast to float16 for the allreduce and back to its type after it
-        self.compression = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+        chosen = self.hvd.Compression.fp16 if compression == "fp16" else self.hvd.Compression.none
+        self.compression = self.handed_over(chosen)
         # the registry says whether it accumulates (BackendSpec.accumulates): one statement of the fact
         self.backward_passes_per_step = backends.backward_passes(
             self.framework, self.name, settings.backward_passes_per_step
         )
+
+    @staticmethod
+    def library():
+        """horovod.torch or horovod.tensorflow, imported (each framework's module says which), or
+        HorovodBuildError saying how to get it."""
+        raise NotImplementedError
+
+    def handed_over(self, compression):
+        """Horovod's compression as this framework hands its tensors over (PyTorch: DenseLayout)."""
+        return compression
+
+    @classmethod
+    def joined(cls, run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> HorovodBackend:
+        """The backend once hvd.init() has joined the ranks (each module's create)."""
+        place = join(cls.library(), run, place, device_type)
+        return cls(place, run.training.horovod, run.training.compression, device_type, share_gpu)
 
     def allgather_text(self, text: str) -> list[str]:
         return self.hvd.allgather_object(text)

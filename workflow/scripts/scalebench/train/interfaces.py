@@ -150,7 +150,8 @@ class Backend:
 
 
 # What the builders return: each framework's runtime.py, model.py, data.py, steps.py,
-# checkpoint.py and profiler.py define them with these methods (the contract test checks it).
+# checkpoint.py and profiler.py define them, by these names, with these members (the contract
+# test checks it).
 
 
 class Device(Protocol):
@@ -195,6 +196,13 @@ class Model(Protocol):
 
     def fields(self) -> dict[str, int]:
         """run.json's parameters and gradient_bytes."""
+
+
+class Distributed(Protocol):
+    """The model and optimizer as the backend distributed them (model.py distribute): what the
+    steps train and the checkpointer saves."""
+
+    wrapped: Any  # the model as the backend's distribute() returned it (the collective benchmark's)
 
 
 class SampleOrder(Protocol):
@@ -285,8 +293,8 @@ class FrameworkSpec:
     restore: Callable[..., dict | None]
     # (device, backend) -> the step split's marks of this framework (training.step_split)
     build_marks: Callable[..., Any]
-    # (run, model, backend, marks, delays) -> the distributed model: the backend's wrapper, compiled where asked
-    distribute: Callable[..., Any]
+    # (run, model, backend, marks, delays) -> Distributed: the backend's wrapper, compiled where asked
+    distribute: Callable[..., Distributed]
     # (run, device, backend, order, placement, eval_shards) -> Batches: the input pipeline
     build_data: Callable[..., Batches]
     # (run, distributed, device, numerics, backend, marks, delays) -> Steps

@@ -10,9 +10,9 @@ import numpy as np
 import tensorflow as tf
 
 from scalebench.refusal import HorovodBuildError
-from scalebench.settings import HorovodSettings, RunSettings
+from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
-from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold, join
+from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf import collectives
 
@@ -31,15 +31,7 @@ def _import_horovod():
 class HorovodTFBackend(HorovodBackend):
     framework = "tensorflow"
 
-    def __init__(
-        self,
-        place: RankInfo,
-        horovod: HorovodSettings,
-        compression: str = "none",
-        device_type: str = "cpu",
-        share_gpu: bool = False,
-    ) -> None:
-        super().__init__(place, _import_horovod(), horovod, compression, device_type, share_gpu)
+    library = staticmethod(_import_horovod)
 
     def distribute(self, model, optimizer, marks=None) -> tuple:
         # Every rank starts from rank 0's weights and optimizer state (its slots exist: built or restored).
@@ -67,5 +59,4 @@ class HorovodTFBackend(HorovodBackend):
 
 def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> HorovodTFBackend:
     """The backend once hvd.init() has joined the ranks."""
-    joined = join(_import_horovod(), run, place, device_type)
-    return HorovodTFBackend(joined, run.training.horovod, run.training.compression, device_type, share_gpu)
+    return HorovodTFBackend.joined(run, place, device_type, share_gpu)

@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from scalebench.refusal import HorovodBuildError
-from scalebench.settings import HorovodSettings, RunSettings
+from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
-from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold, join
+from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.torch import collectives
 
@@ -60,16 +60,10 @@ class DenseLayout:
 class HorovodTorchBackend(HorovodBackend):
     framework = "torch"
 
-    def __init__(
-        self,
-        place: RankInfo,
-        horovod: HorovodSettings,
-        compression: str = "none",
-        device_type: str = "cpu",
-        share_gpu: bool = False,
-    ) -> None:
-        super().__init__(place, _import_horovod(), horovod, compression, device_type, share_gpu)
-        self.compression = DenseLayout(self.compression)
+    library = staticmethod(_import_horovod)
+
+    def handed_over(self, compression) -> DenseLayout:
+        return DenseLayout(compression)
 
     def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer, marks=None) -> tuple:
         # backward_passes_per_step: each gradient's allreduce starts in the backward pass that
@@ -126,5 +120,4 @@ class HorovodTorchBackend(HorovodBackend):
 
 def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> HorovodTorchBackend:
     """The backend once hvd.init() has joined the ranks."""
-    joined = join(_import_horovod(), run, place, device_type)
-    return HorovodTorchBackend(joined, run.training.horovod, run.training.compression, device_type, share_gpu)
+    return HorovodTorchBackend.joined(run, place, device_type, share_gpu)
