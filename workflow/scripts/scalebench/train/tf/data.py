@@ -2,11 +2,12 @@
 
 Every replica takes its shard of the (repeated) training indices in exactly the order torch's
 DistributedSampler gives rank r in an epoch (shuffled by seed + epoch, padded to a multiple of
-the replicas) and `batches` full batches of it (accumulation.batches_per_epoch: one pass, or
-the shard cycled in its order for training.steps_per_epoch, as torch/data.py's sampler); evaluation: process r takes test[r::world], nothing
-dropped or repeated. The conversion to float (image / 255, the mask as 0/1, a channel axis) is
-model_inputs, inside the compiled step, on the replica's device, in both placements
-(train/placement.py):
+the replicas) and `batches` full batches of it (accumulation.epoch_batches, which the loop
+computes: one pass, or the shard cycled in its order for training.steps_per_epoch, as
+torch/data.py's sampler): ReplicaShards, the sample order. Evaluation: process r takes
+test[r::processes], nothing dropped or repeated. Batches is the input pipeline of an epoch.
+The conversion to float (image / 255, the mask as 0/1, a channel axis) is model_inputs, inside
+the compiled step, on the replica's device, in both placements (train/placement.py):
 - device: DeviceSamples holds the samples a replica uses as uint8 tensors on its device, loaded
   once; a step's inputs are (stored images, stored masks, rows), and the step gathers its batch.
 - host: tf.data gathers uint8 rows from the memory-mapped arrays and prefetches them, on a GPU
