@@ -75,8 +75,8 @@ class SegmentationArrays(Dataset):
 class ReplicaShards(Sampler[int]):
     """The samples of this process's replicas in an epoch, a step at a time: in each step, the next
     `batch` samples of each replica's DistributedSampler shard in replica order; `batches` full
-    batches per replica (accumulation.epoch_batches, which the loop computes: one pass over the shard, or with
-    training.steps_per_epoch the shard cycled in its order).
+    batches per replica (accumulation.epoch_batches, which the loop computes: one pass over the
+    shard, or with training.steps_per_epoch the shard cycled in its order).
 
     With one replica this is DistributedSampler's order. With several (DataParallel), a step's
     batch of len(replica_ids) x batch samples is what those replicas' DDP ranks take in that step,
