@@ -57,7 +57,7 @@ def torch_loader(args: dict) -> dict:
 
 
 def tf_loader(args: dict) -> dict:
-    """Images/s of tf_data.train_dataset alone (one replica), as train/tf/framework.py builds it per epoch."""
+    """Images/s of tf_data.train_dataset alone (one replica), as train/tf/data.py's Batches builds it per epoch."""
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     from scalebench.data.preprocess import load_arrays
     from scalebench.settings import ProcessFacts, RunSettings
@@ -79,7 +79,8 @@ def tf_loader(args: dict) -> dict:
     for epoch in range(args["epochs"]):
         started = time.perf_counter()
         batch = training["batch_per_gpu"]
-        dataset = tf_data.train_dataset(args["data"], train, [0], 1, batch, batches, 1, epoch, threads)
+        order = tf_data.ReplicaShards(train, 1, [0], 1, batch, batches)
+        dataset = tf_data.train_dataset(args["data"], order, epoch, threads)
         images = sum(int(item[0][0].shape[0]) for item in dataset)
         times.append(time.perf_counter() - started)
     return {"epoch_times": times, "images_per_epoch": images}

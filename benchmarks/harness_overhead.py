@@ -118,17 +118,19 @@ def harness(args: dict, framework: str) -> dict:
     """The project's loop in this process, rank 0 of 1, writing its records into args['out']."""
     from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
-    from scalebench.train.entry import cell_hash, create_framework
+    from scalebench.train.entry import build_rank, cell_hash
     from scalebench.train.loop import TrainingLoop
 
     started = time.perf_counter()
     settings = args["settings"]
     run = RunSettings.from_json(settings, args["data"], args["out"])
-    trainer = create_framework(run, ProcessFacts.of_rank(run, os.environ), rank_env.detect())
+    process = ProcessFacts.of_rank(run, os.environ)
+    spec, device, backend = build_rank(run, process, rank_env.detect())
     try:
-        status = TrainingLoop(run, trainer, cell_hash(settings, args["data"]), started).train()
+        loop = TrainingLoop(run, spec, device, backend, process, cell_hash(settings, args["data"]), started)
+        status = loop.train()
     finally:
-        trainer.backend.shutdown()
+        backend.shutdown()
     wall = time.perf_counter() - started
     epochs, final = _common.read_metrics(Path(args["out"]))
     return {

@@ -341,25 +341,38 @@ def allreduce_counts(timeline: Path) -> dict[str, int]:
     return counts
 
 
-def train_in_process(framework_name: str, backend: str, data: Path, out: Path, **training: object):
-    """One rank of a one-GPU cell through the real loop in this process; its framework after it (so a
-    test can read the model, the optimizer and the batches it trained on)."""
+def rank_in_process(framework_name: str, backend: str, data: Path, out: Path, **training: object):
+    """The loop of one rank of a one-GPU cell in this process, built (its device, backend and
+    everything its spec builds) and not yet trained; a test shuts its backend down."""
     import time
 
     from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
-    from scalebench.train.entry import cell_hash, create_framework
+    from scalebench.train.entry import build_rank, cell_hash
     from scalebench.train.loop import TrainingLoop
 
+    started = time.perf_counter()
     settings = cell_settings(framework_name, backend, 1, **training)
-    out.mkdir()
+    out.mkdir(exist_ok=True)
     run = RunSettings.from_json(settings, data, out)
-    framework = create_framework(run, ProcessFacts.of_rank(run, {}), rank_env.detect({}))
+    process = ProcessFacts.of_rank(run, {})
+    spec, device, built = build_rank(run, process, rank_env.detect({}))
     try:
-        assert TrainingLoop(run, framework, cell_hash(settings, data), time.perf_counter()).train() == "ok"
+        return TrainingLoop(run, spec, device, built, process, cell_hash(settings, data), started)
+    except BaseException:
+        built.shutdown()
+        raise
+
+
+def train_in_process(framework_name: str, backend: str, data: Path, out: Path, **training: object):
+    """One rank of a one-GPU cell through the real loop in this process; the loop after it (so a
+    test can read the model, the optimizer and the batches it trained on: loop.steps, loop.batches)."""
+    loop = rank_in_process(framework_name, backend, data, out, **training)
+    try:
+        assert loop.train() == "ok"
     finally:
-        framework.backend.shutdown()
-    return framework
+        loop.backend.shutdown()
+    return loop
 
 
 FRESH = "SCALEBENCH_TEST_FRESH_PROCESS"

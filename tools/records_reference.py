@@ -48,8 +48,9 @@ def section(record: Record) -> str:
     for field in record.fields:
         meaning = f"*old*: {field.meaning}" if field.old else field.meaning
         part = f" (below: {field.part.name})" if field.part is not None else ""
+        empty = f"{field.empty}; left out {field.absent}" if field.absent else field.empty
         lines.append(
-            f"| `{field.name}` | {field.type} | {field.unit} | {cell(meaning)}{part}{renamed(field)} | {cell(field.empty)} |"
+            f"| `{field.name}` | {field.type} | {field.unit} | {cell(meaning)}{part}{renamed(field)} | {cell(empty)} |"
         )
     return "\n".join(lines)
 

@@ -35,13 +35,11 @@ def reduce_on_two_ranks(rank: int, port: int, results) -> None:
     """One of two Gloo ranks: each of DDP and FSDP, without and with fp16, reduces GRADIENTS."""
     env = {"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     place = rank_env.detect(env)
-    joined = None
+    joined = native.create(run_settings("torch", "native", "none"), place, "cpu", False)
     for kind, compression in itertools.product(("native", "fsdp"), ("none", "fp16")):
-        run = run_settings("torch", kind, compression)
-        backend = native.create(run, place) if kind == "native" else fsdp.create(run, place)
-        if joined is None:
-            backend.setup(run)  # one process group serves every backend of this rank
-            joined = backend
+        # one process group serves every backend of this rank (the first one joined it)
+        made = native.DDPBackend if kind == "native" else fsdp.FSDPBackend
+        backend = made(place, "cpu", False, compression, joined.collective, joined.device)
         model = nn.Linear(2, 1, bias=False)
         wrapped, _ = backend.distribute(model, torch.optim.SGD(model.parameters(), lr=0.0))
         wrapped(torch.full((1, 2), GRADIENTS[rank])).sum().backward()
@@ -71,8 +69,9 @@ def horovod_rank() -> dict[str, list[float]]:
     reduced = {}
     for compression in ("none", "fp16"):
         run = run_settings("torch", "horovod", compression)
-        backend = torch_horovod.create(run, rank_env.detect({}))
-        backend.setup(run)  # hvd.init() once; a second call keeps it
+        backend = torch_horovod.create(
+            run, rank_env.detect({}), "cpu", False
+        )  # hvd.init() once; a second call keeps it
         model = nn.Linear(2, 1, bias=False)
         model, optimizer = backend.distribute(model, torch.optim.SGD(model.parameters(), lr=0.0))
         model(torch.full((1, 2), GRADIENTS[backend.rank])).sum().backward()

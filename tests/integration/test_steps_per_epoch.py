@@ -15,14 +15,14 @@ pytestmark = pytest.mark.integration
 STEPS, BATCH = 10, 4
 
 
-def step_images(framework, epoch: int) -> list[float]:
+def step_images(loop, framework: str, epoch: int) -> list[float]:
     """The sum of each step's input images, through the framework's own pipeline of `epoch`."""
     sums = []
-    for batch in framework.epoch_batches(epoch, 0.001):
-        if framework.name == "torch":
+    for batch in loop.batches.epoch(epoch):
+        if framework == "torch":
             images = batch[0].numpy()
         else:  # one replica's inputs, converted as the step converts them
-            images = tf_data.model_inputs(*batch[0], image_size=framework.run.image_size)[0].numpy()
+            images = tf_data.model_inputs(*batch[0], image_size=loop.run.image_size)[0].numpy()
         sums.append(float(images.astype(np.float64).sum()))
     return sums
 
@@ -32,13 +32,13 @@ def test_both_frameworks_take_the_steps_and_see_the_same_samples_in_the_same_ord
         return
     orders = {}
     for name in ("torch", "tensorflow"):
-        framework = train_in_process(
+        loop = train_in_process(
             name, "horovod", prepared_data, tmp_path / name, epochs=2, steps_per_epoch=STEPS, predictions=0
         )
         epochs, final, run = read_records(tmp_path / name)
         assert [e["optimizer_steps"] for e in epochs] == [STEPS, STEPS] and final["iou"] is not None
         assert [e["images"] for e in epochs] == [STEPS * BATCH] * 2 and run["training"]["steps_per_epoch"] == STEPS
-        orders[name] = [step_images(framework, epoch) for epoch in (0, 1)]
+        orders[name] = [step_images(loop, name, epoch) for epoch in (0, 1)]
     for epoch in (0, 1):
         assert len(orders["torch"][epoch]) == STEPS  # more than one pass over the shard: it was cycled
         np.testing.assert_allclose(orders["tensorflow"][epoch], orders["torch"][epoch], rtol=1e-6)

@@ -277,7 +277,7 @@ def test_missing_horovod_names_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "horovod.torch", None)  # as if Horovod were not installed
     run = RunSettings.from_json(cell_settings("torch", "horovod", 1), "data", "out")
     with pytest.raises(RuntimeError, match=r"cannot import horovod.torch .*run ./install.sh"):
-        torch_horovod.create(run, rank_env.detect({}))
+        torch_horovod.create(run, rank_env.detect({}), "cpu", False)
 
 
 def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp_path):

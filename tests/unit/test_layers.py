@@ -298,7 +298,7 @@ PLANTED = [
     ("scalebench.report.figures", "from importlib import import_module", "figures imports by name (import_module"),
     ("scalebench.analysis.collect", "f = lambda: __import__('x')", "collect imports by name (__import__"),
     ("scalebench.settings", "import builtins as b\nload = b.__import__", "settings imports by name"),
-    ("scalebench.train.tf.framework", "import importlib as il\nload = il.import_module", "framework imports by name"),
+    ("scalebench.train.tf.steps", "import importlib as il\nload = il.import_module", "steps imports by name"),
     ("scalebench.config.checks", "load = getattr(importlib, 'import_module')", "checks imports by name"),
     # a cycle of three modules of one package, each import allowed alone
     (

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cell_records import write_cell
@@ -26,10 +27,11 @@ PROVENANCE = {"model_flops_per_image": 1e9, "peak_tflops": 100.0, "replicas": 2}
 
 
 def check_written(definition: Record, record: dict, complete: bool = True) -> None:
-    """`record`'s keys are the definition's (all of today's fields where `complete`), each value of its type."""
+    """`record`'s keys are the definition's (where `complete`, every field of today's that the
+    definition does not say a writer may leave out), each value of its type."""
     assert not definition.undefined(record), f"{definition.name}: define {definition.undefined(record)}"
     if complete:
-        missing = sorted(set(definition.written()) - set(record))
+        missing = sorted(set(definition.always_written()) - set(record))
         assert not missing, f"{definition.name} record lacks {missing}"
     for name, value in record.items():
         known = definition.by_name.get(name)
@@ -71,7 +73,12 @@ def training_record_of(training, framework: str, backend: str) -> tuple[dict, di
     from scalebench.train.torch.horovod import HorovodTorchBackend
 
     place = rank_env.detect({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
-    made = HorovodTorchBackend(place, training.horovod) if backend == "horovod" else MultiWorkerBackend(place)
+    if backend == "horovod":
+        made = HorovodTorchBackend(place, training.horovod)
+    else:  # around the default strategy: its options need no workers
+        import tensorflow as tf
+
+        made = MultiWorkerBackend(place, "cpu", False, tf.distribute.get_strategy(), "RING")
     options = made.options()
     record = provenance.training_record(
         training,
@@ -168,6 +175,65 @@ def test_a_key_added_to_the_schema_is_defined_in_the_training_record_with_its_ow
     assert fields["epochs"].meaning == "training.epochs: Epochs to train, each a pass over the shard."
     keys["device"]["description"] = "Changed."  # a resolved value keeps its own meaning
     assert definitions.training_fields(schema)[list(fields).index("device")].meaning.startswith("cuda or cpu")
+
+
+def written_run_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch | None = None, drop: str = "") -> dict:
+    """run.json as the writers of a cell that ended ok leave it: the rank's RunRecord from the cell's
+    start to its finish (one process, with a real DataParallel backend, PyTorch's device and model
+    on the CPU) and launch.py's accounting after it. `drop`: a field the rank's writer leaves out."""
+    from scalebench.settings import ProcessFacts
+    from scalebench.train import rank_env, run_record
+    from scalebench.train.placement import DataPlacement
+    from scalebench.train.torch import dp, model, runtime
+
+    if drop:
+        monkeypatch.setattr(run_record.provenance, "start_record", dropping(provenance.start_record, drop))
+    run = RunSettings.from_json(cell_settings("torch", "dp", 1), tmp_path / "data", tmp_path / "out")
+    Path(run.out_dir).mkdir(parents=True)
+    process, place = ProcessFacts.of_rank(run, {}), rank_env.detect({})
+    device = runtime.build_device(run, process, place)
+    backend = dp.create(run, place, device.type, process.share_gpu)
+    numerics = runtime.Numerics(None, True)  # build_numerics would seed this test process's generators
+    built = model.build(run, device, numerics, backend)
+    placement = DataPlacement("host", 0, "training.loader.placement: host")
+    record = run_record.RunRecord(
+        run, backend, process, "hash", framework="torch", model=built, device=device, numerics=numerics,
+        placement=placement,
+    )  # fmt: skip
+    record.add(collectives.run_fields(collectives.Result(reason="one replica: nothing to exchange"), 1))
+    steps = {"compute_dtype": "float32", "compiled": observed.compiled_record("torch.compile (inductor)", 0, 0, [])}
+    record.observe(steps)
+    record.first_epoch()
+    final = records.final_record("ok", 1.0, 2.0, 1) | dict.fromkeys(records.COST_FIELDS) | {"iou": 0.5}
+    record.finish(final, 0, lambda: steps)
+    accounting.record(record.path, None)  # launch.py, after the ranks: a local cell
+    return json.loads(record.path.read_text())
+
+
+def dropping(builder, name: str):
+    """`builder` whose record lacks `name` (a writer that forgot a field)."""
+
+    def built(*args, **kwargs) -> dict:
+        record = builder(*args, **kwargs)
+        record.pop(name)
+        return record
+
+    return built
+
+
+def test_run_json_as_the_writers_leave_it_holds_every_defined_field(tmp_path):
+    run = written_run_json(tmp_path)
+    check_written(RUN, run)  # every field a cell that ended ok holds: all but reason and error
+    check_written(TRAINING, {key: value for key, value in run["training"].items() if key != "dp"})
+    check_written(COLLECTIVES, run["collectives"])
+    check_written(COMPILED, run["compiled"])
+    assert {field.name for field in RUN.fields if field.absent} == {"reason", "error"}
+
+
+def test_a_run_json_writer_that_drops_a_defined_field_fails_naming_it(tmp_path, monkeypatch):
+    run = written_run_json(tmp_path, monkeypatch, drop="python")
+    with pytest.raises(AssertionError, match=r"run record lacks \[.python.\]"):
+        check_written(RUN, run)
 
 
 def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_defined_fields():

@@ -1,7 +1,8 @@
 """One word for one thing in the code, as in the records (docs/records.md, 'Renamed since earlier
 versions'): the device type is `cuda` (training.device's word), never `gpu`; what counts processes
 is `processes` (`local_processes` on a node) and what counts model copies `replicas`, never the
-`world_size` that meant the one on a Backend and the other in run.json; the hardware a rank ran on
+`world_size` that meant the one on a Backend and the other in run.json (nor "world size" in prose,
+comments and docstrings included); the hardware a rank ran on
 is its `device_model`, never a `device_name` that also meant the device type.
 
 The old spellings stay only where they are the compatibility reader's (a record field's `was` and
@@ -14,6 +15,7 @@ syntax trees, so the tests plant old spellings into real code in memory and asse
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,9 @@ ROOTS = ("workflow/scripts", "tools", "benchmarks", "tests")
 THIS = Path(__file__).resolve()
 OLD_NAMES = ("world_size", "device_name")  # identifiers holding either are the old spellings
 OLD_KEYS = ("world_size", "local_world_size")  # run.json's and the ranks' old keys, as strings
+# the prose word for what `processes` or `replicas` count (or, in the analysis, a cell's GPUs), in
+# comments and docstrings too: a library's WORLD_SIZE variable is not prose
+OLD_PHRASE = re.compile(r"\bworld[ -]size", re.IGNORECASE)
 # tests that feed old records to the compatibility reader, which must spell them the old way
 COMPATIBILITY_TESTS = {"tests/unit/test_records.py"}
 # keyword arguments whose strings are the compatibility reader's (records/fields.py Field)
@@ -119,6 +124,15 @@ def sources(root: Path = REPO) -> dict[str, tuple[str, str]]:
     return found
 
 
+def old_phrases(source: str, where: str) -> list[str]:
+    """Each 'world size' in the text of `source`, comments and docstrings included, as 'where:line: what'."""
+    return [
+        f"{where}:{number}: the phrase {found.group(0)!r} (processes, replicas or GPUs)"
+        for number, line in enumerate(source.splitlines(), start=1)
+        for found in OLD_PHRASE.finditer(line)
+    ]
+
+
 def all_old_spellings(root: Path = REPO) -> list[str]:
     return [hit for where, (text, package) in sources(root).items() for hit in old_spellings(text, where, package)]
 
@@ -126,6 +140,14 @@ def all_old_spellings(root: Path = REPO) -> list[str]:
 def test_the_code_says_cuda_processes_replicas_and_device_model_only():
     found = all_old_spellings()
     assert not found, "old spellings (see this test's docstring for today's):\n" + "\n".join(found)
+
+
+def test_the_code_says_processes_replicas_or_gpus_where_it_once_said_world_size():
+    found = [hit for where, (text, _) in sources().items() for hit in old_phrases(text, where)]
+    assert not found, "\n".join(found)
+    planted = (REPO / PACKAGE_MODULE).read_text() + "\n# each bucket divided by the world size\n"
+    assert old_phrases(planted, PACKAGE_MODULE)[0].startswith(f"{PACKAGE_MODULE}:")
+    assert old_phrases('os.environ["WORLD_SIZE"]\n', "x.py") == []  # torchrun's variable is its own word
 
 
 def test_the_checker_reads_every_part_of_the_code():

@@ -153,14 +153,14 @@ def test_imported_rows_join_the_tables_and_scale_against_their_own_base(folder, 
     entries = [{"path": str(folder), "framework": "torch", "label": "reference"}]
     collected = summary.collect_study(str(tmp_path / "runs"), [], 0.8, entries, Invocation(("snakemake",), "/w", ()))
     assert set(collected.runs["source"]) == {"reference"}
-    assert set(collected.runs["seed"]) == {0}  # one run per world size: repeat 0
+    assert set(collected.runs["seed"]) == {0}  # one run per GPU count: repeat 0
     skipped = collected.incomplete[collected.incomplete["status"] == "skipped (legacy import)"]
     assert sorted(p.rsplit("/", 1)[1] for p in skipped["item"]) == ["log_2.csv", "log_hvd_8.csv", "log_nope.csv"]
     table = scaling(collected.runs)
     native4 = table[(table["backend"] == "native") & (table["gpus"] == 4)].iloc[0]
     assert native4["speedup_train_time"] == pytest.approx(93.0 / 20.0)
     assert native4["interval"] == "none"
-    # Horovod has no 1-GPU log: its own smallest world size is the base.
+    # Horovod has no 1-GPU log: its own smallest GPU count is the base.
     assert table[table["backend"] == "horovod"].iloc[0]["base_gpus"] == 4
 
 

@@ -1,26 +1,31 @@
-"""Both frameworks fill in the same contract: the same shared roles, the Framework methods, and one
-Backend module per entry of the backend registry (scalebench/backends.py), named there by its dotted
-path and imported as named; every fact of an entry is read from it, restated by no class."""
+"""Both frameworks fill in the same contract: the same shared roles, a spec whose builders return
+the products the loop holds (train/interfaces.py: the same class names in the same files, with the
+methods of their protocols), and one Backend module per entry of the backend registry
+(scalebench/backends.py), named there by its dotted path and imported as named; every fact of an
+entry is read from it, restated by no class."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
 import inspect
+import textwrap
 
 import pytest
 from conftest import SCRIPTS
 from scalebench import backends
-from scalebench.train import entry
+from scalebench.train import entry, interfaces
 from scalebench.train.entry import FRAMEWORK_PACKAGES
-from scalebench.train.interfaces import Backend, Framework
+from scalebench.train.interfaces import Backend, FrameworkSpec
 
 TRAIN = SCRIPTS / "scalebench" / "train"
 FOLDERS = {"torch": "torch", "tensorflow": "tf"}
 # what every framework has, file for file
 SHARED_ROLES = {
     "__init__.py",
-    "framework.py",
+    "spec.py",
+    "steps.py",
     "model.py",
     "data.py",
     "runtime.py",
@@ -94,14 +99,60 @@ def test_the_entry_point_knows_the_registrys_frameworks():
     assert set(FRAMEWORK_PACKAGES) == set(backends.FRAMEWORKS) == set(FOLDERS)
 
 
+# each product of a spec's builders: the module of its role, the class there, and its protocol
+PRODUCTS = [
+    ("runtime", "Device", interfaces.Device),
+    ("runtime", "Numerics", interfaces.Numerics),
+    ("model", "Model", interfaces.Model),
+    ("model", "Distributed", interfaces.Distributed),
+    ("data", "ReplicaShards", interfaces.SampleOrder),
+    ("data", "Batches", interfaces.Batches),
+    ("steps", "Steps", interfaces.Steps),
+    ("checkpoint", "Checkpointer", interfaces.Checkpointer),
+    ("profiler", "Trace", interfaces.Trace),
+]
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The methods and attributes a protocol of train/interfaces.py declares."""
+    declared = {name for name, value in vars(protocol).items() if callable(value) and not name.startswith("_")}
+    return declared | set(getattr(protocol, "__annotations__", {}))
+
+
 @pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
-def test_each_framework_implements_every_method_of_the_interface(framework):
-    module = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.framework")
-    classes = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
-    implementation = next(c for c in classes if getattr(c, "name", None) == framework)
-    wanted = {name for name, value in vars(Framework).items() if callable(value) and not name.startswith("_")}
-    missing = sorted(name for name in wanted if not callable(getattr(implementation, name, None)))
-    assert not missing, f"{implementation.__name__} lacks {missing}"
+def test_each_framework_is_a_spec_of_every_builder(framework):
+    spec = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.spec").SPEC
+    assert isinstance(spec, FrameworkSpec) and spec.name == framework
+    for known in dataclasses.fields(FrameworkSpec):
+        value = getattr(spec, known.name)
+        assert known.name == "name" or callable(value), f"{framework}: {known.name} is not a builder"
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
+@pytest.mark.parametrize(("role", "name", "protocol"), PRODUCTS, ids=[name for _, name, _ in PRODUCTS])
+def test_each_product_has_the_same_name_and_role_in_both_frameworks_and_its_protocols_members(
+    framework, role, name, protocol
+):
+    module = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.{role}")
+    product = getattr(module, name, None)
+    assert inspect.isclass(product), f"{FOLDERS[framework]}/{role}.py defines no class {name}"
+    missing = sorted(protocol_members(protocol) - set(dir(product)) - instance_attributes(product))
+    assert not missing, f"{FOLDERS[framework]}/{role}.py {name} lacks {missing} ({protocol.__name__})"
+
+
+def instance_attributes(kind: type) -> set[str]:
+    """What `kind`'s constructor assigns to self (a dataclass: its fields)."""
+    if dataclasses.is_dataclass(kind):
+        return {known.name for known in dataclasses.fields(kind)}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(kind.__init__)))
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "self"
+    }
 
 
 @pytest.mark.parametrize(("framework", "backend"), PAIRS, ids=[f"{f}-{b}" for f, b in PAIRS])
@@ -115,7 +166,7 @@ def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(frame
     assert len(classes) == 1, f"{module.__name__} defines {classes}"
     backend_class = classes[0]
     # collective_bench: every backend's collectives are measured through its own library
-    overridden = ("setup", "distribute", "broadcast_from_root", "allreduce_sum", "allreduce_max", "allgather_text")
+    overridden = ("distribute", "broadcast_from_root", "allreduce_sum", "allreduce_max", "allgather_text")
     for name in (*overridden, "collective_bench"):
         assert getattr(backend_class, name) is not getattr(Backend, name), f"{backend_class.__name__}.{name}"
     assert (backend_class.framework, backend_class.name) == (framework, backend)  # its registry entry

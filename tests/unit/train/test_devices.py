@@ -136,10 +136,8 @@ def test_ddp_uses_nccl_on_gpus_and_gloo_on_the_cpu(monkeypatch, device_type, col
     chosen = []
     monkeypatch.setattr(native.dist, "init_process_group", lambda backend, **_: chosen.append(backend))
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    backend = native.DDPBackend(rank_env.detect({}))
-    backend.device_type = device_type
-    backend.setup(run_settings()[0])
-    assert chosen == [collective]
+    backend = native.create(run_settings()[0], rank_env.detect({}), device_type, False)
+    assert chosen == [collective] and backend.collective == collective
 
 
 @pytest.mark.parametrize(("capability", "override", "expected"), [(8, None, True), (8, "0", False), (7, None, False)])
@@ -165,35 +163,30 @@ def test_ranks_share_a_gpu_only_when_asked_and_then_reduce_through_gloo(fake_cud
         devices.use_gpus(True, "auto", 2, 2, 2, "lib", share=True)
     chosen = []  # NCCL refuses two ranks on one device: the shared check reduces through Gloo
     monkeypatch.setattr(native.dist, "init_process_group", lambda backend, **_: chosen.append(backend))
-    backend = native.DDPBackend(rank_env.detect({}))
-    backend.device_type, backend.share_gpu = "cuda", shared[1].share_gpu  # as the framework sets them
-    backend.setup(shared[0])
+    backend = native.create(shared[0], rank_env.detect({}), "cuda", shared[1].share_gpu)  # as entry.py builds it
     assert chosen == ["gloo"] and backend.device is None
 
 
 def test_tensorflow_prefetches_to_the_gpu_of_a_one_replica_process(monkeypatch):
-    from scalebench.train.tf import framework as tf_framework
+    from scalebench.train.tf import data as tf_data
     from scalebench.train.tf import runtime as tf_runtime
 
     assert tf_runtime.input_device("cuda", 1) == "/gpu:0"  # configure() left only this rank's GPU visible
     assert tf_runtime.input_device("cuda", 2) is None  # MirroredStrategy copies host batches to each replica
     assert tf_runtime.input_device("cpu", 1) is None
     monkeypatch.setattr(tf_runtime, "configure", lambda *args: [0])  # a faked GPU: its index
-    monkeypatch.setattr(tf_runtime, "set_determinism", lambda *args: None)
-    backend = native.DDPBackend(rank_env.detect({}))  # only its place and counts are used here
-    monkeypatch.setattr(backend, "setup", lambda run: None)
     settings = cell_settings("tensorflow", "native", 1)
     run = RunSettings.from_json(settings, "d", "o")
-    framework = tf_framework.TensorFlowFramework(run, backend, ProcessFacts.of_rank(run, {}))
-    framework.start(framework.run)
+    device = tf_runtime.build_device(run, ProcessFacts.of_rank(run, {}), rank_env.detect({}))
+    backend = native.DDPBackend(rank_env.detect({}))  # only its place and counts are used here
     asked = []
-    monkeypatch.setattr(tf_framework.data, "train_dataset", lambda *args: asked.append(args[-1]))
-    monkeypatch.setattr(tf_framework.data, "eval_dataset", lambda *args: asked.append(args[-1]) or [])
-    framework.optimizer = type("Optimizer", (), {})()
-    framework.prepare_data([0, 1], [], DataPlacement("host", 0, "training.loader.placement: host"))
-    framework.epoch_batches(0, 1e-3)
-    framework.evaluate([0])
-    assert asked == ["/gpu:0", "/gpu:0"]
+    monkeypatch.setattr(tf_data, "train_dataset", lambda *args: asked.append(args[-1]))
+    monkeypatch.setattr(tf_data, "eval_dataset", lambda *args: asked.append(args[-1]) or [])
+    order = tf_data.build_order(run, backend, [0, 1], 1)
+    batches = tf_data.build_data(run, device, backend, order, DataPlacement("host", 0, "host"), [])
+    batches.epoch(0)
+    batches.eval_batches([0])
+    assert device.type == "cuda" and asked == ["/gpu:0", "/gpu:0"]
 
 
 def test_horovod_without_nccl_refuses_a_gpu_cell_unless_allowed():

@@ -10,9 +10,8 @@ import torch
 from conftest import REPO, sb_config, training_settings
 from conftest import backend_run_settings as run_settings
 from scalebench import backends
-from scalebench.settings import ProcessFacts
 from scalebench.train import rank_env
-from scalebench.train.entry import create_framework
+from scalebench.train.entry import check_settings
 from scalebench.train.preflight import check_compression
 from scalebench.train.torch import fsdp, native
 
@@ -53,7 +52,7 @@ def test_an_unknown_compression_is_a_problem_everywhere():
 def test_a_rank_asked_for_a_compression_its_backend_lacks_stops_before_it_starts(framework, backend):
     run = run_settings(framework, backend, "fp16")
     with pytest.raises(ValueError, match=rf"^training\.compression: compression fp16 is not available .* {backend}:"):
-        create_framework(run, ProcessFacts.of_rank(run, {}), rank_env.detect({}))
+        check_settings(run)
 
 
 def test_a_backend_that_does_not_apply_the_asked_compression_fails_the_cell():
@@ -64,19 +63,27 @@ def test_a_backend_that_does_not_apply_the_asked_compression_fails_the_cell():
 
 
 @pytest.mark.parametrize("compression", ["none", "fp16"])
-def test_the_backends_take_the_cells_compression(compression):
+def test_the_backends_take_the_cells_compression(compression, monkeypatch):
     place = rank_env.detect({})
-    assert native.create(run_settings("torch", "native", compression), place).gradient_compression == compression
-    assert fsdp.create(run_settings("torch", "fsdp", compression), place).gradient_compression == compression
+    monkeypatch.setattr(native, "join", lambda *args: ("gloo", None))  # the process group: not here
+    assert native.create(run_settings("torch", "native", compression), place, "cpu", False).gradient_compression == (
+        compression
+    )
+    assert fsdp.create(run_settings("torch", "fsdp", compression), place, "cpu", False).gradient_compression == (
+        compression
+    )
     assert fsdp.reduce_policy(compression).reduce_dtype == (torch.float16 if compression == "fp16" else None)
 
 
-def test_tensorflow_horovod_compresses_with_hvd_fp16():
+def test_tensorflow_horovod_compresses_with_hvd_fp16(monkeypatch):
     hvd = pytest.importorskip("horovod.tensorflow", reason="Horovod is built with TensorFlow by ./install.sh")
+    from scalebench.train import horovod_common
     from scalebench.train.tf import horovod as tf_horovod
 
+    monkeypatch.setattr(horovod_common, "join", lambda hvd, run, place, device_type: place)  # hvd.init(): not here
     for compression, expected in (("none", hvd.Compression.none), ("fp16", hvd.Compression.fp16)):
-        backend = tf_horovod.create(run_settings("tensorflow", "horovod", compression), rank_env.detect({}))
+        run = run_settings("tensorflow", "horovod", compression)
+        backend = tf_horovod.create(run, rank_env.detect({}), "cpu", False)
         assert backend.compression is expected and backend.gradient_compression == compression
 
 
@@ -84,7 +91,7 @@ def test_run_json_records_the_compression_the_backend_applied():
     from scalebench.train import provenance
 
     run = run_settings("torch", "native", "fp16")
-    backend = native.create(run, rank_env.detect({}))
+    backend = native.DDPBackend(rank_env.detect({}), compression=run.training.compression)
     record = provenance.training_record(
         dataclasses.replace(run.training, compression="none"),  # the record follows the backend
         framework="torch",

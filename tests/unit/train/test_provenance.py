@@ -14,6 +14,14 @@ from scalebench.train.torch.horovod import HorovodTorchBackend
 TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
 
 
+def strategy_backend(kind: type, place: rank_env.RankInfo, *more):
+    """A TensorFlow strategy backend around the default strategy (its options need no workers)."""
+    import tensorflow as tf
+
+    implementation = "RING" if kind is MultiWorkerBackend else "local"
+    return kind(place, "cpu", False, tf.distribute.get_strategy(), implementation, *more)
+
+
 def settings(framework: str, backend: str, replicas: int, **training) -> RunSettings:
     return RunSettings.from_json(cell_settings(framework, backend, replicas, **training), "data", "out")
 
@@ -56,8 +64,11 @@ def test_a_horovod_cell_records_its_batch_rate_precision_and_options_as_resolved
 
 
 def test_tensorflow_cells_record_their_strategy_their_placement_and_no_horovod_or_dataloader():
-    native = record_of(settings("tensorflow", "native", 2), MultiWorkerBackend(rank_env.detect(TWO_RANKS)))
-    mirrored = record_of(settings("tensorflow", "mirrored", 2), MirroredBackend(rank_env.detect({})))
+    native = record_of(
+        settings("tensorflow", "native", 2), strategy_backend(MultiWorkerBackend, rank_env.detect(TWO_RANKS))
+    )
+    mirrored_backend = strategy_backend(MirroredBackend, rank_env.detect({}), "logical CPU")
+    mirrored = record_of(settings("tensorflow", "mirrored", 2), mirrored_backend)
     assert native["tf_strategy"] == "MultiWorkerMirroredStrategy" and "tf_replica_devices" not in native
     assert mirrored["tf_strategy"] == "MirroredStrategy" and "tf_replica_devices" in mirrored
     assert mirrored["backward_passes_per_step"] == 1 and mirrored["global_batch"] == 8
@@ -78,7 +89,7 @@ def test_a_one_process_backend_gets_the_threads_of_every_device_it_drives():
 def test_every_setting_is_recorded_under_its_name_but_the_measurements_and_the_backends_sections():
     """The record is built from TrainingSettings' fields: a new setting is recorded without a
     second list to update; what joins them is what the rank resolved, and the backend's options."""
-    backend = MultiWorkerBackend(rank_env.detect({}))
+    backend = strategy_backend(MultiWorkerBackend, rank_env.detect({}))
     record = record_of(settings("tensorflow", "native", 1), backend)
     fields = {f.name for f in dataclasses.fields(TrainingSettings)}
     assert fields - set(record) == set(provenance.NOT_RECORDED) | set(provenance.BACKEND_SECTIONS)

@@ -1,6 +1,6 @@
 """TF_CONFIG from the launcher's environment, and the checks that stop a bad start early.
 
-The world size against the cell is the training loop's check (RankInfo.processes_source), not TF_CONFIG's.
+The processes against the cell are the training loop's check (RankInfo.processes_source), not TF_CONFIG's.
 """
 
 from __future__ import annotations

@@ -105,7 +105,8 @@ def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_da
     images, _, manifest = tf_data.load_arrays(prepared_data)
     train = manifest["train"]
     batches = batches_per_epoch(len(train), 2, 5)
-    dataset = tf_data.train_dataset(str(prepared_data), train, [1], 2, 5, batches, seed=1, epoch=2, threads=1)
+    order = tf_data.ReplicaShards(train, 2, [1], seed=1, batch=5, batches=batches)
+    dataset = tf_data.train_dataset(str(prepared_data), order, epoch=2, threads=1)
     batches = list(dataset)
     expected = [train[p] for p in tf_data.distributed_order(len(train), 2, 1, 1, 2)]
     assert len(batches) == len(expected) // 5
@@ -122,11 +123,11 @@ def test_train_batches_are_the_shard_in_order_and_drop_the_remainder(prepared_da
 def test_device_placement_gives_the_host_pipelines_inputs_bit_for_bit(prepared_data, replica_ids):
     train = tf_data.load_arrays(prepared_data)[2]["train"] * 2
     batches = batches_per_epoch(len(train), 2, 4)
-    samples = tf_data.replica_samples(train, replica_ids, 2, seed=3, epochs=3, samples=batches * 4)
-    stores = [tf_data.DeviceSamples(str(prepared_data), s, "/cpu:0") for s in samples]
+    order = tf_data.ReplicaShards(train, 2, replica_ids, seed=3, batch=4, batches=batches)
+    stores = [tf_data.DeviceSamples(str(prepared_data), s, "/cpu:0") for s in order.replica_samples(epochs=3)]
     for epoch in range(3):
-        host = list(tf_data.train_dataset(str(prepared_data), train, replica_ids, 2, 4, batches, 3, epoch, threads=1))
-        device = list(tf_data.device_train_batches(stores, train, replica_ids, 2, 4, batches, 3, epoch))
+        host = list(tf_data.train_dataset(str(prepared_data), order, epoch, threads=1))
+        device = list(tf_data.device_train_batches(stores, order, epoch))
         assert len(device) == len(host) > 0
         for device_step, host_step in zip(device, host, strict=True):
             assert len(device_step) == len(host_step) == len(replica_ids)
@@ -153,9 +154,9 @@ def test_device_samples_refuse_a_sample_they_did_not_load(prepared_data):
 
 def test_batches_prefetched_to_a_device_are_the_same_batches_on_that_device(prepared_data):
     train = tf_data.load_arrays(prepared_data)[2]["train"]
-    arguments = (str(prepared_data), train, [0], 1, 4, batches_per_epoch(len(train), 1, 4))
-    on_host = list(tf_data.train_dataset(*arguments, seed=3, epoch=0, threads=1))
-    on_device = list(tf_data.train_dataset(*arguments, seed=3, epoch=0, threads=1, device="/cpu:0"))
+    order = tf_data.ReplicaShards(train, 1, [0], seed=3, batch=4, batches=batches_per_epoch(len(train), 1, 4))
+    on_host = list(tf_data.train_dataset(str(prepared_data), order, epoch=0, threads=1))
+    on_device = list(tf_data.train_dataset(str(prepared_data), order, epoch=0, threads=1, device="/cpu:0"))
     assert len(on_device) == len(on_host) > 0
     for ((image, mask),), ((host_image, host_mask),) in zip(on_device, on_host, strict=True):
         assert image.device.endswith("device:CPU:0")  # on a GPU: the rank's GPU, copied ahead of the step

@@ -13,12 +13,12 @@ from scalebench import backends
 from scalebench.measures import batches_per_epoch
 from scalebench.refusal import SettingRefused
 from scalebench.settings import ProcessFacts, RunSettings
-from scalebench.train import rank_env
+from scalebench.train import accumulation, faults, rank_env
 from scalebench.train.accumulation import ONE_BATCH_STEP
 from scalebench.train.devices import DeviceError
 from scalebench.train.placement import DataPlacement
 from scalebench.train.preflight import check_launch, check_replicas
-from scalebench.train.torch import data, dp, framework, fsdp, runtime
+from scalebench.train.torch import data, dp, fsdp, model, runtime, steps
 from scalebench.train.torch.model import UNet
 
 BATCH = 4
@@ -39,38 +39,32 @@ def run_settings(backend: str, gpus: int, binding: str = "node", **training) -> 
 def test_fsdp_with_one_gpu_is_refused_naming_the_key_with_its_entrys_reason():
     place = rank_env.detect({})
     with pytest.raises(SettingRefused, match=r"^matrix.gpus = 1: fsdp needs at least 2 ranks \(with one there"):
-        check_launch(1, place.processes_source, fsdp.create(run_settings("fsdp", 1), place), 1)
-    backend = fsdp.create(run_settings("fsdp", 2), place)
-    check_launch(2, place.processes_source, backend, 2)
+        check_launch(1, place.processes_source, "torch", "fsdp", 1)
+    check_launch(2, place.processes_source, "torch", "fsdp", 2)
+    backend = fsdp.FSDPBackend(place)
     assert backend.spec.shards_state and backend.checkpoint_on_all_ranks
 
 
 def test_dp_is_one_process_with_a_replica_per_gpu():
-    backend = dp.create(run_settings("dp", 4), rank_env.detect({}))
-    check_launch(1, "the launcher", backend, 4)  # one process for the cell's four GPUs: its entry's one_process
+    backend = dp.create(run_settings("dp", 4), rank_env.detect({}), "cpu", False)
+    check_launch(1, "the launcher", "torch", "dp", 4)  # one process for the cell's four GPUs: its entry's one_process
     assert (backend.processes, backend.replicas, backend.replica_ids) == (1, 4, [0, 1, 2, 3])
 
 
 def test_dp_beyond_one_device_on_the_cpu_is_refused_before_training_with_its_entrys_reason(monkeypatch):
-    backend = dp.create(run_settings("dp", 2), rank_env.detect({}))
-    backend.device_type = "cpu"
-    backend.setup(run_settings("dp", 2))
+    backend = dp.create(run_settings("dp", 2), rank_env.detect({}), "cpu", False)
     with pytest.raises(SettingRefused, match=r"matrix.gpus = 2: dp splits a batch over GPUs only; on the CPU it has"):
         check_replicas(backend, 2)
-    backend.device_type = "cuda"  # on GPUs it drives them all
-    check_replicas(backend, 2)
-    backend.device_type = "cpu"  # the entry, changed: the rank follows it
+    check_replicas(dp.create(run_settings("dp", 2), rank_env.detect({}), "cuda", False), 2)  # on GPUs: all
     monkeypatch.setitem(backends.REGISTRY["torch"], "dp", dataclasses.replace(backends.DP, cpu_devices=None))
-    check_replicas(backend, 2)
+    check_replicas(backend, 2)  # the entry, changed: the rank follows it
 
 
 def test_dp_of_one_gpu_on_the_cpu_trains_the_plain_module():
-    backend = dp.create(run_settings("dp", 1), rank_env.detect({}))
-    backend.device_type = "cpu"
-    backend.setup(run_settings("dp", 1))
-    model = UNet()
-    optimizer = torch.optim.Adam(model.parameters())
-    assert backend.distribute(model, optimizer) == (model, optimizer)
+    backend = dp.create(run_settings("dp", 1), rank_env.detect({}), "cpu", False)
+    network = UNet()
+    optimizer = torch.optim.Adam(network.parameters())
+    assert backend.distribute(network, optimizer) == (network, optimizer)
     assert backend.allreduce_sum([1.0, 2.0]).tolist() == [1.0, 2.0] and backend.allgather_text("a") == ["a"]
     assert backend.options() == {"dp": {"processes": 1, "device_ids": None}}
 
@@ -83,7 +77,7 @@ def host_and_device_batches(data_dir: str, indices: list[int], replicas: int, re
     host_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH, batches)
     host = data.host_train_loader(data_dir, host_sampler, loader_settings, False, cpu)
     device_sampler = data.train_sampler(data_dir, indices, replicas, replica_ids, 1, BATCH, batches)
-    per_replica = data.replica_samples(indices, device_sampler, epochs=4)
+    per_replica = device_sampler.replica_samples(epochs=4)
     stores = [data.DeviceSamples(data_dir, samples, cpu) for samples in per_replica]
     device = data.DeviceTrainBatches(indices, device_sampler, stores)
     return (host, host_sampler), (device, device_sampler)
@@ -152,28 +146,30 @@ def test_one_replica_reads_distributed_samplers_order_in_whole_batches():
 
 
 def test_a_step_of_several_replicas_counts_each_replicas_batch_and_loss(prepared_data):
-    # a 2-replica dp process on the CPU (setup refuses it; built here without it), no batch norm:
+    # a 2-replica dp process on the CPU (preflight refuses it; built here without it), no batch norm:
     # the step's loss over both halves is the mean of the halves' losses
-    run = run_settings("dp", 2, batch_norm=False)
-    run = dataclasses.replace(run, data_dir=str(prepared_data))
-    backend = dp.create(run, rank_env.detect({}))
-    torch_framework = framework.create(run, backend, ProcessFacts.of_rank(run, {}))
-    torch_framework.device, torch_framework.autocast = torch.device("cpu"), None
-    torch_framework.build()
-    torch_framework.distribute()
-    torch_framework.replica_devices = [torch.device("cpu")] * 2
-    torch_framework.prepare_data(list(range(32)), [], DataPlacement("host", 0, "test"))
-    images, masks = next(iter(torch_framework.epoch_batches(0, 0.0)))  # rate 0: the model stays as it is
+    run = dataclasses.replace(run_settings("dp", 2, batch_norm=False), data_dir=str(prepared_data))
+    backend = dp.create(run, rank_env.detect({}), "cpu", False)
+    device, numerics, delays = (
+        runtime.Device(torch.device("cpu"), []),
+        runtime.Numerics(None, True),
+        faults.EpochDelays(0),
+    )
+    distributed = model.distribute(run, model.build(run, device, numerics, backend), backend, None, delays)
+    batches = accumulation.epoch_batches(run.training, 32, backend.replicas, 1)
+    order = data.build_order(run, backend, list(range(32)), batches)
+    epoch_data = data.build_data(run, device, backend, order, DataPlacement("host", 0, "test"), [])
+    taken = steps.Steps(run, distributed, device, numerics, backend, None, delays)
+    taken.start_epoch(0, 0.0)  # rate 0: the model stays as it is
+    images, masks = next(iter(epoch_data.epoch(0)))
     with torch.no_grad():
         halves = [
-            torch.nn.functional.binary_cross_entropy_with_logits(
-                torch_framework.model(images[part]), masks[part]
-            ).item()
+            torch.nn.functional.binary_cross_entropy_with_logits(distributed.network(images[part]), masks[part]).item()
             for part in (slice(0, BATCH), slice(BATCH, 2 * BATCH))
         ]
-    torch_framework.train_step((images, masks), ONE_BATCH_STEP)
-    loss_sum, batches = torch_framework.epoch_loss()
-    assert batches == 2 and len(images) == 2 * BATCH
+    taken.train((images, masks), ONE_BATCH_STEP)
+    loss_sum, replica_batches = taken.epoch_loss()
+    assert replica_batches == 2 and len(images) == 2 * BATCH
     assert loss_sum == pytest.approx(sum(halves), rel=1e-5)
 
 
@@ -189,46 +185,41 @@ def fake_cuda(monkeypatch):
     return state
 
 
-def test_dp_takes_every_gpu_of_its_cell_from_the_first(fake_cuda, monkeypatch):
+def test_dp_takes_every_gpu_of_its_cell_from_the_first(fake_cuda):
     run = run_settings("dp", 4, precision="bf16")
-    process = ProcessFacts.of_rank(run, SLURM_JOB)
-    backend = dp.create(run, rank_env.detect({}))
-    torch_framework = framework.create(run, backend, process)
-    monkeypatch.setattr(runtime, "set_determinism", lambda *args: None)
-    torch_framework.start(run)
+    process, place = ProcessFacts.of_rank(run, SLURM_JOB), rank_env.detect({})
+    device = runtime.build_device(run, process, place)
+    backend = dp.create(run, place, device.type, process.share_gpu)
     # the model is built on the first GPU, current for every allocation
-    assert torch_framework.device == torch.device("cuda", 0) and fake_cuda["current"] == [torch.device("cuda", 0)]
+    assert device.device == torch.device("cuda", 0) and fake_cuda["current"] == [torch.device("cuda", 0)]
     assert backend.device_type == "cuda" and backend.options() == {"dp": {"processes": 1, "device_ids": [0, 1, 2, 3]}}
-    model = UNet()
-    wrapped, _ = backend.distribute(model, torch.optim.Adam(model.parameters()))
+    network = UNet()
+    wrapped, _ = backend.distribute(network, torch.optim.Adam(network.parameters()))
     assert isinstance(wrapped, torch.nn.DataParallel)
     assert wrapped.device_ids == [0, 1, 2, 3] and wrapped.output_device == 0
     assert wrapped.src_device_obj == torch.device("cuda", 0)
     # each replica's thread runs under the cell's autocast type, not CUDA's default float16
     assert isinstance(wrapped.module, dp.AutocastReplica) and wrapped.module.dtype == torch.bfloat16
-    assert wrapped.module.module is model
+    assert wrapped.module.module is network
 
 
 def test_dp_needs_all_its_gpus_visible_in_its_one_process(fake_cuda):
     fake_cuda["count"] = 2
     run = run_settings("dp", 4)
     process = ProcessFacts.of_rank(run, SLURM_JOB)
-    torch_framework = framework.create(run, dp.create(run, rank_env.detect({})), process)
     with pytest.raises(DeviceError, match=r"1 rank\(s\) on this node need 4 GPUs but torch .* sees 2"):
-        torch_framework.start(run)
+        runtime.build_device(run, process, rank_env.detect({}))
     assert fake_cuda["current"] == []
 
 
 @pytest.mark.parametrize("binding", ["node", "task"])
-def test_dp_s_one_task_drives_every_gpu_it_sees_under_either_binding(fake_cuda, monkeypatch, binding):
+def test_dp_s_one_task_drives_every_gpu_it_sees_under_either_binding(fake_cuda, binding):
     # task binding asks --gpus-per-task=4 for dp's one task: it sees the cell's four, as under node binding
     run = run_settings("dp", 4, binding=binding)
-    process = ProcessFacts.of_rank(run, SLURM_JOB)
-    backend = dp.create(run, rank_env.detect({}))
-    torch_framework = framework.create(run, backend, process)
-    monkeypatch.setattr(runtime, "set_determinism", lambda *args: None)
-    torch_framework.start(run)
-    assert torch_framework.replica_devices == [torch.device("cuda", i) for i in range(4)]
+    process, place = ProcessFacts.of_rank(run, SLURM_JOB), rank_env.detect({})
+    device = runtime.build_device(run, process, place)
+    backend = dp.create(run, place, device.type, process.share_gpu)
+    assert device.replica_devices == [torch.device("cuda", i) for i in range(4)]
     assert backend.options()["dp"]["device_ids"] == [0, 1, 2, 3]
 
 
@@ -236,11 +227,10 @@ def test_dp_under_task_binding_refuses_a_task_with_fewer_gpus_than_its_cell(fake
     fake_cuda["count"] = 2
     run = run_settings("dp", 4, binding="task")
     process = ProcessFacts.of_rank(run, SLURM_JOB)
-    torch_framework = framework.create(run, dp.create(run, rank_env.detect({})), process)
     with pytest.raises(
         DeviceError, match=r"this task sees 2 GPU\(s\) under cluster.gpu_binding: task, fewer than its 4"
     ):
-        torch_framework.start(run)
+        runtime.build_device(run, process, rank_env.detect({}))
     assert fake_cuda["current"] == []
 
 

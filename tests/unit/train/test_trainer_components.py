@@ -51,7 +51,7 @@ class FakeBackend:
     def options(self) -> dict:
         return {}
 
-    def collective_bench(self) -> collectives.Bench | str:
+    def collective_bench(self, model) -> collectives.Bench | str:
         if isinstance(self.bench, Exception):
             raise self.bench
         return self.bench
@@ -63,38 +63,47 @@ class FakeBackend:
         self.timeline.append("stop")
 
 
-class FakeFramework:
-    name = "torch"
+class FakeModel:
+    def fields(self) -> dict:
+        return {"parameters": 10, "gradient_bytes": 40}
 
-    def __init__(self, backend: FakeBackend, dtype: str = "float32", lr: float = 0.002) -> None:
-        self.backend, self.dtype, self.lr = backend, dtype, lr
-        self.process = ProcessFacts(threads=3, gpu_required=False)
-        self.traces: list[str] = []
 
+class FakeDevice:
     def describe(self) -> dict:
-        return {
-            "parameters": 10,
-            "gradient_bytes": 40,
-            "device": "cpu",
-            "layout": "channels_last",
-            "tf32": False,
-            "deterministic": True,
-            "versions": {"torch": "2"},
-        }
+        return {"device": "cpu", "layout": "channels_last", "tf32": False, "versions": {"torch": "2"}}
 
-    def device_model(self) -> str:
+    def model(self) -> str:
         return "cpu (x86_64)"
 
-    def observed_steps(self) -> dict:
+
+class FakeNumerics:
+    deterministic = True
+
+
+class FakeSteps:
+    """What a framework's steps observed, and the rate its optimizer holds."""
+
+    def __init__(self, dtype: str = "float32", lr: float = 0.002) -> None:
+        self.dtype, self.lr = dtype, lr
+
+    def observed(self) -> dict:
         return {"compute_dtype": self.dtype, "compiled": COMPILED}
 
     def optimizer_lr(self) -> float:
         return self.lr
 
-    def start_trace(self, folder: Path) -> None:
-        self.traces.append("start")
 
-    def stop_trace(self) -> None:
+class FakeTracer:
+    """A framework's profiler: each trace it starts and stops, in order."""
+
+    def __init__(self) -> None:
+        self.traces: list[str] = []
+
+    def start(self, folder: Path) -> FakeTracer:
+        self.traces.append("start")
+        return self
+
+    def stop(self) -> None:
         self.traces.append("stop")
 
 
@@ -107,9 +116,17 @@ def started_record(tmp_path: Path, monkeypatch, rank: int = 0) -> RunRecord:
     monkeypatch.setattr(run_record.site, "update_libraries", lambda record: record.update(libraries_read=True))
     run = settings(tmp_path)
     Path(run.out_dir).mkdir(parents=True)
-    record = RunRecord(run, FakeFramework(FakeBackend(rank)), "hash")
-    record.start(DataPlacement("host", 0, "training.loader.placement is host"))
-    return record
+    return RunRecord(
+        run,
+        FakeBackend(rank),
+        ProcessFacts(threads=3, gpu_required=False),
+        "hash",
+        framework="torch",
+        model=FakeModel(),
+        device=FakeDevice(),
+        numerics=FakeNumerics(),
+        placement=DataPlacement("host", 0, "training.loader.placement is host"),
+    )
 
 
 def written(record: RunRecord) -> dict:
@@ -130,7 +147,7 @@ def test_rank_0_writes_run_json_at_the_start_with_the_cell_its_ranks_and_its_set
 def test_another_rank_holds_the_record_but_never_writes_it(tmp_path, monkeypatch):
     record = started_record(tmp_path, monkeypatch, rank=1)
     record.add({"collectives": {"op": None}})
-    record.finish({"status": "ok", "stopped_at_target": False, "setup_s": 1.0, "epochs_completed": 3}, 0)
+    record.finish({"status": "ok", "stopped_at_target": False, "setup_s": 1.0, "epochs_completed": 3}, 0, dict)
     assert record.fields["gradient_bytes"] == 40 and "site" not in record.fields  # rank 0 reads the site
     assert not record.path.exists()
 
@@ -159,7 +176,7 @@ def test_finish_writes_the_outcome_the_cost_and_the_libraries_as_loaded(tmp_path
         "energy_source": "rapl",
         "energy_reason": "no powercap",
     }
-    record.finish(final, 1)
+    record.finish(final, 1, FakeSteps().observed)
     run = written(record)
     assert (run["status"], run["setup_s"], run["resumed_from_epoch"], run["epochs_completed"]) == ("ok", 1.5, 1, 2)
     assert run["stopped_at_target"] is True and run["gpu_hours"] == 0.01 and run["energy_reason"] == "no powercap"
@@ -177,65 +194,65 @@ def all_reduce(elements: int):
 def test_the_benchmark_of_one_replica_measures_nothing_and_says_why(tmp_path):
     backend = FakeBackend()
     backend.replicas = 1
-    result = collectives.benchmark(backend, training_settings().collectives, 40, tmp_path)
+    result = collectives.benchmark(backend, None, training_settings().collectives, 40, tmp_path)
     assert result.reason == "one replica: nothing to exchange" and not (tmp_path / TABLE).exists()
 
 
 def test_rank_0_writes_the_table_and_its_line_and_another_rank_neither(tmp_path, capsys):
     bench = collectives.all_reduce_bench(all_reduce, 2, "fake library")
     training = training_settings()
-    result = collectives.benchmark(FakeBackend(0, bench), training.collectives, 40, tmp_path)
+    result = collectives.benchmark(FakeBackend(0, bench), None, training.collectives, 40, tmp_path)
     assert result.library == "fake library" and result.rows[0]["size"] == "gradient"
     assert capsys.readouterr().out.startswith("collectives: ")
     assert (tmp_path / TABLE).read_text().startswith("op,")
     (tmp_path / TABLE).unlink()
-    collectives.benchmark(FakeBackend(1, bench), training.collectives, 40, tmp_path)
+    collectives.benchmark(FakeBackend(1, bench), None, training.collectives, 40, tmp_path)
     assert not (tmp_path / TABLE).exists() and capsys.readouterr().out == ""
 
 
 def test_a_bench_that_cannot_be_built_leaves_the_cell_training_with_the_reason(tmp_path):
     backend = FakeBackend(0, RuntimeError("no library"))
     (tmp_path / "out").mkdir()
-    result = collectives.benchmark(backend, training_settings().collectives, 40, tmp_path / "out")
+    result = collectives.benchmark(backend, None, training_settings().collectives, 40, tmp_path / "out")
     assert result.reason == "failed: RuntimeError: no library" and result.rows == []
 
 
-def window(epoch: int, steps: int, backend: FakeBackend, tmp_path: Path) -> tuple[profiling.Window, FakeFramework]:
-    framework = FakeFramework(backend)
+def window(epoch: int, steps: int, backend: FakeBackend, tmp_path: Path) -> tuple[profiling.Window, FakeTracer]:
+    tracer = FakeTracer()
     profile = training_settings(profile={"epoch": epoch, "steps": steps}).profile
-    return profiling.Window(profile, tmp_path, framework, backend), framework
+    return profiling.Window(profile, tmp_path, tracer.start, backend), tracer
 
 
 def test_the_window_opens_around_the_profiled_epoch_only_and_closes_after_its_steps(tmp_path):
     backend = FakeBackend()
-    profile, framework = window(2, 2, backend, tmp_path)
+    profile, tracer = window(2, 2, backend, tmp_path)
     with profile.around(0) as opened:  # epoch 1: not the profiled one
         opened.after_step(1)
-    assert framework.traces == [] and profile.fields(0)["profiled"] is False
+    assert tracer.traces == [] and profile.fields(0)["profiled"] is False
     with profile.around(1) as opened:
-        assert framework.traces == ["start"] and backend.timeline == ["start"]
+        assert tracer.traces == ["start"] and backend.timeline == ["start"]
         opened.after_step(1)
-        assert framework.traces == ["start"]  # one step of two: still tracing
+        assert tracer.traces == ["start"]  # one step of two: still tracing
         opened.after_step(2)
-        assert framework.traces == ["start", "stop"]
-    assert framework.traces == ["start", "stop"] and backend.timeline == ["start", "stop"]  # stopped once
+        assert tracer.traces == ["start", "stop"]
+    assert tracer.traces == ["start", "stop"] and backend.timeline == ["start", "stop"]  # stopped once
     assert profile.fields(1) == {"profiled": True, "profile_trace": "profile", "profile_reason": None}
 
 
 def test_a_window_longer_than_the_epoch_closes_when_its_steps_end(tmp_path):
-    profile, framework = window(1, 3, FakeBackend(), tmp_path)
+    profile, tracer = window(1, 3, FakeBackend(), tmp_path)
     with profile.around(0) as opened:
         opened.after_step(1)  # an epoch of one step (a dataset smaller than config could tell)
-        assert framework.traces == ["start"]
-    assert framework.traces == ["start", "stop"]
+        assert tracer.traces == ["start"]
+    assert tracer.traces == ["start", "stop"]
 
 
 def test_an_epoch_that_raises_leaves_the_window_as_it_was(tmp_path):
-    profile, framework = window(1, 3, FakeBackend(), tmp_path)
+    profile, tracer = window(1, 3, FakeBackend(), tmp_path)
     with pytest.raises(RuntimeError, match="step failed"):
         with profile.around(0):
             raise RuntimeError("step failed")
-    assert framework.traces == ["start"] and profile.active  # no trace written on the way out
+    assert tracer.traces == ["start"] and profile.active  # no trace written on the way out
 
 
 class FakeMeter(energy.Meter):
@@ -279,9 +296,8 @@ def test_the_split_is_gathered_from_every_rank():
 
 def test_the_first_step_is_checked_against_the_cell_and_its_observations_returned():
     training = training_settings()
-    assert observed.check_first_step(FakeFramework(FakeBackend()), training, 0.002, 0)["compiled"] == COMPILED
+    assert observed.check_first_step(FakeSteps(), training, 0.002, 0)["compiled"] == COMPILED
     with pytest.raises(
         observed.ObservedMismatch, match=r"training.precision is bf16 .*; the learning rate: .* held 0.5"
     ):
-        framework = FakeFramework(FakeBackend(), dtype="float32", lr=0.5)
-        observed.check_first_step(framework, training_settings(precision="bf16"), 0.002, 0)
+        observed.check_first_step(FakeSteps(dtype="float32", lr=0.5), training_settings(precision="bf16"), 0.002, 0)

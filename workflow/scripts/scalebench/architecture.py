@@ -18,6 +18,9 @@ BN_MOMENTUM = 0.1  # PyTorch's convention: the new batch's weight (Keras' moment
 GRADIENT_ITEMSIZE = 4  # gradients are float32 like the weights (amp computes in 16 bits, keeps fp32 weights)
 # bytes of training state per parameter: the weight, its gradient and Adam's two moments, float32 each
 STATE_BYTES_PER_PARAMETER = 16
+# bytes of an activation at each training.precision: autocast (and Keras' mixed policies) compute
+# bf16 and fp16 in two bytes, fp32 in four
+ACTIVATION_ITEMSIZE = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 def channels(width: int = 1) -> tuple[int, ...]:
@@ -64,6 +67,11 @@ def convolution_outputs(height: int, width_px: int, width: int = 1) -> int:
         h, w = h * 2, w * 2
         total += 3 * out * h * w  # the transposed convolution and the two convolutions after it
     return total + h * w  # the head
+
+
+def activation_itemsize(precision: str) -> int:
+    """Bytes of one activation element at training.precision (the planner's and the ranks' memory check)."""
+    return ACTIVATION_ITEMSIZE[precision]
 
 
 def memory_floor_bytes(

@@ -4,6 +4,7 @@ compression, compiled steps, strong scaling)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,12 @@ _LABELS = {
     "scaling": str,
     "global_batch": lambda value: f"global{value}",
 }
+
+
+def width_key(matrix: Mapping[str, Any]) -> str:
+    """The config key that sets a cell's model width, for a message that names it: matrix.model_width
+    where the matrix sweeps it (`matrix`: the config's matrix section or a cell's axes), else model.width."""
+    return "matrix.model_width" if "model_width" in matrix else "model.width"
 
 
 def variant_label(axes: tuple[tuple[str, Any], ...]) -> str:

@@ -6,14 +6,14 @@ lr, training_time, test_time, iou, one row per epoch; training_time, test_time a
 iou are repeated on every row (seconds; IOU in [0, 1]). A study that ran a world
 size again wrote each repeat as ``log_<repeat>_<gpus>.csv`` (``log_hvd_<repeat>_<gpus>.csv``),
 e.g. ``Logs/log_1_10.csv`` beside ``Logs/log_10.csv``; the plain name is repeat 0.
-The repeat number becomes the seed, so repeats of one world size are the seeds of
+The repeat number becomes the seed, so repeats of one GPU count are the seeds of
 one cell and get intervals as our own cells do, paired by repeat number (the
-reference studies ran repeat k of every world size with the same code and seed).
+reference studies ran repeat k of every GPU count with the same code and seed).
 Each file becomes one runs.csv row (status ok) and its epochs.csv rows, with
 source = the label. A malformed file is skipped and reported by name, never silently.
 
 What a log can give the verdicts (verdicts.py): no images per second, but the epoch time, for the
-same work in every cell of a world size (the reference studies divide one global batch over the
+same work in every cell of one GPU count (the reference studies divide one global batch over the
 ranks); and a time to the target where the run reached it: the log evaluates the test IOU once,
 after the last epoch, so its time to target is the whole training time where that IOU reached
 training.target_iou (the evaluation the log has, as our cells' time to target is at their evaluated

@@ -3,7 +3,7 @@
 A variant (the values of the optional axes: batch per GPU, precision, compression, strong
 scaling) is a series of its own, with its own base.
 
-The base of a framework and backend is its smallest world size that has cells with
+The base of a framework and backend is its smallest GPU count that has cells with
 status ok (the ``base_gpus`` column says which): 1 GPU where it ran, 2 for fsdp (which
 needs two ranks, so the matrix leaves its 1-GPU cells out), more where the smaller
 cells failed. Only cells with status ok enter the ratios; the others are counted in
@@ -13,7 +13,7 @@ Metrics: the total training time, the steady-state epoch time and the time to th
 validation IOU (training.target_iou). A cell that never reached the target is still used
 for the other two; its time-to-target ratios just leave it out (``time_to_target_used``
 counts the cells that entered them, ``time_to_target_interval`` is their interval method,
-and the base is the base world size's cells that reached the target).
+and the base is the base GPU count's cells that reached the target).
 
 Ideal: the base's time scaled by ``ideal_factor``, base / N times the work of an epoch at N over the
 base's. An epoch is one pass over the same training set at every GPU count (work 1), unless
@@ -24,7 +24,7 @@ GPUs are added is perfectly efficient, not 1/N. The time to target is a time to 
 amount of work, and is not scaled.
 
 Interval, per row (column ``interval``):
-- ``paired t``: every seed at this world size also ran at the base: the speedup is the
+- ``paired t``: every seed at this GPU count also ran at the base: the speedup is the
   mean of the per-seed ratios base/cell, with a t-interval of those ratios;
 - ``log-ratio t``: seeds differ: ratio of the means, with a Welch t-interval on the
   log of the ratio (delta method);

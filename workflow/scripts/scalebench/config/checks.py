@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from scalebench import architecture, backends
-from scalebench.cell import OWN_SOURCE, Cell
+from scalebench.cell import OWN_SOURCE, Cell, width_key
 from scalebench.config import earlier_study
 from scalebench.config.cell_settings import cell_model, cell_training
 from scalebench.config.matrix import Matrix, expand
@@ -109,10 +109,10 @@ def axis_problems(config: dict) -> list[str]:
                 f"config key 'matrix.batch_per_gpu': strong scaling ({where}) divides training.global_batch "
                 "over the ranks, so it has no batch per GPU to sweep; sweep batch sizes in weak scaling only"
             )
-    width_key = "matrix.model_width" if "model_width" in matrix else "model.width"
+    key = width_key(matrix)
     for width in matrix.get("model_width", [config["model"]["width"]]):
         if not isinstance(width, int):  # the schema's integer admits 4.0, which would name a folder width4.0
-            problems.append(f"config key '{width_key}': {width!r} is not a whole number (write {int(width)})")
+            problems.append(f"config key '{key}': {width!r} is not a whole number (write {int(width)})")
     key = "matrix.precision" if "precision" in matrix else "training.precision"
     for precision in dict.fromkeys(matrix.get("precision", [training["precision"]])):
         problem = backends.precision_problem(precision, training["device"])
@@ -130,12 +130,12 @@ def model_fit_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
     memory = cluster["device_memory_gb"]
     if memory is None or not cluster["gpus_per_node"] or training["device"] == "cpu":
         return []
-    key = "matrix.model_width" if "model_width" in config["matrix"] else "model.width"
+    key = width_key(config["matrix"])
     problems, seen = [], set()
     for cell in runnable:
         width, trained = cell_model(config, cell)["width"], cell_training(config, cell)
         shards = cell.gpus if backends.spec(cell.framework, cell.backend).shards_state else 1
-        itemsize = 4 if trained["precision"] == "fp32" else 2
+        itemsize = architecture.activation_itemsize(trained["precision"])
         needed = architecture.memory_floor_bytes(
             width, trained["batch_per_gpu"], tuple(config["dataset"]["image_size"]), itemsize, shards
         )

@@ -305,8 +305,24 @@ RUN = Record(
         Field("seed", "int", "", "the cell's seed"),
         Field("axes", "list", "", "the optional axes' (axis, value) pairs naming the cell"),
         Field("status", "str", "", "running, ok, diverged, oom, refused or failed"),
-        Field("reason", "str", "", "why an oom or refused cell ended so", "status ok or diverged"),
-        Field("error", "str", "", "the error that ended a failed, oom or refused cell", "no error"),
+        Field(
+            "reason",
+            "str",
+            "",
+            "why an oom or refused cell ended so",
+            "status ok or diverged",
+            absent="in a cell that ended ok, diverged or failed (launch.py writes it for an oom or refused one: "
+            "outcome.record)",
+        ),
+        Field(
+            "error",
+            "str",
+            "",
+            "the error that ended a failed, oom or refused cell",
+            "no error",
+            absent="in a cell that ended ok or diverged (a failed rank 0 writes it: provenance.record_failure; "
+            "launch.py for an oom or refused cell: outcome.record)",
+        ),
         Field("config_hash", "str", "", "the hash of the cell's settings (checkpoints refuse another)"),
         Field("git_commit", "str", "", "the code's commit, -dirty where tracked files differ", "git_commit_reason"),
         Field("git_commit_reason", "str", "", "why git_commit is empty or unsure", "None when known"),

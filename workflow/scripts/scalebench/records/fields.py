@@ -26,8 +26,10 @@ TYPES = {
 @dataclass(frozen=True)
 class Field:
     """One field of a record. `empty`: when it may be None and what says why (a reason field's name
-    or the rule), '' where a written record always holds a value; `old`: only records written by
-    earlier versions hold it (the analysis reads it for them); `part`: the nested record it holds (or a list of).
+    or the rule), '' where a written record always holds a value; `absent`: where today's writers
+    leave it out of the record altogether, and why ('' where every record of today holds it; a test
+    fails on a writer that drops any other); `old`: only records written by earlier versions hold it
+    (the analysis reads it for them); `part`: the nested record it holds (or a list of).
     `was`: the name earlier versions wrote it under, and `old_words`: (earlier word, today's) pairs
     of its values; Record.today reads both as today's (records.read_run, the compatibility reader)."""
 
@@ -38,6 +40,7 @@ class Field:
     empty: str = ""
     old: bool = False
     part: Record | None = None
+    absent: str = ""
     was: str = ""
     old_words: tuple[tuple[str, str], ...] = ()
 
@@ -72,6 +75,11 @@ class Record:
     def written(self) -> tuple[str, ...]:
         """The names today's writers write (not the old ones)."""
         return tuple(f.name for f in self.fields if not f.old)
+
+    def always_written(self) -> tuple[str, ...]:
+        """The names every record today's writers write holds (not the old ones, nor those `absent`
+        says a writer may leave out)."""
+        return tuple(f.name for f in self.fields if not f.old and not f.absent)
 
     def undefined(self, record: Mapping) -> list[str]:
         """The names in a written record (its nested parts too, dotted) its definition does not hold."""

@@ -54,8 +54,8 @@ from scalebench.report.style import (
 
 
 def seed_speedups(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per usable cell that knows `metric`: base time (same seed at the base world size, else the
-    base mean) / its time. The base world size is that of the timings, as in scaling.csv."""
+    """Per usable cell that knows `metric`: base time (same seed at the base GPU count, else the
+    base mean) / its time. The base GPU count is that of the timings, as in scaling.csv."""
     rows = []
     for _, all_usable in usable(runs).groupby(GROUP, dropna=False):
         base_gpus = base_gpus_of(all_usable)

@@ -5,7 +5,7 @@ default and what imported studies did, or ``strong``). Both are linear in their 
 are seconds of an epoch (``model_form`` in scaling.csv says which form a series got).
 
 Weak scaling. Every rank trains on the same batch per GPU, so a step's compute is the same at
-every world size. The training set, however, is fixed and sharded over the ranks, so an epoch
+every GPU count. The training set, however, is fixed and sharded over the ranks, so an epoch
 has about 1/N of the one-rank steps on N ranks. Per step, a ring allreduce costs a latency and a
 bandwidth term that grows as (N-1)/N, plus a step when the ranks span more than one node (the
 inter-node link is slower):

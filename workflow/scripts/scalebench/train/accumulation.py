@@ -11,7 +11,7 @@ remaining batches (their mean gradient too): every batch is trained on, and no
 gradient is carried across the end of an epoch (where checkpoints are written).
 
 With training.steps_per_epoch every replica takes that many optimizer steps per epoch
-whatever the world size: its shard of the epoch is cycled in its own (seeded) order until
+whatever the number of replicas: its shard of the epoch is cycled in its own (seeded) order until
 it has that many steps' batches (cycled), in both frameworks' samplers alike.
 """
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -269,19 +269,22 @@ class BenchmarkedRanks(Protocol):
     rank: int
     replicas: int
 
-    def collective_bench(self) -> Bench | str: ...
+    def collective_bench(self, model: Any) -> Bench | str: ...
 
     def allreduce_max(self, values: np.ndarray) -> np.ndarray: ...
 
 
-def benchmark(backend: BenchmarkedRanks, settings: CollectiveSettings, gradient_bytes: int, folder: Path) -> Result:
-    """The cell's benchmark on every rank: the backend's Bench (or why it has none) measured, rank
-    0's collectives.csv in `folder` and its line in train.log. One replica has nothing to exchange."""
+def benchmark(
+    backend: BenchmarkedRanks, model: Any, settings: CollectiveSettings, gradient_bytes: int, folder: Path
+) -> Result:
+    """The cell's benchmark on every rank: the backend's Bench for `model` as it distributed it (or
+    why it has none) measured, rank 0's collectives.csv in `folder` and its line in train.log. One
+    replica has nothing to exchange."""
     if backend.replicas < 2:
         result = Result(reason="one replica: nothing to exchange")
     else:
         try:
-            bench = backend.collective_bench()
+            bench = backend.collective_bench(model)
         except Exception as error:  # the cell trains on; every rank learns of it in measure()
             bench = f"failed: {type(error).__name__}: {error}"
         result = measure(bench, settings, backend.replicas, backend.rank, gradient_bytes, backend.allreduce_max)

@@ -121,6 +121,8 @@ class RaplMeter(Meter):
     def __init__(self, root: Path = POWERCAP, poll_s: float = 10.0) -> None:
         super().__init__()
         self.root, self.poll_s = root, poll_s
+        self.microjoules, self.last = 0, []  # the epoch's sum so far, and the counters' last reading
+        self.poller: _Poller | None = None  # reads the counters during an epoch (start)
         self.zones = rapl_zones(root)
         if not self.zones:
             self.reason = f"no RAPL package zone under {root} (no powercap driver, or not an x86 host)"
@@ -194,6 +196,11 @@ class NvmlMeter(Meter):
         super().__init__()
         self.nvml = nvml if nvml is not None else import_nvml()
         self.sample_s = sample_s
+        self.begin: list[int] = []  # the energy counters at the epoch's start
+        # GPUs without a counter: their power sampled during the epoch, and the joules integrated
+        self.poller: _Poller | None = None
+        self.samples: list[tuple[float, float]] = []
+        self.sampled_j = 0.0
         if self.nvml is None:
             self.reason = "pynvml is not installed (pip install nvidia-ml-py to measure GPU energy)"
             return

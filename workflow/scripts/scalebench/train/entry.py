@@ -5,8 +5,10 @@
 The launcher (torchrun, srun or horovodrun; see scalebench/launch) starts one
 of these per rank. Every rank runs the same code; rank 0 writes the records.
 The framework and the backend are imported here by name, so a rank of one
-framework never imports the other: the framework's module from FRAMEWORK_PACKAGES,
-the backend's as its registry entry names it (scalebench/backends.py, modules).
+framework never imports the other: the framework's spec (train/<framework>/spec.py)
+from FRAMEWORK_PACKAGES, the backend's module as its registry entry names it
+(scalebench/backends.py, modules). Here the rank builds its device and its backend (which
+joins the ranks); the loop builds the rest from the spec.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from scalebench.data.preprocess import read_manifest
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import binding, provenance, rank_env
-from scalebench.train.interfaces import Framework
+from scalebench.train.interfaces import Backend, Device, FrameworkSpec
 from scalebench.train.loop import TrainingLoop
 from scalebench.train.preflight import check_launch
 
@@ -52,19 +54,33 @@ def backend_module(framework: str, backend: str) -> ModuleType:
     return importlib.import_module(backends.module(framework, backend))
 
 
-def create_framework(run: RunSettings, process: ProcessFacts, place: rank_env.RankInfo) -> Framework:
-    """The framework of the cell (train/<framework>/framework.py) with its backend (backend_module)."""
+def framework_spec(framework: str) -> FrameworkSpec:
+    """The framework's spec of builders (train/torch/spec.py, train/tf/spec.py)."""
+    return importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.spec").SPEC
+
+
+def check_settings(run: RunSettings) -> None:
+    """Refuse, before anything starts, what the cell's backend cannot do (config validation refuses
+    such a cell first; a rank started by hand is refused here)."""
     problem = backends.compression_problem(run.cell.framework, run.cell.backend, run.training.compression)
-    if problem:  # config validation refuses such a cell first; a rank started by hand is refused here
+    if problem:
         raise SettingRefused(f"training.compression: {problem}")
     problem = backends.compile_problem(
         run.cell.framework, run.cell.backend, run.training.compile, run.training.deterministic
     )
     if problem:
         raise SettingRefused(f"training.compile: {problem}")
-    backend = backend_module(run.cell.framework, run.cell.backend).create(run, place)
-    framework_module = importlib.import_module(f"{FRAMEWORK_PACKAGES[run.cell.framework]}.framework")
-    return framework_module.create(run, backend, process)
+
+
+def build_rank(
+    run: RunSettings, process: ProcessFacts, place: rank_env.RankInfo
+) -> tuple[FrameworkSpec, Device, Backend]:
+    """The framework's spec, this rank's device (before any rank joins: NCCL uses it) and its
+    backend, joined to the other ranks (backend_module's create)."""
+    spec = framework_spec(run.cell.framework)
+    device = spec.build_device(run, process, place)
+    create = backend_module(run.cell.framework, run.cell.backend).create
+    return spec, device, create(run, place, device.type, process.share_gpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,12 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     if backends.exists(run.cell.framework, run.cell.backend):  # before the framework's threads, which inherit it
         per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
         binding.bind(place, per_process, run.gpu_binding)
-    framework = None
+    backend = None
     try:
         network.check_node()  # cluster.network_interface exists on this rank's node
-        framework = create_framework(run, process, place)
-        check_launch(place.processes, place.processes_source, framework.backend, run.cell.gpus)
-        status = TrainingLoop(run, framework, cell_hash(run.source, args.data), started).train()
+        check_settings(run)
+        check_launch(place.processes, place.processes_source, run.cell.framework, run.cell.backend, run.cell.gpus)
+        spec, device, backend = build_rank(run, process, place)
+        loop = TrainingLoop(run, spec, device, backend, process, cell_hash(run.source, args.data), started)
+        status = loop.train()
         return 0 if status in ("ok", "diverged") else 1
     except outcome.CellOutOfMemory as error:
         # At once, without shutting the backend down (that would wait for the other ranks):
@@ -104,13 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(outcome.OOM_EXIT_CODE)
     except Refused as error:
         # No retry would change this (scalebench/refusal.py): the cell ends refused, with the reason, at once.
-        rank = framework.backend.rank if framework is not None and hasattr(framework.backend, "rank") else place.rank
+        rank = backend.rank if backend is not None else place.rank
         print(f"rank {rank}: refused: {error}", file=sys.stderr, flush=True)
         outcome.mark(args.out, rank, f"{type(error).__name__}: {error}", "refused")
         sys.stdout.flush()
         os._exit(outcome.REFUSED_EXIT_CODE)
     except BaseException as error:
-        rank = framework.backend.rank if framework is not None and hasattr(framework.backend, "rank") else place.rank
+        rank = backend.rank if backend is not None else place.rank
         print(f"rank {rank}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         if not isinstance(error, SystemExit):
             traceback.print_exc()
@@ -118,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
         return error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else 1
     finally:
-        if framework is not None:
+        if backend is not None:
             try:
-                framework.backend.shutdown()
+                backend.shutdown()
             except Exception:  # a broken process group must not hide the real error
                 pass

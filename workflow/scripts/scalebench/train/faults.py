@@ -106,6 +106,21 @@ class Delays:
     loader_s: float = 0.0
 
 
+class EpochDelays:
+    """This rank's delays of the epoch under way (`now`), which its framework's steps read; the
+    steps move it on at each epoch's start (start_epoch). `cell`: the cell's path, which slow_cell's
+    pattern matches."""
+
+    def __init__(self, rank: int, cell: str = "") -> None:
+        self.rank = rank
+        self.cell = cell
+        self.now = Delays()
+
+    def start_epoch(self, epoch: int) -> Delays:
+        self.now = delays(self.rank, epoch, self.cell)
+        return self.now
+
+
 def delays(rank: int, epoch: int, cell: str = "") -> Delays:
     """The delays SCALEBENCH_FAULT sets for `rank` of the cell whose path is `cell` in 0-based `epoch`
     (none: all 0)."""

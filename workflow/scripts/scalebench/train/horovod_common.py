@@ -43,6 +43,27 @@ DYNAMIC_TIMELINE = "DYNAMIC"
 TIMELINE_FILE = "horovod_timeline.json"
 
 
+def join(hvd, run: RunSettings, place: RankInfo, device_type: str) -> RankInfo:
+    """hvd.init() with the collective timeout; this rank's place as Horovod sees it."""
+    check_build(hvd)
+    check_gpu_reductions(hvd, device_type, run.training.horovod.allow_cpu_reductions)
+    # A rank that waits longer than this for a dead or hung peer fails instead of hanging.
+    if run.training.collective_timeout_s is not None:
+        os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(run.training.collective_timeout_s)))
+    if run.training.profile is not None:  # a timeline asked for by a user's HOROVOD_TIMELINE=file wins
+        os.environ.setdefault("HOROVOD_TIMELINE", DYNAMIC_TIMELINE)
+    hvd.init()
+    joined = dataclasses.replace(
+        place, rank=hvd.rank(), local_rank=hvd.local_rank(), processes=hvd.size(), local_processes=hvd.local_size()
+    )
+    print(
+        f"rank {joined.rank}/{joined.processes}: horovod (gloo={hvd.gloo_enabled()}, "
+        f"mpi={hvd.mpi_enabled()}, nccl={hvd.nccl_built()}) on {device_type}",
+        flush=True,
+    )
+    return joined
+
+
 class HorovodBackend(Backend):
     name = "horovod"
     untimed_comm = (
@@ -50,37 +71,42 @@ class HorovodBackend(Backend):
         "(training.profile) shows each allreduce"
     )
 
-    def __init__(self, place: RankInfo, hvd, settings: HorovodSettings, compression: str = "none") -> None:
-        super().__init__(place)
-        check_build(hvd)
-        self.hvd = hvd
+    def __init__(
+        self,
+        place: RankInfo,
+        settings: HorovodSettings,
+        compression: str = "none",
+        device_type: str = "cpu",
+        share_gpu: bool = False,
+    ) -> None:
+        super().__init__(place, device_type, share_gpu)
+        self.hvd = self.library()
+        check_build(self.hvd)
         self.settings = settings
         self.gradient_compression = compression
         # fp16: each gradient is cast to float16 for the allreduce and back to its type after it
-        self.compression = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
+        chosen = self.hvd.Compression.fp16 if compression == "fp16" else self.hvd.Compression.none
+        self.compression = self.handed_over(chosen)
         # the registry says whether it accumulates (BackendSpec.accumulates): one statement of the fact
         self.backward_passes_per_step = backends.backward_passes(
             self.framework, self.name, settings.backward_passes_per_step
         )
 
-    def join(self, run: RunSettings) -> None:
-        """hvd.init() with the collective timeout; this rank's place as Horovod sees it."""
-        hvd = self.hvd
-        check_gpu_reductions(hvd, self.device_type, run.training.horovod.allow_cpu_reductions)
-        # A rank that waits longer than this for a dead or hung peer fails instead of hanging.
-        if run.training.collective_timeout_s is not None:
-            os.environ["HOROVOD_GLOO_TIMEOUT_SECONDS"] = str(max(1, int(run.training.collective_timeout_s)))
-        if run.training.profile is not None:  # a timeline asked for by a user's HOROVOD_TIMELINE=file wins
-            os.environ.setdefault("HOROVOD_TIMELINE", DYNAMIC_TIMELINE)
-        hvd.init()
-        self.rank, self.local_rank = hvd.rank(), hvd.local_rank()
-        self.processes, self.local_processes = hvd.size(), hvd.local_size()
-        self.replicas, self.replica_ids = self.processes, [self.rank]
-        print(
-            f"rank {self.rank}/{self.processes}: horovod (gloo={hvd.gloo_enabled()}, "
-            f"mpi={hvd.mpi_enabled()}, nccl={hvd.nccl_built()}) on {self.device_type}",
-            flush=True,
-        )
+    @staticmethod
+    def library():
+        """horovod.torch or horovod.tensorflow, imported (each framework's module says which), or
+        HorovodBuildError saying how to get it."""
+        raise NotImplementedError
+
+    def handed_over(self, compression):
+        """Horovod's compression as this framework hands its tensors over (PyTorch: DenseLayout)."""
+        return compression
+
+    @classmethod
+    def joined(cls, run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> HorovodBackend:
+        """The backend once hvd.init() has joined the ranks (each module's create)."""
+        place = join(cls.library(), run, place, device_type)
+        return cls(place, run.training.horovod, run.training.compression, device_type, share_gpu)
 
     def allgather_text(self, text: str) -> list[str]:
         return self.hvd.allgather_object(text)

@@ -1,33 +1,39 @@
-"""The two interfaces the training loop drives: a framework and a distributed backend.
+"""What the training loop holds, and how a framework builds it.
 
-loop.py is the one training loop. It never touches PyTorch or TensorFlow; it
-asks a Framework (train/torch/framework.py, train/tf/framework.py) to build
-the model and take steps, and the framework's Backend (one module per backend:
-train/<framework>/native.py, horovod.py, ...) to start the ranks and reduce. The
-method names are the same in both frameworks.
+loop.py is the one training loop; it never touches PyTorch or TensorFlow. A framework
+(train/torch/spec.py, train/tf/spec.py) is a FrameworkSpec: a bundle of builders, each returning
+one small object that is whole when it is returned (torchtitan's TrainSpec). The loop calls
+them in its constructor, in the order a rank needs them, and holds every product from then on:
+the device, the numerics, the model and optimizer, the sample order, the distributed model, the
+data of an epoch, the steps, the checkpointer, a tracer and a summary writer. A new concern is a
+new builder, not a method added to every framework.
+
+The backend (one module per backend: train/<framework>/native.py, horovod.py, ...) is built by
+its module's `create`, which joins the ranks and returns a Backend with everything it needs;
+the method names are the same in both frameworks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from scalebench import backends
-from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train.accumulation import Part
 from scalebench.train.collectives import Bench
-from scalebench.train.placement import DataPlacement
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.step_timing import StepTimes
 from scalebench.train.summaries import EpochWriter
 
 
 class Backend:
-    """How gradients are reduced and ranks are started; one subclass per backend module.
+    """How gradients are reduced and ranks are started; one subclass per backend module, built by
+    the module's create(run, place, device_type, share_gpu) once the ranks have joined.
 
     rank counts processes, of which there are `processes` (`local_processes` on this node).
     replicas counts the model copies that train in sync: one per process, except where one
@@ -35,40 +41,32 @@ class Backend:
     this process's replicas.
 
     What the backend is (how many processes it needs, whether it shards the model's state, the
-    smallest world and the most CPU devices it can run) is its registry entry's (`spec`), stated
+    smallest number of ranks and the most CPU devices it can run) is its registry entry's (`spec`), stated
     nowhere in the class: the contract test refuses a class attribute named after a BackendSpec field.
     """
 
     framework: str  # its key in the registry (scalebench/backends.py), with name: the facts read there
     name: str
-    rank: int
-    local_rank: int
-    processes: int
-    local_processes: int
-    replicas: int
-    replica_ids: list[int]
     checkpoint_on_all_ranks = False  # saving a checkpoint is a collective every rank joins
-    # batches whose gradients a rank adds up locally before one reduction and optimizer step
-    # (accumulation.py): 1 unless the registry says the backend accumulates (backends.backward_passes)
-    backward_passes_per_step = 1
-    device_type = "cpu"  # "cuda" or "cpu" (training.device's words): set by framework.start before setup()
-    share_gpu = False  # ranks share a GPU (ProcessFacts.share_gpu): set by framework.start before setup()
     # the type gradients are reduced in between ranks (training.compression: none or fp16), as
     # this backend applies it: run.json records it, and the loop checks it is the one asked for
     gradient_compression = "none"
+    # batches whose gradients a rank adds up locally before one reduction and optimizer step
+    # (accumulation.py): 1 unless the registry says the backend accumulates (backends.backward_passes)
+    backward_passes_per_step = 1
     # the step split (step_timing.py): why this backend's total communication time is not read
-    # ('' where it times its collectives: DDP and FSDP on CPU ranks), and the framework's marks,
-    # set before distribute() where training.step_split is on, for a backend that times them
+    # ('' where it times its collectives into the marks distribute() gets: DDP and FSDP on CPU ranks)
     untimed_comm = "this backend does not time its collectives"
-    step_marks: Any = None
     # training.profile: why only rank 0 may trace with the framework's profiler ('' where every rank may)
     untraced_ranks = ""
 
-    def __init__(self, place: RankInfo) -> None:
+    def __init__(self, place: RankInfo, device_type: str = "cpu", share_gpu: bool = False) -> None:
         self.place = place
         self.rank, self.local_rank = place.rank, place.local_rank
         self.processes, self.local_processes = place.processes, place.local_processes
         self.replicas, self.replica_ids = place.processes, [place.rank]
+        self.device_type = device_type  # "cuda" or "cpu" (training.device's words), as the device was chosen
+        self.share_gpu = share_gpu  # ranks share a GPU (ProcessFacts.share_gpu)
 
     @property
     def spec(self) -> backends.BackendSpec:
@@ -76,10 +74,6 @@ class Backend:
         shards_state: each process holds only a slice of the parameters (FSDP), so the whole
         model's state comes from gather_state and evaluating needs a whole copy."""
         return backends.spec(self.framework, self.name)
-
-    def setup(self, run: RunSettings) -> None:
-        """Join the other ranks, with run.training.collective_timeout_s as the limit for a dead peer."""
-        raise NotImplementedError
 
     def local_devices(self) -> list[str] | None:
         """TensorFlow: the devices of this process's replicas where one process drives several
@@ -90,9 +84,10 @@ class Backend:
         """Where the model and optimizer are created (a tf.distribute strategy's scope)."""
         return nullcontext()
 
-    def distribute(self, model: Any, optimizer: Any) -> tuple[Any, Any]:
-        """Wrap model and optimizer so gradients are averaged over replicas, and start
-        every replica from rank 0's state; returns the (possibly wrapped) pair."""
+    def distribute(self, model: Any, optimizer: Any, marks: Any = None) -> tuple[Any, Any]:
+        """Wrap model and optimizer so gradients are averaged over replicas, and start every
+        replica from rank 0's state; returns the (possibly wrapped) pair. `marks`: the step
+        split's (training.step_split), into which a backend that times its collectives notes them."""
         raise NotImplementedError
 
     def gather_state(self, state: dict) -> dict:
@@ -133,10 +128,11 @@ class Backend:
         """The library and collective this backend uses, for run.json."""
         raise NotImplementedError
 
-    def collective_bench(self) -> Bench | str:
+    def collective_bench(self, model: Any) -> Bench | str:
         """This backend's collectives for the benchmark before the first epoch (train/collectives.py),
-        through the library it reduces gradients with, once it has distributed the model; or why
-        it has none. Called on every process of a cell of more than one replica."""
+        through the library it reduces gradients with, for `model` as distribute() returned it
+        (its bucket or largest unit is the size the gradients go in); or why it has none. Called
+        on every process of a cell of more than one replica."""
         return f"backend {self.name} has no collective benchmark"
 
     def options(self) -> dict[str, Any]:
@@ -153,58 +149,95 @@ class Backend:
         pass
 
 
-class Framework(Protocol):
-    """PyTorch or TensorFlow: model, data, steps, device and checkpoint of one rank."""
+# What the builders return: each framework's runtime.py, model.py, data.py, steps.py,
+# checkpoint.py and profiler.py define them, by these names, with these members (the contract
+# test checks it).
 
-    name: str
-    backend: Backend
-    out_of_memory: tuple[type[BaseException], ...]  # errors that mean the device ran out of memory
-    gpu_indices: list[int]  # the GPUs it drives, among those it sees (devices.process_gpus), after start()
-    process: ProcessFacts  # this rank's own facts (threads, whether it must have a GPU, may share one)
 
-    def start(self, run: RunSettings) -> None:
-        """Threads, device, the backend's setup and seeding, before anything is built."""
+class Device(Protocol):
+    """This process's device (runtime.py), chosen before the backend joins: its clock and memory."""
 
-    def build(self) -> None:
-        """Model and optimizer (in the backend's scope), before a checkpoint is restored into them."""
+    type: str  # cuda or cpu
+    gpu_indices: list[int]  # the GPUs it drives, among those it sees (devices.process_gpus)
+    out_of_memory: tuple[type[BaseException], ...]  # the framework's errors that mean the device ran out
 
-    def describe(self) -> dict[str, Any]:
-        """run.json fields of this rank: parameters, device type, precision, layout, versions."""
+    def synchronize(self) -> None:
+        """Wait for queued device work, so a clock read after it is honest."""
 
-    def device_model(self) -> str:
+    def reset_peak_memory(self) -> None: ...
+
+    def peak_memory_mb(self) -> float: ...
+
+    def model(self) -> str:
         """The model of this process's (first) device as its framework names it (run.json's devices),
         e.g. NVIDIA H100 80GB HBM3, or cpu (x86_64)."""
 
-    def restore(self, directory: Path, config_hash: str) -> dict | None:
-        """Load the cell's checkpoint into model and optimizer; its loop state, or None."""
-
-    def distribute(self) -> None:
-        """Hand model and optimizer to the backend (after a restore, so rank 0's state is shared)."""
-
-    def input_bytes(self, train_indices: list[int], eval_shards: list[list[int]]) -> int:
-        """Bytes of uint8 samples the busiest device of this process holds with placement device:
-        its replica's training samples over all epochs, and on the first device the evaluated ones."""
-
-    def free_device_bytes(self) -> int | None:
+    def free_bytes(self, local_processes: int) -> int | None:
         """Free memory of this process's device with the least (a CPU rank: its share of the
-        node's), or None where the framework cannot tell."""
+        node's, shared by `local_processes`), or None where the framework cannot tell."""
 
-    def prepare_data(self, train_indices: list[int], eval_shards: list[list[int]], where: DataPlacement) -> None:
-        """This rank's input pipeline over the (repeated) training indices and the evaluation
-        shards, placed as decided (train/placement.py): the batches arrive on the device as the
-        model's inputs either way."""
+    def describe(self) -> dict[str, Any]:
+        """run.json's device, layout, tf32 and versions of the framework."""
 
-    def epoch_batches(self, epoch: int, learning_rate: float) -> Iterable:
-        """Set the rate and return this rank's batches of the epoch in the sampler's order."""
+    def out_of_memory_error(self, message: str) -> BaseException:
+        """The framework's own out-of-memory error (for the fault-injection hook)."""
 
-    def train_step(self, batch: Any, part: Part) -> None:
+
+class Numerics(Protocol):
+    """How this rank computes (runtime.py: the autocast type or Keras policy), built once the
+    backend has joined; building it seeds every generator."""
+
+    deterministic: bool  # deterministic kernels, as resolved
+
+
+class Model(Protocol):
+    """The model and optimizer as built, before the backend distributes them (model.py): a
+    checkpoint restores into them."""
+
+    def fields(self) -> dict[str, int]:
+        """run.json's parameters and gradient_bytes."""
+
+
+class Distributed(Protocol):
+    """The model and optimizer as the backend distributed them (model.py distribute): what the
+    steps train and the checkpointer saves."""
+
+    wrapped: Any  # the model as the backend's distribute() returned it (the collective benchmark's)
+
+
+class SampleOrder(Protocol):
+    """Which samples each replica of this process takes in each epoch (data.py: DistributedSampler's
+    order, cycled for training.steps_per_epoch)."""
+
+    def replica_samples(self, epochs: int) -> list[np.ndarray]:
+        """The sample indices each replica takes in any of `epochs` epochs, sorted."""
+
+
+class Batches(Protocol):
+    """The input pipeline in the placement decided (data.py): the batches arrive on the device as
+    the model's inputs either way."""
+
+    def epoch(self, epoch: int) -> Iterable:
+        """This process's batches of `epoch` in the sampler's order."""
+
+    def eval_batches(self, indices: list[int]) -> Iterable:
+        """The samples `indices` in order, each once, as batches."""
+
+
+class Steps(Protocol):
+    """The training step, evaluation and predictions on the distributed model (steps.py)."""
+
+    def start_epoch(self, epoch: int, learning_rate: float) -> None:
+        """Set the rate, the test faults' delays and the marks of `epoch`, and zero the epoch's loss."""
+
+    def train(self, batch: Any, part: Part) -> None:
         """Forward and backward on `batch`, adding its loss to the epoch's sum; where `part` says
         the batch ends its optimizer step, the reduction and the step (accumulation.py)."""
 
     def epoch_loss(self) -> tuple[float, int]:
         """(sum of batch losses, replica batches) of this rank's epoch, waiting for the device."""
 
-    def observed_steps(self) -> dict[str, Any]:
+    def observed(self) -> dict[str, Any]:
         """What the training steps so far did, read from the framework, never from the settings
         (train/observed.py): compute_dtype, the dtype of the model's output inside the step
         (None before the first), and compiled, observed.compiled_record of the framework's compiler."""
@@ -216,34 +249,60 @@ class Framework(Protocol):
         """The step split's marks of this epoch's steps (train/<framework>/step_timing.py), read
         after the epoch's synchronisation; None with training.step_split off."""
 
-    def start_trace(self, folder: Path) -> None:
-        """training.profile: start the framework's profiler on this rank, writing into `folder`."""
-
-    def stop_trace(self) -> None:
-        """Stop it and write the trace; raises if the trace could not be written."""
-
-    def synchronize(self) -> None:
-        """Wait for queued device work, so a clock read after it is honest."""
-
-    def reset_peak_memory(self) -> None: ...
-
-    def peak_memory_mb(self) -> float: ...
-
     def sync_buffers(self) -> None:
         """Give every replica rank 0's batch-norm statistics (before evaluating or saving)."""
 
-    def evaluate(self, indices: list[int]) -> np.ndarray:
-        """[loss sum, pixels, intersection, union] of the model on these test samples."""
+    def evaluate(self, batches: Iterable) -> np.ndarray:
+        """[loss sum, pixels, intersection, union] of the model on these batches."""
 
     def save_predictions(self, indices: list[int], folder: Path) -> None: ...
 
-    def save_checkpoint(self, directory: Path, config_hash: str, state: dict, epoch: int) -> None:
+
+class Checkpointer(Protocol):
+    """The cell's checkpoint of the distributed model (checkpoint.py; its restore() loads one into
+    the Model before distribution)."""
+
+    def save(self, state: dict, epoch: int) -> None:
         """Write a checkpoint with the loop's `state` (rank 0 writes; others take part where needed)."""
 
-    def remove_checkpoint(self, directory: Path) -> None: ...
+    def remove(self) -> None: ...
 
-    def summary_writer(self, folder: Path) -> EpochWriter:
-        """The framework's own TensorBoard writer into `folder` (rank 0, training.tensorboard)."""
 
-    def out_of_memory_error(self, message: str) -> BaseException:
-        """The framework's own out-of-memory error (for the fault-injection hook)."""
+class Trace(Protocol):
+    """training.profile: the framework's profiler, started when built (profiler.py)."""
+
+    def stop(self) -> None:
+        """Stop it and write the trace; raises if the trace could not be written."""
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    """A framework as the builders of what the loop holds (each framework's spec.py). The loop's
+    constructor calls them in this order; the device is built before the backend joins (entry.py)."""
+
+    name: str  # torch or tensorflow
+    # (run, process, place) -> Device: threads and the device, before the backend joins
+    build_device: Callable[..., Device]
+    # (run, device) -> Numerics: precision, determinism and the seeds, once the backend has joined
+    build_numerics: Callable[..., Numerics]
+    # (run, device, numerics, backend) -> Model: the model and optimizer, in the backend's scope
+    build_model: Callable[..., Model]
+    # (run, backend, train_indices, batches) -> SampleOrder: each replica's samples per epoch
+    build_order: Callable[..., SampleOrder]
+    # (model, folder, config_hash) -> the loop's state of the checkpoint loaded into model, or None
+    restore: Callable[..., dict | None]
+    # (device, backend) -> the step split's marks of this framework (training.step_split)
+    build_marks: Callable[..., Any]
+    # (run, model, backend, marks, delays) -> Distributed: the backend's wrapper, compiled where asked
+    distribute: Callable[..., Distributed]
+    # (run, device, backend, order, placement, eval_shards) -> Batches: the input pipeline
+    build_data: Callable[..., Batches]
+    # (run, distributed, device, numerics, backend, marks, delays) -> Steps
+    build_steps: Callable[..., Steps]
+    # (out, config_hash, distributed, backend) -> Checkpointer
+    build_checkpointer: Callable[..., Checkpointer]
+    # (folder, device, backend) -> Trace: training.profile's trace, started (raises profiling.NotTraced
+    # where this rank does not trace)
+    start_trace: Callable[..., Trace]
+    # (folder) -> EpochWriter: the framework's TensorBoard writer (training.tensorboard)
+    open_summaries: Callable[[Path], EpochWriter]

@@ -16,10 +16,10 @@ after its first step (the rate: after any epoch), naming both (refusal.py, outco
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 from scalebench.refusal import Refused
 from scalebench.settings import TrainingSettings
-from scalebench.train.interfaces import Framework
 
 # training.precision -> the dtype the model's passes compute in (the frameworks' own names)
 COMPUTE_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -46,7 +46,7 @@ def compiled_record(compiler: str, graphs: int, recompiles: int, reasons: list[s
 
 def step_problems(training: TrainingSettings, steps: dict) -> list[str]:
     """What the first step did otherwise than asked ([] when it did as asked). `steps`: the
-    framework's observed_steps() (compute_dtype, compiled)."""
+    framework's Steps.observed() (compute_dtype, compiled)."""
     problems = []
     asked = COMPUTE_DTYPES[training.precision]
     if steps["compute_dtype"] != asked:
@@ -86,15 +86,23 @@ def check(problems: list[str]) -> None:
         raise ObservedMismatch("; ".join(found))
 
 
-def check_first_step(framework: Framework, training: TrainingSettings, scheduled_lr: float, epoch: int) -> dict:
-    """After the run's first step (0-based `epoch`): what the framework did, against what the cell
-    asked; a mismatch ends the cell refused, naming both. Returns the observed steps (for
+class ObservedSteps(Protocol):
+    """What the check reads of a framework's steps (train/interfaces.py Steps)."""
+
+    def observed(self) -> dict: ...
+
+    def optimizer_lr(self) -> float: ...
+
+
+def check_first_step(steps: ObservedSteps, training: TrainingSettings, scheduled_lr: float, epoch: int) -> dict:
+    """After the run's first step (0-based `epoch`): what the framework's steps did, against what the
+    cell asked; a mismatch ends the cell refused, naming both. Returns the observed steps (for
     run.json). Reads no device, except TensorFlow's rate variable, once in the run."""
-    steps = framework.observed_steps()
-    problems = step_problems(training, steps)
-    problems.append(lr_problem(framework.optimizer_lr(), scheduled_lr, epoch + 1, "after the first step"))
+    observed = steps.observed()
+    problems = step_problems(training, observed)
+    problems.append(lr_problem(steps.optimizer_lr(), scheduled_lr, epoch + 1, "after the first step"))
     check(problems)
-    return steps
+    return observed
 
 
 def run_fields(steps: dict) -> dict:

@@ -2,7 +2,7 @@
 refused at once, naming the key to change (refusal.py), and every rank starts alike.
 
 The checks: the launch fits the cell and the cell its backend's registry entry (entry.py, before
-any rank joins the others: the processes it needs, its smallest world) and the backend has as many
+any rank joins the others: the processes it needs, its fewest ranks) and the backend has as many
 replicas as it asks for, no more than it can drive on a CPU; the batch fits a shard of the training set; the
 backend applies the gradient compression asked for; the UNet at model.width and its batch can fit
 the fullest device of the cell; training.profile's window lies inside an epoch. The decision:
@@ -15,30 +15,31 @@ from __future__ import annotations
 import numpy as np
 
 from scalebench import architecture, backends
+from scalebench.cell import width_key
 from scalebench.refusal import Refused, SettingRefused
-from scalebench.settings import LoaderSettings, ProfileSettings, RunSettings
+from scalebench.settings import ProfileSettings, RunSettings
 from scalebench.train import placement
-from scalebench.train.interfaces import Backend, Framework
+from scalebench.train.interfaces import Backend, Device, SampleOrder
 
 
 class LaunchMismatch(Refused, RuntimeError):
     """The launcher started the ranks differently from what the cell asks for."""
 
 
-def check_launch(started: int, source: str, backend: Backend, gpus: int) -> None:
+def check_launch(started: int, source: str, framework: str, backend: str, gpus: int) -> None:
     """The launcher started as many processes as the cell needs, and the cell has as many GPUs as
     the backend's registry entry needs (min_ranks), before any rank joins the others. The planner
     leaves such cells out; a rank started by hand is refused here, with the entry's reason."""
-    spec = backend.spec
+    spec = backends.spec(framework, backend)
     if gpus < spec.min_ranks:
         raise SettingRefused(f"matrix.gpus = {gpus}: {spec.min_ranks_reason}")
-    expected = backends.processes(backend.framework, backend.name, gpus)
+    expected = backends.processes(framework, backend, gpus)
     if started == expected:
         return
     message = f"{source} = {started} ranks, but the cell asks for {gpus} GPUs"
     if expected != gpus:  # a backend that drives several devices from one process
         message += (
-            f", which {backend.name} drives from {expected} process(es): the cell's launcher template must "
+            f", which {backend} drives from {expected} process(es): the cell's launcher template must "
             "start that many (e.g. '{python} {program}')"
         )
     raise LaunchMismatch(message)
@@ -85,21 +86,21 @@ def check_profile(profile: ProfileSettings | None, steps: int) -> None:
         )
 
 
-def check_model_fits(run: RunSettings, framework: Framework) -> None:
+def check_model_fits(run: RunSettings, backend: Backend, free: int | None) -> None:
     """Refuse, before the model is built, a width whose model and batch certainly cannot fit the
-    fullest device of the cell (architecture.memory_floor_bytes: a lower bound; the free memory
-    the smallest among the ranks): the user's model.width, not a failure a retry could change."""
-    backend, training = framework.backend, run.training
-    free = framework.free_device_bytes()
+    fullest device of the cell (architecture.memory_floor_bytes: a lower bound; `free`: this
+    rank's free device memory, the smallest among the ranks counts): the user's model.width, not a
+    failure a retry could change."""
+    training = run.training
     fewest = -float(backend.allreduce_max(np.array([-(np.inf if free is None else free)], dtype=np.float64))[0])
     shards = backend.processes if backend.spec.shards_state else 1  # the planner reads the same entry
-    itemsize = 2 if training.autocast_dtype else 4
+    itemsize = architecture.activation_itemsize(training.precision)
     batch = training.batch_per_gpu
     needed = architecture.memory_floor_bytes(run.model_width, batch, run.image_size, itemsize, shards)
     if needed > fewest:
-        key = "matrix.model_width" if "model_width" in dict(run.cell.axes) else "model.width"
         raise SettingRefused(
-            f"{key} = {run.model_width}: the UNet's {architecture.parameter_count(run.model_width):,} parameters "
+            f"{width_key(dict(run.cell.axes))} = {run.model_width}: the UNet's "
+            f"{architecture.parameter_count(run.model_width):,} parameters "
             f"and a batch of {batch} need at least {needed / 2**30:.2f} GiB on each device (weights, gradients "
             f"and Adam's moments, and the convolutions' outputs), more than the {fewest / 2**30:.2f} GiB free "
             "on the fullest device of the cell: use a smaller width or batch"
@@ -107,15 +108,17 @@ def check_model_fits(run: RunSettings, framework: Framework) -> None:
 
 
 def place_data(
-    loader: LoaderSettings, framework: Framework, train_indices: list[int], eval_shards: list[list[int]]
+    run: RunSettings, backend: Backend, device: Device, order: SampleOrder, eval_shards: list[list[int]]
 ) -> placement.DataPlacement:
-    """training.loader.placement for every rank alike: with auto, from the largest need and the
-    smallest free memory among the ranks; device that cannot fit is refused before any step."""
-    backend = framework.backend
+    """training.loader.placement for every rank alike: with auto, from the largest need (the
+    busiest device's samples over the run, from the sample order) and the smallest free memory
+    among the ranks; device that cannot fit is refused before any step."""
+    loader = run.training.loader
     figures = [0.0, 0.0, 0.0]
     if loader.placement != "host":
-        needed = framework.input_bytes(train_indices, eval_shards)
-        figures = placement.local_figures(needed, framework.free_device_bytes())
+        per_replica = order.replica_samples(run.training.epochs)
+        needed = placement.busiest_device_bytes(per_replica, eval_shards, run.image_size)
+        figures = placement.local_figures(needed, device.free_bytes(backend.local_processes))
     reduced = backend.allreduce_max(np.array(figures, dtype=np.float64)).tolist()
     decided = placement.decide(loader.placement, reduced, loader.device_memory_share, backend.device_type)
     if backend.rank == 0:

@@ -1,8 +1,9 @@
 """training.profile: trace the first K steps of epoch E on every rank, into the cell's profile/ folder.
 
 The loop wraps each epoch's steps in `Window.around(epoch)`, a context manager. The framework's
-profiler (Framework.start_trace: torch.profiler, TensorFlow's profiler) and the backend's own
-trace (Backend.start_timeline: Horovod's timeline) run for the window only. A trace
+profiler (its spec's start_trace, train/<framework>/profiler.py: torch.profiler, TensorFlow's
+profiler) and the backend's own trace (Backend.start_timeline: Horovod's timeline) run for the
+window only. A trace
 that cannot be started or written (a full disk, a folder that cannot be made) never fails the
 cell: the epoch's record says the trace is missing and why, and training goes on. The profiled
 epoch is marked in its record (``profiled``) and left out of the steady-state figures
@@ -11,27 +12,48 @@ epoch is marked in its record (``profiled``) and left out of the steady-state fi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol
 
 from scalebench.settings import ProfileSettings
-from scalebench.train.interfaces import Backend, Framework
 
 FOLDER = "profile"  # in the cell's folder
 
 
 class NotTraced(Exception):
-    """This rank does not trace, and why (Framework.start_trace raises it)."""
+    """This rank does not trace, and why (a framework's start_trace raises it)."""
+
+
+class Trace(Protocol):
+    """A framework's profiler, started when built (train/interfaces.py Trace)."""
+
+    def stop(self) -> None: ...
+
+
+class Timeline(Protocol):
+    """What the window asks of the backend (train/interfaces.py Backend): its own trace, and the
+    ranks' texts gathered."""
+
+    def start_timeline(self, folder: Path) -> None: ...
+
+    def stop_timeline(self) -> None: ...
+
+    def allgather_text(self, text: str) -> list[str]: ...
 
 
 class Window:
-    """The profile window of one rank, and what became of its trace."""
+    """The profile window of one rank, and what became of its trace. `start_trace(folder)` starts
+    the framework's profiler (its spec's, for this rank's device and backend)."""
 
-    def __init__(self, profile: ProfileSettings | None, out: Path, framework: Framework, backend: Backend) -> None:
+    def __init__(
+        self, profile: ProfileSettings | None, out: Path, start_trace: Callable[[Path], Trace], backend: Timeline
+    ) -> None:
         self.profile, self.folder = profile, Path(out) / FOLDER
-        self.framework, self.backend = framework, backend
+        self.start_trace, self.backend = start_trace, backend
         self.active = self.timeline = self.written = False
+        self.trace: Trace | None = None  # the framework's, while the window is open
         self.problems: list[str] = []
 
     def covers(self, epoch: int) -> bool:
@@ -45,7 +67,7 @@ class Window:
         self.problems, self.written = [], False
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self.framework.start_trace(self.folder)
+            self.trace = self.start_trace(self.folder)
         except NotTraced as reason:
             self.problems.append(f"not traced: {reason}")
             return
@@ -81,8 +103,9 @@ class Window:
         if not self.active:
             return
         self.active = False
+        trace, self.trace = self.trace, None
         try:
-            self.framework.stop_trace()
+            trace.stop()
             self.written = True
         except Exception as error:  # noqa: BLE001
             self.problems.append(f"the trace could not be written: {type(error).__name__}: {error}")

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import random
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -61,6 +63,31 @@ def check_agreement(epoch: int, problems: list[str]) -> None:
             f"rank 0 resumes from its checkpoint after epoch {epoch}, but " + "; ".join(failed) + ": every rank "
             "must see the cell's folder (a shared filesystem; not a node-local one)"
         )
+
+
+class Ranks(Protocol):
+    """What the agreement asks of the backend (train/interfaces.py Backend)."""
+
+    rank: int
+
+    def allreduce_max(self, values: np.ndarray) -> np.ndarray: ...
+
+    def allgather_text(self, text: str) -> list[str]: ...
+
+
+def agreed_state(ranks: Ranks, load: Callable[[], dict | None], folder: Path) -> dict | None:
+    """The loop state every rank resumes from: rank 0 loads the checkpoint (`load`: into the model
+    as built, from `folder`), if any, and tells the others its epoch; they load the same one, or the
+    cell fails at once with their reasons (ResumeMismatch). None: every rank starts fresh."""
+    root = ranks.rank == 0
+    state = load() if root else None
+    epoch = int(ranks.allreduce_max(np.array([epoch_of(state) if root else 0], dtype=np.float64))[0])
+    mine = ""
+    if epoch and not root:
+        state = load()
+        mine = problem(state, epoch, folder)
+    check_agreement(epoch, ranks.allgather_text(mine))
+    return state
 
 
 def host_rng_state() -> dict:

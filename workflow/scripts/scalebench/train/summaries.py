@@ -2,7 +2,7 @@
 
 Rank 0 writes them beside metrics.jsonl, under the cell's ``tensorboard/``
 folder, through its framework's own summary writer (train/torch/summaries.py,
-train/tf/summaries.py; Framework.summary_writer). The tags come from the
+train/tf/summaries.py; its spec's open_summaries). The tags come from the
 record's keys here, the same for both frameworks; the step is the epoch number.
 The writer is fed by metrics.MetricsWriter, so the curves hold exactly the
 epoch records of metrics.jsonl: a resumed run rewrites its earlier epochs

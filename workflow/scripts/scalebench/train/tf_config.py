@@ -7,7 +7,7 @@ rank's host; node names that share an address (launch.py exports them) count
 as one address. With cluster.network_interface workers are named by their
 node's address on it, which launch.py gathers from every node (network.py).
 A TF_CONFIG already in the environment is used as it is, after checking it
-against the launcher's rank and world size.
+against the launcher's rank and processes.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def check_tf_config(config: dict, info: RankInfo) -> None:
 def resolve_tf_config(info: RankInfo, env: Mapping[str, str]) -> dict | None:
     """The TF_CONFIG this rank should use (None for a single worker), after the consistency checks.
 
-    The world size against the cell is checked by the training loop, not here.
+    The processes against the cell are checked by the training loop, not here.
     """
     if not 0 <= info.rank < info.processes:
         raise ClusterMismatch(f"rank {info.rank} is outside a world of {info.processes}")

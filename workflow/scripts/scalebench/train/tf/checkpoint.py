@@ -4,7 +4,8 @@ The folder holds one `ckpt-EPOCH` and TensorFlow's `checkpoint` state file,
 which names it and is replaced atomically after the data is written, so an
 interrupted save leaves the previous checkpoint in force. The loop's state, the
 host RNG states and the config hash travel in a string variable next to model,
-optimizer and TensorFlow's generator.
+optimizer and TensorFlow's generator. restore() loads one into the Model before the backend
+distributes it; a Checkpointer saves the distributed one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import tensorflow as tf
 
 from scalebench.files import WriteFailed
 from scalebench.train import resume
+from scalebench.train.interfaces import Backend
+from scalebench.train.tf.model import Distributed, Model
 
 
 class Checkpoint:
@@ -81,3 +84,34 @@ class Checkpoint:
 def remove(directory: Path) -> None:
     """Remove the cell's checkpoint (a finished cell keeps none, so a forced rerun starts fresh)."""
     shutil.rmtree(Path(directory) / "checkpoint", ignore_errors=True)
+
+
+def objects(network, optimizer) -> dict:
+    """What a checkpoint holds beside its meta: the model, the optimizer and TensorFlow's generator."""
+    return {"model": network, "optimizer": optimizer, "rng": tf.random.get_global_generator()}
+
+
+def restore(model: Model, directory: Path, config_hash: str) -> dict | None:
+    """Load the cell's checkpoint in `directory` into the model, optimizer and generators; its
+    loop state, or None."""
+    meta = Checkpoint(directory, config_hash, objects(model.network, model.optimizer), False, False).load()
+    if meta is None:
+        return None
+    resume.set_host_rng_state(meta["host_rng"])
+    return meta["loop"]
+
+
+class Checkpointer:
+    """The cell's checkpoint of the distributed model, in the cell's folder `out`: one Checkpoint for
+    the run (it caches TensorFlow's manager)."""
+
+    def __init__(self, out: Path, config_hash: str, distributed: Distributed, backend: Backend) -> None:
+        self.out = Path(out)
+        held = objects(distributed.network, distributed.optimizer)
+        self.checkpoint = Checkpoint(self.out, config_hash, held, backend.rank == 0, backend.checkpoint_on_all_ranks)
+
+    def save(self, state: dict, epoch: int) -> None:
+        self.checkpoint.save({"loop": state, "host_rng": resume.host_rng_state()}, epoch)
+
+    def remove(self) -> None:
+        remove(self.out)

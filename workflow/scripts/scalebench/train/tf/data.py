@@ -2,11 +2,12 @@
 
 Every replica takes its shard of the (repeated) training indices in exactly the order torch's
 DistributedSampler gives rank r in an epoch (shuffled by seed + epoch, padded to a multiple of
-the world size) and `batches` full batches of it (accumulation.batches_per_epoch: one pass, or
-the shard cycled in its order for training.steps_per_epoch, as torch/data.py's sampler); evaluation: process r takes test[r::world], nothing
-dropped or repeated. The conversion to float (image / 255, the mask as 0/1, a channel axis) is
-model_inputs, inside the compiled step, on the replica's device, in both placements
-(train/placement.py):
+the replicas) and `batches` full batches of it (accumulation.epoch_batches, which the loop
+computes: one pass, or the shard cycled in its order for training.steps_per_epoch, as
+torch/data.py's sampler): ReplicaShards, the sample order. Evaluation: process r takes
+test[r::processes], nothing dropped or repeated. Batches is the input pipeline of an epoch.
+The conversion to float (image / 255, the mask as 0/1, a channel axis) is model_inputs, inside
+the compiled step, on the replica's device, in both placements (train/placement.py):
 - device: DeviceSamples holds the samples a replica uses as uint8 tensors on its device, loaded
   once; a step's inputs are (stored images, stored masks, rows), and the step gathers its batch.
 - host: tf.data gathers uint8 rows from the memory-mapped arrays and prefetches them, on a GPU
@@ -21,7 +22,11 @@ import numpy as np
 import tensorflow as tf
 
 from scalebench.data.preprocess import load_arrays
+from scalebench.settings import RunSettings
 from scalebench.train.accumulation import cycled
+from scalebench.train.interfaces import Backend
+from scalebench.train.placement import DataPlacement
+from scalebench.train.tf.runtime import Device
 
 
 def torch_randperm(n: int, seed: int) -> np.ndarray:
@@ -105,17 +110,35 @@ def replica_shard(
     return np.asarray(train_indices, dtype=np.int64)[positions]
 
 
-def replica_samples(
-    train_indices: list[int], replica_ids: list[int], replicas: int, seed: int, epochs: int, samples: int
-) -> list[np.ndarray]:
-    """The sample indices each replica of `replica_ids` takes in any of `epochs` epochs (`samples`
-    per epoch), sorted."""
-    return [
-        np.unique(
-            np.concatenate([replica_shard(train_indices, replicas, replica, seed, e, samples) for e in range(epochs)])
-        )
-        for replica in replica_ids
-    ]
+class ReplicaShards:
+    """The samples of this process's replicas in each epoch: each replica's shard of the training
+    indices in DistributedSampler's order, `batches` batches of `batch` (torch/data.py's sampler
+    of the same name takes the same samples in the same order)."""
+
+    def __init__(
+        self, train_indices: list[int], replicas: int, replica_ids: list[int], seed: int, batch: int, batches: int
+    ) -> None:
+        self.train_indices, self.replicas, self.replica_ids = train_indices, replicas, replica_ids
+        self.seed, self.batch, self.batches = seed, batch, batches
+
+    def shard(self, replica: int, epoch: int) -> np.ndarray:
+        """The sample indices `replica` takes in `epoch`, in order."""
+        return replica_shard(self.train_indices, self.replicas, replica, self.seed, epoch, self.batches * self.batch)
+
+    def replica_samples(self, epochs: int) -> list[np.ndarray]:
+        """The sample indices each of this process's replicas takes in any of `epochs` epochs, sorted."""
+        return [
+            np.unique(np.concatenate([self.shard(replica, epoch) for epoch in range(epochs)]))
+            for replica in self.replica_ids
+        ]
+
+
+def build_order(run: RunSettings, backend: Backend, train_indices: list[int], batches: int) -> ReplicaShards:
+    """This process's replicas' shards of the training indices, `batches` batches per epoch
+    (accumulation.epoch_batches), shuffled by the seed and the epoch."""
+    return ReplicaShards(
+        train_indices, backend.replicas, backend.replica_ids, run.cell.seed, run.training.batch_per_gpu, batches
+    )
 
 
 def as_words(samples: np.ndarray) -> np.ndarray:
@@ -164,22 +187,12 @@ class DeviceSamples:
         return self.images, self.masks, rows
 
 
-def device_train_batches(
-    stores: list[DeviceSamples],
-    train_indices: list[int],
-    replica_ids: list[int],
-    replicas: int,
-    batch: int,
-    batches: int,
-    seed: int,
-    epoch: int,
-):
+def device_train_batches(stores: list[DeviceSamples], order: ReplicaShards, epoch: int):
     """One epoch with device placement: per step a tuple with each local replica's inputs (its
     stored samples and the step's rows), the same samples in the same order as train_dataset."""
     rows = []
-    for store, replica in zip(stores, replica_ids, strict=True):
-        shard = replica_shard(train_indices, replicas, replica, seed, epoch, batches * batch)
-        rows.append(tf.reshape(store.rows(shard), [batches, batch]))  # one copy per epoch
+    for store, replica in zip(stores, order.replica_ids, strict=True):
+        rows.append(tf.reshape(store.rows(order.shard(replica, epoch)), [order.batches, order.batch]))  # one copy
     for step in range(int(rows[0].shape[0])):
         yield tuple(store.inputs(replica_rows[step]) for store, replica_rows in zip(stores, rows))
 
@@ -192,23 +205,14 @@ def device_eval_batches(store: DeviceSamples, shard: list[int], batch: int):
 
 
 def train_dataset(
-    data_dir: str,
-    train_indices: list[int],
-    replica_ids: list[int],
-    replicas: int,
-    batch: int,
-    batches: int,
-    seed: int,
-    epoch: int,
-    threads: int,
-    device: str | None = None,
+    data_dir: str, order: ReplicaShards, epoch: int, threads: int, device: str | None = None
 ) -> tf.data.Dataset:
     """One epoch with host placement: per step a tuple with one uint8 (images, masks) batch per
-    local replica (`batches` of them), prefetched to `device`."""
+    local replica (`order.batches` of them), prefetched to `device`."""
     per_replica = []
-    for replica in replica_ids:
-        shard = replica_shard(train_indices, replicas, replica, seed, epoch, batches * batch).tolist()
-        per_replica.append(_batches(data_dir, shard, batch, drop_remainder=True, threads=threads))
+    for replica in order.replica_ids:
+        shard = order.shard(replica, epoch).tolist()
+        per_replica.append(_batches(data_dir, shard, order.batch, drop_remainder=True, threads=threads))
     return prefetched(tf.data.Dataset.zip(tuple(per_replica)), device)
 
 
@@ -217,3 +221,53 @@ def eval_dataset(
 ) -> tf.data.Dataset:
     """The shard in order, every sample once (the last batch may be smaller), prefetched to `device`."""
     return prefetched(_batches(data_dir, shard, batch, drop_remainder=False, threads=threads), device)
+
+
+class Batches:
+    """The input pipeline of a rank in its placement: each epoch's training batches in the order's
+    sequence, and the evaluated samples' batches (from the device where they were loaded there,
+    else from the host)."""
+
+    def __init__(
+        self,
+        order: ReplicaShards,
+        stores: list[DeviceSamples],
+        eval_stores: dict[tuple[int, ...], DeviceSamples],
+        data_dir: str,
+        threads: int,
+        input_device: str | None,
+    ) -> None:
+        self.order, self.stores, self.eval_stores = order, stores, eval_stores
+        self.data_dir, self.threads, self.input_device = data_dir, threads, input_device
+
+    def epoch(self, epoch: int):
+        if self.stores:
+            return device_train_batches(self.stores, self.order, epoch)
+        return train_dataset(self.data_dir, self.order, epoch, self.threads, self.input_device)
+
+    def eval_batches(self, indices: list[int]):
+        store = self.eval_stores.get(tuple(indices))
+        if store is not None:
+            return device_eval_batches(store, indices, self.order.batch)
+        return eval_dataset(self.data_dir, indices, self.order.batch, self.threads, self.input_device)
+
+
+def build_data(
+    run: RunSettings,
+    device: Device,
+    backend: Backend,
+    order: ReplicaShards,
+    where: DataPlacement,
+    eval_shards: list[list[int]],
+) -> Batches:
+    """The training batches and the evaluation shards in the placement decided (train/placement.py):
+    with device placement, each local replica's samples on its device (a MirroredStrategy process
+    has several), the evaluated ones on the first."""
+    stores: list[DeviceSamples] = []
+    eval_stores: dict[tuple[int, ...], DeviceSamples] = {}
+    if where.kind == "device":
+        replica_devices = backend.local_devices() or ["/gpu:0" if device.type == "cuda" else "/cpu:0"]
+        per_replica = order.replica_samples(run.training.epochs)
+        stores = [DeviceSamples(run.data_dir, s, d) for s, d in zip(per_replica, replica_devices)]
+        eval_stores = {tuple(shard): DeviceSamples(run.data_dir, shard, replica_devices[0]) for shard in eval_shards}
+    return Batches(order, stores, eval_stores, run.data_dir, device.threads, device.input_device)

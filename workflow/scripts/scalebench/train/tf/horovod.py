@@ -1,6 +1,6 @@
 """Horovod for TensorFlow (Gloo controller here; NCCL allreduce when built with it).
 
-The learning rate is already scaled by the world size in lr_schedule.learning_rate,
+The learning rate is already scaled by the replicas in lr_schedule.learning_rate,
 so nothing here scales it again.
 """
 
@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from scalebench.refusal import HorovodBuildError
-from scalebench.settings import HorovodSettings, RunSettings
+from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold
 from scalebench.train.rank_env import RankInfo
@@ -31,13 +31,9 @@ def _import_horovod():
 class HorovodTFBackend(HorovodBackend):
     framework = "tensorflow"
 
-    def __init__(self, place: RankInfo, horovod: HorovodSettings, compression: str = "none") -> None:
-        super().__init__(place, _import_horovod(), horovod, compression)
+    library = staticmethod(_import_horovod)
 
-    def setup(self, run: RunSettings) -> None:
-        self.join(run)
-
-    def distribute(self, model, optimizer) -> tuple:
+    def distribute(self, model, optimizer, marks=None) -> tuple:
         # Every rank starts from rank 0's weights and optimizer state (its slots exist: built or restored).
         self.hvd.broadcast_variables(model.variables, root_rank=0)
         self.hvd.broadcast_variables(optimizer.variables, root_rank=0)
@@ -57,9 +53,10 @@ class HorovodTFBackend(HorovodBackend):
     def allreduce_max(self, values: np.ndarray) -> np.ndarray:
         return self.hvd.allreduce(tf.constant(values, dtype=tf.float64), op=self.hvd.Max).numpy()
 
-    def collective_bench(self) -> Bench:
+    def collective_bench(self, model) -> Bench:
         return collectives.horovod(self.hvd, self.collective_library(), *fusion_threshold())
 
 
-def create(run: RunSettings, place: RankInfo) -> HorovodTFBackend:
-    return HorovodTFBackend(place, run.training.horovod, run.training.compression)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> HorovodTFBackend:
+    """The backend once hvd.init() has joined the ranks."""
+    return HorovodTFBackend.joined(run, place, device_type, share_gpu)

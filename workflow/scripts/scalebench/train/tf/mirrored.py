@@ -25,18 +25,18 @@ class LayoutMismatch(RuntimeError):
 class MirroredBackend(StrategyBackend):
     name = "mirrored"
     strategy_name = "MirroredStrategy"
-    replica_devices: str | None = None  # GPU or logical CPU, once the strategy exists
 
-    def create_strategy(self, run: RunSettings):
-        gpus = run.cell.gpus
-        kind = "GPU" if self.device_type == "cuda" else "CPU"
-        devices = [d.name for d in tf.config.list_logical_devices(kind)]
-        if len(devices) < gpus:
-            raise LayoutMismatch(f"the cell asks for {gpus} {kind} devices, this process sees {len(devices)}")
-        self.implementation = "NCCL" if kind == "GPU" else "local"
-        # runtime.configure split the CPU into a logical device per replica where there are several
-        self.replica_devices = kind if kind == "GPU" or gpus == 1 else "logical CPU"
-        return tf.distribute.MirroredStrategy(devices[:gpus])
+    def __init__(
+        self,
+        place: RankInfo,
+        device_type: str,
+        share_gpu: bool,
+        strategy: tf.distribute.Strategy,
+        implementation: str,
+        replica_devices: str,
+    ) -> None:
+        super().__init__(place, device_type, share_gpu, strategy, implementation)
+        self.replica_devices = replica_devices  # GPU, CPU or logical CPU
 
     def devices_note(self) -> str:
         if self.replica_devices == "GPU":
@@ -52,5 +52,17 @@ class MirroredBackend(StrategyBackend):
         return {**super().options(), "tf_replica_devices": self.replica_devices}
 
 
-def create(run: RunSettings, place: RankInfo) -> MirroredBackend:
-    return MirroredBackend(place)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> MirroredBackend:
+    """MirroredStrategy over the cell's devices of this process."""
+    gpus = run.cell.gpus
+    kind = "GPU" if device_type == "cuda" else "CPU"
+    devices = [d.name for d in tf.config.list_logical_devices(kind)]
+    if len(devices) < gpus:
+        raise LayoutMismatch(f"the cell asks for {gpus} {kind} devices, this process sees {len(devices)}")
+    implementation = "NCCL" if kind == "GPU" else "local"
+    # runtime.configure split the CPU into a logical device per replica where there are several
+    replica_devices = kind if kind == "GPU" or gpus == 1 else "logical CPU"
+    strategy = tf.distribute.MirroredStrategy(devices[:gpus])
+    backend = MirroredBackend(place, device_type, share_gpu, strategy, implementation, replica_devices)
+    print(backend.joined(), flush=True)
+    return backend

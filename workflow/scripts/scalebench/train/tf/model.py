@@ -9,15 +9,24 @@ Differences from PyTorch that do not change the network: tensors are
 channels-last (N, H, W, 1) and Keras momentum 0.9 is PyTorch momentum 0.1.
 Weights are initialised like PyTorch's defaults (uniform within
 1/sqrt(fan_in)), so both frameworks start from the same distribution.
+
+Two products (train/interfaces.py): the Model (build: the UNet and its Adam in the backend's
+scope, before a checkpoint restores into them) and the Distributed model (distribute).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import tf_keras as keras
 
+from scalebench import architecture
 from scalebench.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
+from scalebench.settings import RunSettings
+from scalebench.train import faults
+from scalebench.train.interfaces import Backend
+from scalebench.train.tf.runtime import Device, Numerics
 
 
 def _torch_like(fan_in: int) -> dict:
@@ -74,3 +83,52 @@ def gradient_bytes(model) -> int:
     """Bytes of the gradients a step reduces: each trainable variable's, in its own type (float32
     under mixed precision too: Keras keeps the variables in float32)."""
     return int(sum(int(v.shape.num_elements()) * v.dtype.size for v in model.trainable_variables))
+
+
+@dataclass(frozen=True)
+class Model:
+    """The UNet and its optimizer as built (its slots too), and whether float16 steps scale the loss."""
+
+    network: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    loss_scaled: bool
+
+    def fields(self) -> dict[str, int]:
+        return {"parameters": parameter_count(self.network), "gradient_bytes": gradient_bytes(self.network)}
+
+
+def build(run: RunSettings, device: Device, numerics: Numerics, backend: Backend) -> Model:
+    """The UNet at model.width and its Adam (the loop sets each epoch's rate) in the backend's scope,
+    under the Keras policy of training.precision."""
+    if numerics.policy:
+        keras.mixed_precision.set_global_policy(numerics.policy)
+    with backend.scope():
+        network = build_unet(run.image_size, run.training.batch_norm, architecture.channels(run.model_width))
+        optimizer = keras.optimizers.Adam(learning_rate=run.training.base_lr, epsilon=1e-8)
+        loss_scaled = numerics.policy == "mixed_float16"
+        if loss_scaled:
+            optimizer = keras.mixed_precision.LossScaleOptimizer(optimizer)
+        optimizer.build(network.trainable_variables)  # slots exist before a restore or a broadcast
+    return Model(network, optimizer, loss_scaled)
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """The model as the backend distributed it (the same objects: a strategy created every variable
+    with rank 0's value, Horovod broadcast them)."""
+
+    network: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    loss_scaled: bool
+
+    @property
+    def wrapped(self) -> keras.Model:
+        """The model as the backend returned it (the collective benchmark's), the one that trains."""
+        return self.network
+
+
+def distribute(run: RunSettings, model: Model, backend: Backend, marks, delays: faults.EpochDelays) -> Distributed:
+    """The model handed to the backend, after a restore (so rank 0's state is shared). The marks and
+    the test faults' delays live in the steps' graph (steps.py), not here."""
+    network, optimizer = backend.distribute(model.network, model.optimizer, marks)
+    return Distributed(network, optimizer, model.loss_scaled)

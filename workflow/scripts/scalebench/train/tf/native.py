@@ -32,22 +32,26 @@ class MultiWorkerBackend(StrategyBackend):
     strategy_name = "MultiWorkerMirroredStrategy"
     untraced_ranks = UNTRACED
 
-    def create_strategy(self, run: RunSettings):
-        # Every check runs before TensorFlow starts a server or builds anything.
-        config = tf_config.resolve_tf_config(self.place, dict(os.environ))
-        if config is None:
-            os.environ.pop("TF_CONFIG", None)
-        else:
-            os.environ["TF_CONFIG"] = json.dumps(config)
-        implementation = tf.distribute.experimental.CommunicationImplementation
-        chosen = implementation.NCCL if self.device_type == "cuda" else implementation.RING
-        self.implementation = chosen.name
-        options = tf.distribute.experimental.CommunicationOptions(
-            implementation=chosen,
-            timeout_seconds=run.training.collective_timeout_s,  # None: no timeout
-        )
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+def create_strategy(run: RunSettings, place: RankInfo, device_type: str) -> tuple[tf.distribute.Strategy, str]:
+    """MultiWorkerMirroredStrategy over the cell's workers (joining them), and its collective."""
+    # Every check runs before TensorFlow starts a server or builds anything.
+    config = tf_config.resolve_tf_config(place, dict(os.environ))
+    if config is None:
+        os.environ.pop("TF_CONFIG", None)
+    else:
+        os.environ["TF_CONFIG"] = json.dumps(config)
+    implementation = tf.distribute.experimental.CommunicationImplementation
+    chosen = implementation.NCCL if device_type == "cuda" else implementation.RING
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=chosen,
+        timeout_seconds=run.training.collective_timeout_s,  # None: no timeout
+    )
+    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options), chosen.name
 
 
-def create(run: RunSettings, place: RankInfo) -> MultiWorkerBackend:
-    return MultiWorkerBackend(place)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> MultiWorkerBackend:
+    """The backend of the workers' strategy."""
+    backend = MultiWorkerBackend(place, device_type, share_gpu, *create_strategy(run, place, device_type))
+    print(backend.joined(), flush=True)
+    return backend

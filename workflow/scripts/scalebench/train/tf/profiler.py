@@ -12,6 +12,10 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from scalebench.train.interfaces import Backend
+from scalebench.train.profiling import NotTraced
+from scalebench.train.tf.runtime import Device
+
 
 class Trace:
     """TensorFlow's profiler started at construction and stopped, writing its trace, by stop()."""
@@ -29,3 +33,11 @@ class Trace:
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)
             raise
+
+
+def start(folder: Path, device: Device, backend: Backend) -> Trace:
+    """This rank's trace of the window, started; NotTraced where only rank 0 may trace (its backend's
+    untraced_ranks says why)."""
+    if backend.untraced_ranks and backend.rank != 0:
+        raise NotTraced(backend.untraced_ranks)
+    return Trace(folder, backend.rank)

@@ -1,9 +1,10 @@
 """The TensorFlow process: threads, devices, determinism, mixed precision, clocks and memory.
 
 Threads, visible devices and memory growth must be set before TensorFlow runs
-its first operation, so framework.start() calls configure() before the backend
-builds a strategy or a model. The environment TensorFlow reads at import is set by this package's
-__init__.py.
+its first operation, so build_device() calls configure() before the backend
+builds a strategy or a model; build_numerics() follows once the strategy exists (its seeds and
+checks run TensorFlow operations). The environment TensorFlow reads at import is set by this
+package's __init__.py.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ import tensorflow as tf
 from scalebench import backends
 from scalebench.refusal import SettingRefused
 from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
-from scalebench.train import devices
+from scalebench.train import devices, faults, placement
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
+from scalebench.train.rank_env import RankInfo
+from scalebench.train.tf import compiled
 
 
 def configure(
@@ -159,3 +162,69 @@ def encode_text(text: str, width: int = 256) -> np.ndarray:
 
 def decode_text(row: np.ndarray) -> str:
     return bytes(int(b) for b in row if b).decode(errors="replace")
+
+
+class Device:
+    """This process's devices as TensorFlow sees them after configure(): the GPUs it drives (the
+    indices among those it saw), and where its batches are prefetched to."""
+
+    layout = "channels_last"
+    out_of_memory = (tf.errors.ResourceExhaustedError,)
+
+    def __init__(self, gpu_indices: list[int], input_device: str | None, threads: int) -> None:
+        self.gpu_indices = gpu_indices
+        self.type = "cuda" if gpu_indices else "cpu"
+        self.input_device = input_device
+        self.threads = threads  # its intra-op pool's, and each tf.data pipeline's
+
+    def synchronize(self) -> None:
+        synchronize()
+
+    def reset_peak_memory(self) -> None:
+        reset_peak_memory(self.type)
+
+    def peak_memory_mb(self) -> float:
+        return peak_memory_mb(self.type)
+
+    def model(self) -> str:
+        return device_model(self.type)
+
+    def free_bytes(self, local_processes: int) -> int | None:
+        if self.type == "cuda":
+            return placement.nvml_free_bytes(self.gpu_indices)
+        return placement.host_free_bytes(local_processes)
+
+    def describe(self) -> dict:
+        return {"device": self.type, "layout": self.layout, "tf32": tf32_enabled(self.type), "versions": versions()}
+
+    def out_of_memory_error(self, message: str) -> BaseException:
+        return tf.errors.ResourceExhaustedError(None, None, f"OOM: {message}")
+
+
+def build_device(run: RunSettings, process: ProcessFacts, place: RankInfo) -> Device:
+    """Threads and visible devices, before TensorFlow's first operation and the backend's strategy."""
+    replicas = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
+    gpu_indices = configure(run, process, place.local_rank, place.local_processes, replicas)
+    return Device(gpu_indices, input_device("cuda" if gpu_indices else "cpu", replicas), process.threads)
+
+
+class Numerics:
+    """How the steps compute: the Keras mixed-precision policy (None: float32) and whether kernels
+    are deterministic."""
+
+    def __init__(self, policy: str | None, deterministic: bool) -> None:
+        self.policy, self.deterministic = policy, deterministic
+
+
+def build_numerics(run: RunSettings, device: Device) -> Numerics:
+    """training.precision and training.deterministic as this device runs them (refused where it
+    cannot), XLA's availability where training.compile asks, and every generator seeded."""
+    policy = keras_policy(run.training.autocast_dtype, device.type)
+    if faults.precision_off():  # a test hook: the steps compute in float32, which the loop must refuse
+        policy = None
+    deterministic = devices.deterministic(run.training.deterministic, device.type == "cuda")
+    if run.training.compile:
+        compiled.check_available()
+        compiled.check_determinism(deterministic)
+    set_determinism(run.cell.seed, deterministic)
+    return Numerics(policy, deterministic)

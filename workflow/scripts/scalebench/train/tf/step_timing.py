@@ -31,7 +31,9 @@ import time
 
 import tensorflow as tf
 
+from scalebench.train.interfaces import Backend
 from scalebench.train.step_timing import StepTimes
+from scalebench.train.tf.runtime import Device
 
 COMM_REASON = (
     "TensorFlow's collectives run inside the step's graph and report no duration of their own "
@@ -76,17 +78,17 @@ class StepMarks:
     """The marks of one rank's steps in one epoch. Each step has one or more segments (a function
     call: accumulate, then apply), each a [a, b, c, d] tensor per local replica, as the step
     functions returned them. On a CPU rank the step's span is read on the host around the whole
-    train_step (its calls' dispatch included, as PyTorch's span is), on a GPU from the segments'
+    Steps.train (its calls' dispatch included, as PyTorch's span is), on a GPU from the segments'
     a and d (the host runs ahead of the device there)."""
 
     def __init__(self, gpu: bool) -> None:
         self.gpu = gpu
-        self.start_epoch()
+        self.steps: list[tuple[list[list[tf.Tensor]], float | None]] = []  # this epoch's: (segments, host span)
+        self.segments: list[list[tf.Tensor]] = []  # the step under way's
+        self.started: float | None = None  # when it started on the host (CPU ranks)
 
     def start_epoch(self) -> None:
-        self.steps: list[tuple[list[list[tf.Tensor]], float | None]] = []
-        self.segments: list[list[tf.Tensor]] = []
-        self.started: float | None = None
+        self.steps, self.segments, self.started = [], [], None
 
     def begin(self) -> None:
         self.started = None if self.gpu else now()
@@ -112,3 +114,8 @@ class StepMarks:
             step_s.append(float(span if host_span is None else host_span))
             exposed_s.append(float(exposed))
         return StepTimes(step_s, exposed_s, None, COMM_REASON)
+
+
+def build_marks(device: Device, backend: Backend) -> StepMarks:
+    """The marks of this rank's steps (training.step_split): clock readings in the step's graph."""
+    return StepMarks(device.type == "cuda")

@@ -1,8 +1,9 @@
 """What TensorFlow's two strategies share as backends: MultiWorkerMirroredStrategy (native.py)
 and MirroredStrategy (mirrored.py) reduce, broadcast and run replicas the same way.
 
-A subclass creates its strategy in create_strategy(); everything the loop asks of a
-backend after that goes through the strategy, for one replica per process or several.
+Each backend's module creates its strategy (native.py: MultiWorkerMirroredStrategy, which joins
+the workers; mirrored.py: MirroredStrategy) and builds the backend with it; everything the loop
+asks of a backend goes through the strategy, for one replica per process or several.
 """
 
 from __future__ import annotations
@@ -12,61 +13,55 @@ from contextlib import AbstractContextManager
 import numpy as np
 import tensorflow as tf
 
-from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.interfaces import Backend
+from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf import collectives, runtime
 
 
 class StrategyBackend(Backend):
-    """A tf.distribute strategy as the loop's backend; implementation names its collective."""
+    """A tf.distribute strategy as the loop's backend; `implementation` names its collective.
+    A subclass's module creates the strategy (which joins the workers) and hands it over."""
 
     framework = "tensorflow"
     strategy_name: str  # the tf.distribute class
-    implementation: str | None = None  # its collective, known once create_strategy ran
 
-    def create_strategy(self, run: RunSettings):
-        raise NotImplementedError
+    def __init__(
+        self,
+        place: RankInfo,
+        device_type: str,
+        share_gpu: bool,
+        strategy: tf.distribute.Strategy,
+        implementation: str,
+    ) -> None:
+        super().__init__(place, device_type, share_gpu)
+        self.strategy, self.implementation = strategy, implementation
+        self.replicas = strategy.num_replicas_in_sync
+        per_process = self.replicas // self.processes
+        self.replica_ids = list(range(self.rank * per_process, (self.rank + 1) * per_process))
+        self.checkpoint_on_all_ranks = self.processes > 1  # saving reads on-read variables across workers
+
+        def per_replica(x):  # this process's value as its replica's contribution
+            return strategy.experimental_distribute_values_from_function(lambda context: x)
+
+        self._sum = tf.function(lambda x: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica(x), axis=None))
+        self._gather = tf.function(lambda x: strategy.gather(per_replica(x[None]), axis=0))
+        self._broadcasts: dict[int, object] = {}  # one traced function per variable list (broadcast_from_root)
 
     def devices_note(self) -> str:
         """Where the replicas live, for train.log (a subclass says more where it matters)."""
         return ""
 
-    def setup(self, run: RunSettings) -> None:
-        self.strategy = self.create_strategy(run)
-        self.replicas = self.strategy.num_replicas_in_sync
-        per_process = self.replicas // self.processes
-        self.replica_ids = list(range(self.rank * per_process, (self.rank + 1) * per_process))
-        self.checkpoint_on_all_ranks = self.processes > 1  # saving reads on-read variables across workers
-        self._collectives()
-        print(
+    def joined(self) -> str:
+        """train.log's line of the strategy as built."""
+        return (
             f"rank {self.rank}/{self.processes}: {type(self.strategy).__name__} with {self.replicas} replicas "
-            f"({self.implementation}){self.devices_note()} via {self.place.launcher}",
-            flush=True,
+            f"({self.implementation}){self.devices_note()} via {self.place.launcher}"
         )
 
     def options(self) -> dict:
         """run.json's training record: the strategy and its collective."""
         return {"tf_strategy": self.strategy_name, "tf_collective": self.implementation}
-
-    def _collectives(self) -> None:
-        strategy = self.strategy
-
-        def per_replica(x):  # this process's value as its replica's contribution
-            return strategy.experimental_distribute_values_from_function(lambda context: x)
-
-        def replica_broadcast(variables):
-            # In replica context an on-read variable (batch-norm statistics) is this replica's own copy.
-            context = tf.distribute.get_replica_context()
-            is_root = tf.equal(context.replica_id_in_sync_group, 0)
-            for variable in variables:
-                mine = tf.where(is_root, variable, tf.zeros_like(variable))
-                variable.assign(context.all_reduce(tf.distribute.ReduceOp.SUM, mine))
-
-        self._sum = tf.function(lambda x: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica(x), axis=None))
-        self._gather = tf.function(lambda x: strategy.gather(per_replica(x[None]), axis=0))
-        self._broadcast_fn = replica_broadcast
-        self._broadcasts: dict[int, object] = {}
 
     def local_devices(self) -> list[str] | None:
         """The devices of this process's replicas where it has several (MirroredStrategy's)."""
@@ -77,7 +72,7 @@ class StrategyBackend(Backend):
     def scope(self) -> AbstractContextManager:
         return self.strategy.scope()
 
-    def distribute(self, model, optimizer) -> tuple:
+    def distribute(self, model, optimizer, marks=None) -> tuple:
         return model, optimizer  # tf.distribute created every variable with rank 0's initial value
 
     def reduce_gradients(self, gradients: list) -> list:
@@ -108,7 +103,7 @@ class StrategyBackend(Backend):
         if key not in self._broadcasts:
 
             def replica():
-                self._broadcast_fn(tensors)
+                replica_broadcast(tensors)
 
             def all_replicas():
                 self.strategy.run(replica)
@@ -135,7 +130,17 @@ class StrategyBackend(Backend):
     def versions(self) -> dict:
         return {"distributed": f"tf.distribute {type(self.strategy).__name__} {self.implementation}"}
 
-    def collective_bench(self) -> Bench:
+    def collective_bench(self, model) -> Bench:
         # no bucket: a step's gradients go to one all_reduce call, which packs them itself
         library = f"tf.distribute {self.strategy_name} {self.implementation}"
         return collectives.strategy(self.strategy, len(self.replica_ids), library)
+
+
+def replica_broadcast(variables: list) -> None:
+    """In replica context: each variable set to replica 0's value (an on-read variable, such as a
+    batch-norm statistic, is this replica's own copy here)."""
+    context = tf.distribute.get_replica_context()
+    is_root = tf.equal(context.replica_id_in_sync_group, 0)
+    for variable in variables:
+        mine = tf.where(is_root, variable, tf.zeros_like(variable))
+        variable.assign(context.all_reduce(tf.distribute.ReduceOp.SUM, mine))

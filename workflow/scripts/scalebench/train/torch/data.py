@@ -17,7 +17,7 @@ own GPU, and its batch goes to dp.py's model already there (ReplicaInputs).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +25,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from scalebench.data.preprocess import load_arrays
-from scalebench.settings import LoaderSettings
+from scalebench.settings import LoaderSettings, RunSettings
 from scalebench.train.accumulation import cycled
-from scalebench.train.torch.runtime import LAYOUT
+from scalebench.train.interfaces import Backend
+from scalebench.train.placement import DataPlacement
+from scalebench.train.torch.runtime import LAYOUT, Device
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -73,8 +75,8 @@ class SegmentationArrays(Dataset):
 class ReplicaShards(Sampler[int]):
     """The samples of this process's replicas in an epoch, a step at a time: in each step, the next
     `batch` samples of each replica's DistributedSampler shard in replica order; `batches` full
-    batches per replica (accumulation.batches_per_epoch: one pass over the shard, or with
-    training.steps_per_epoch the shard cycled in its order).
+    batches per replica (accumulation.epoch_batches, which the loop computes: one pass over the
+    shard, or with training.steps_per_epoch the shard cycled in its order).
 
     With one replica this is DistributedSampler's order. With several (DataParallel), a step's
     batch of len(replica_ids) x batch samples is what those replicas' DDP ranks take in that step,
@@ -82,12 +84,13 @@ class ReplicaShards(Sampler[int]):
     """
 
     def __init__(
-        self, dataset: Dataset, replicas: int, replica_ids: list[int], seed: int, batch: int, batches: int
+        self, dataset: SegmentationArrays, replicas: int, replica_ids: list[int], seed: int, batch: int, batches: int
     ) -> None:
         self.shards = [
             DistributedSampler(dataset, num_replicas=replicas, rank=replica, shuffle=True, seed=seed, drop_last=False)
             for replica in replica_ids
         ]
+        self.dataset = dataset
         self.batch = batch
         self.steps = batches
 
@@ -104,18 +107,17 @@ class ReplicaShards(Sampler[int]):
             for order in orders:
                 yield from order[step * self.batch : (step + 1) * self.batch]
 
-
-def replica_samples(train_indices: list[int], sampler: ReplicaShards, epochs: int) -> list[np.ndarray]:
-    """The sample indices each of the sampler's replicas takes in any of `epochs` epochs, sorted."""
-    sample_of = np.asarray(train_indices, dtype=np.int64)
-    replicas = len(sampler.shards)
-    used: list[set[int]] = [set() for _ in range(replicas)]
-    for epoch in range(epochs):
-        sampler.set_epoch(epoch)
-        per_step = np.fromiter(iter(sampler), dtype=np.int64).reshape(sampler.steps, replicas, sampler.batch)
-        for replica in range(replicas):
-            used[replica].update(sample_of[per_step[:, replica, :]].ravel().tolist())
-    return [np.asarray(sorted(samples), dtype=np.int64) for samples in used]
+    def replica_samples(self, epochs: int) -> list[np.ndarray]:
+        """The sample indices each replica takes in any of `epochs` epochs, sorted."""
+        sample_of = np.asarray(self.dataset.indices, dtype=np.int64)
+        replicas = len(self.shards)
+        used: list[set[int]] = [set() for _ in range(replicas)]
+        for epoch in range(epochs):
+            self.set_epoch(epoch)
+            per_step = np.fromiter(iter(self), dtype=np.int64).reshape(self.steps, replicas, self.batch)
+            for replica in range(replicas):
+                used[replica].update(sample_of[per_step[:, replica, :]].ravel().tolist())
+        return [np.asarray(sorted(samples), dtype=np.int64) for samples in used]
 
 
 class DeviceSamples:
@@ -205,6 +207,21 @@ def train_sampler(
     return ReplicaShards(SegmentationArrays(data_dir, indices), replicas, replica_ids, seed, batch, batches)
 
 
+def build_order(run: RunSettings, backend: Backend, train_indices: list[int], batches: int) -> ReplicaShards:
+    """This process's replicas' shards of the training indices, `batches` steps per epoch
+    (accumulation.epoch_batches)."""
+    training = run.training
+    return train_sampler(
+        run.data_dir,
+        train_indices,
+        backend.replicas,
+        backend.replica_ids,
+        run.cell.seed,
+        training.batch_per_gpu,
+        batches,
+    )
+
+
 def host_eval_batches(data_dir: str, indices: list[int], batch: int, device: torch.device) -> HostBatches:
     """The samples in order, each once (the last batch may be smaller), from the host."""
     return HostBatches(DataLoader(SegmentationArrays(data_dir, indices), batch_size=batch, shuffle=False), device)
@@ -215,3 +232,53 @@ def device_eval_batches(store: DeviceSamples, indices: list[int], batch: int) ->
     rows = store.rows(np.asarray(indices, dtype=np.int64))
     for start in range(0, len(indices), batch):
         yield store.batch(rows[start : start + batch])
+
+
+class Batches:
+    """The input pipeline of a rank in its placement: each epoch's training batches in the
+    sampler's order, and the evaluated samples' batches (from the device where they were loaded
+    there, else from the host)."""
+
+    def __init__(
+        self,
+        sampler: ReplicaShards,
+        train: Iterable,
+        eval_stores: dict[tuple[int, ...], DeviceSamples],
+        data_dir: str,
+        batch: int,
+        device: torch.device,
+    ) -> None:
+        self.sampler, self.train, self.eval_stores = sampler, train, eval_stores
+        self.data_dir, self.batch, self.device = data_dir, batch, device
+
+    def epoch(self, epoch: int) -> Iterable:
+        self.sampler.set_epoch(epoch)
+        return self.train
+
+    def eval_batches(self, indices: list[int]) -> Iterable[Batch]:
+        store = self.eval_stores.get(tuple(indices))
+        if store is not None:
+            return device_eval_batches(store, indices, self.batch)
+        return host_eval_batches(self.data_dir, indices, self.batch, self.device)
+
+
+def build_data(
+    run: RunSettings,
+    device: Device,
+    backend: Backend,
+    sampler: ReplicaShards,
+    where: DataPlacement,
+    eval_shards: list[list[int]],
+) -> Batches:
+    """The training batches and the evaluation shards in the placement decided (train/placement.py)."""
+    batch, eval_stores = run.training.batch_per_gpu, {}
+    if where.kind == "device":
+        per_replica = sampler.replica_samples(run.training.epochs)
+        stores = [DeviceSamples(run.data_dir, s, d) for s, d in zip(per_replica, device.replica_devices)]
+        train: Iterable = DeviceTrainBatches(sampler.dataset.indices, sampler, stores)
+        eval_stores = {tuple(shard): DeviceSamples(run.data_dir, shard, device.device) for shard in eval_shards}
+    else:
+        loader = run.training.loader
+        pin = loader.pin_memory and device.type == "cuda"
+        train = host_train_loader(run.data_dir, sampler, loader, pin, device.device)
+    return Batches(sampler, train, eval_stores, run.data_dir, batch, device.device)

@@ -46,7 +46,9 @@ class ReplicaDataParallel(nn.DataParallel):
     placement, data.ReplicaInputs): it scatters nothing then; a plain batch it splits as usual.
     With the step split's marks, each forward's replicas mark the end of the backward's compute."""
 
-    marks = None
+    def __init__(self, module: nn.Module, device_ids: list[int], marks=None) -> None:
+        super().__init__(module, device_ids=device_ids, output_device=device_ids[0])
+        self.marks = marks
 
     def replicate(self, module, device_ids):
         replicas = super().replicate(module, device_ids)
@@ -68,30 +70,29 @@ class DataParallelBackend(Backend):
         "and gather of the batch, the sum of the gradients) run inside the passes, and on one device there are none"
     )
 
-    def __init__(self, place: RankInfo, gpus: int) -> None:
-        super().__init__(place)
+    def __init__(
+        self,
+        place: RankInfo,
+        device_type: str = "cpu",
+        share_gpu: bool = False,
+        gpus: int = 1,
+        autocast: str | None = None,
+    ) -> None:
+        super().__init__(place, device_type, share_gpu)
         self.replicas, self.replica_ids = gpus, list(range(gpus))
-        self.device_ids: list[int] | None = None
-
-    def setup(self, run: RunSettings) -> None:
         # on the CPU it drives one device: a cell of more is refused (preflight.check_replicas,
         # from its registry entry's cpu_devices) before the model is built
-        autocast = run.training.autocast_dtype
-        self.autocast = getattr(torch, autocast) if autocast else None
-        if self.device_type == "cuda":  # the framework's device is the first (runtime.choose_device)
-            self.device_ids = list(range(self.replicas))
-        where = f"GPUs {self.device_ids}" if self.device_ids else "the CPU (one device, a plain module)"
-        print(f"rank 0/1: DataParallel over {where}", flush=True)
+        self.autocast = getattr(torch, autocast) if autocast else None  # training.autocast_dtype
+        # the framework's device is the first (runtime.choose_device)
+        self.device_ids = list(range(gpus)) if device_type == "cuda" else None
 
-    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer, marks=None) -> tuple:
         if self.device_ids is None:
             return model, optimizer
         # DataParallel copies the model from the first GPU to the others in every forward, and
         # the replicas' gradients add up there, where the optimizer steps
         module = AutocastReplica(model, self.autocast) if self.autocast is not None else model
-        wrapped = ReplicaDataParallel(module, device_ids=self.device_ids, output_device=self.device_ids[0])
-        wrapped.marks = self.step_marks
-        return wrapped, optimizer
+        return ReplicaDataParallel(module, self.device_ids, marks), optimizer
 
     def broadcast_from_root(self, tensors: list) -> None:
         pass  # one process: the first GPU's statistics are the model's own
@@ -113,11 +114,15 @@ class DataParallelBackend(Backend):
     def options(self) -> dict:
         return {"dp": {"processes": 1, "device_ids": self.device_ids}}
 
-    def collective_bench(self) -> Bench | str:
-        if self.device_ids is None:  # a CPU cell of several devices is refused in setup(); this one has one
+    def collective_bench(self, model: nn.Module) -> Bench | str:
+        if self.device_ids is None:  # a CPU cell of several devices is refused (preflight); this one has one
             return "DataParallel on one CPU device: nothing to exchange"
         return collectives.data_parallel(self.device_ids)
 
 
-def create(run: RunSettings, place: RankInfo) -> DataParallelBackend:
-    return DataParallelBackend(place, run.cell.gpus)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> DataParallelBackend:
+    """The backend of one process: nothing to join."""
+    backend = DataParallelBackend(place, device_type, share_gpu, run.cell.gpus, run.training.autocast_dtype)
+    where = f"GPUs {backend.device_ids}" if backend.device_ids else "the CPU (one device, a plain module)"
+    print(f"rank 0/1: DataParallel over {where}", flush=True)
+    return backend

@@ -26,7 +26,7 @@ from torch.distributed.tensor import DTensor, distribute_tensor
 from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.rank_env import RankInfo
-from scalebench.train.torch import collectives, step_timing
+from scalebench.train.torch import collectives, native, step_timing
 from scalebench.train.torch.model import DoubleConv
 from scalebench.train.torch.native import DDPBackend
 
@@ -40,7 +40,7 @@ class FSDPBackend(DDPBackend):
     name = "fsdp"
     checkpoint_on_all_ranks = True  # gathering the shards is a collective
 
-    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer, marks=None) -> tuple:
         restored = optimizer.state_dict() if optimizer.state else None  # a resumed optimizer's whole tensors
         for parameter in model.parameters():
             parameter.data = parameter.data.contiguous()
@@ -49,13 +49,12 @@ class FSDPBackend(DDPBackend):
         self.broadcast_from_root([tensor.data for tensor in [*model.parameters(), *model.buffers()]])
         mesh = init_device_mesh(self.device_type, (self.processes,))
         policy = reduce_policy(self.gradient_compression)
-        self.unit_bytes = largest_unit_bytes(model)  # before sharding: each unit's whole parameters
         for unit in model.modules():
             if isinstance(unit, DoubleConv):
                 fully_shard(unit, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD, mp_policy=policy)
         fully_shard(model, mesh=mesh, reshard_after_forward=RESHARD_AFTER_FORWARD, mp_policy=policy)
-        if self.step_marks is not None and self.step_marks.comm is not None:
-            step_timing.timed_fsdp_collectives(model, self.step_marks)
+        if marks is not None and marks.comm is not None:
+            step_timing.timed_fsdp_collectives(model, marks)
         held = sum(parameter.to_local().numel() for parameter in model.parameters())
         total = sum(parameter.numel() for parameter in model.parameters())
         print(f"rank {self.rank}/{self.processes}: FSDP holds {held} of the model's {total} parameters", flush=True)
@@ -68,12 +67,11 @@ class FSDPBackend(DDPBackend):
     def gather_state(self, state: dict) -> dict:
         return whole_tensors(state)
 
-    def collective_bench(self) -> Bench:
+    def collective_bench(self, model: nn.Module) -> Bench:
         device = self.device if self.device is not None else torch.device("cpu")
         source = "the largest FSDP unit's parameters (all-gathered and reduce-scattered as one)"
-        return collectives.process_group(
-            device, ("all_reduce", "reduce_scatter", "all_gather"), self.unit_bytes, source
-        )
+        unit = largest_unit_bytes(model)  # a sharded parameter counts its whole tensor's elements
+        return collectives.process_group(device, ("all_reduce", "reduce_scatter", "all_gather"), unit, source)
 
     def versions(self) -> dict:
         return {"distributed": f"torch.distributed {dist.get_backend()}, FSDP2 (fully_shard)"}
@@ -134,5 +132,7 @@ def shard_optimizer_state(state: dict, parameters: list) -> dict:
     return {**state, "state": sharded}
 
 
-def create(run: RunSettings, place: RankInfo) -> FSDPBackend:
-    return FSDPBackend(place, run.training.compression)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> FSDPBackend:
+    """The backend of a joined process group (DDP's)."""
+    joined = native.join(run, place, device_type, share_gpu)
+    return FSDPBackend(place, device_type, share_gpu, run.training.compression, *joined)

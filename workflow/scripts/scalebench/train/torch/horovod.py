@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from scalebench.refusal import HorovodBuildError
-from scalebench.settings import HorovodSettings, RunSettings
+from scalebench.settings import RunSettings
 from scalebench.train.collectives import Bench
 from scalebench.train.horovod_common import INSTALL_HINT, HorovodBackend, fusion_threshold
 from scalebench.train.rank_env import RankInfo
@@ -60,14 +60,12 @@ class DenseLayout:
 class HorovodTorchBackend(HorovodBackend):
     framework = "torch"
 
-    def __init__(self, place: RankInfo, horovod: HorovodSettings, compression: str = "none") -> None:
-        super().__init__(place, _import_horovod(), horovod, compression)
-        self.compression = DenseLayout(self.compression)
+    library = staticmethod(_import_horovod)
 
-    def setup(self, run: RunSettings) -> None:
-        self.join(run)
+    def handed_over(self, compression) -> DenseLayout:
+        return DenseLayout(compression)
 
-    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer, marks=None) -> tuple:
         # backward_passes_per_step: each gradient's allreduce starts in the backward pass that
         # completes its step's batches; a shorter last step of an epoch has the rest of its
         # allreduces started by synchronize() (the framework divides each batch's loss by the
@@ -113,12 +111,13 @@ class HorovodTorchBackend(HorovodBackend):
     def allreduce_max(self, values: np.ndarray) -> np.ndarray:
         return self.hvd.allreduce(torch.as_tensor(np.asarray(values, dtype=np.float64)), op=self.hvd.Max).numpy()
 
-    def collective_bench(self) -> Bench:
+    def collective_bench(self, model: nn.Module) -> Bench:
         device = (
             torch.device("cuda", torch.cuda.current_device()) if self.device_type == "cuda" else torch.device("cpu")
         )
         return collectives.horovod(self.hvd, device, self.collective_library(), *fusion_threshold())
 
 
-def create(run: RunSettings, place: RankInfo) -> HorovodTorchBackend:
-    return HorovodTorchBackend(place, run.training.horovod, run.training.compression)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> HorovodTorchBackend:
+    """The backend once hvd.init() has joined the ranks."""
+    return HorovodTorchBackend.joined(run, place, device_type, share_gpu)

@@ -17,44 +17,55 @@ from scalebench.train.rank_env import RankInfo
 from scalebench.train.torch import collectives, step_timing
 
 
+def join(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> tuple[str, torch.device | None]:
+    """Start the process group (DDP's and FSDP's): its collective library, and the device it
+    reduces tensors on (None: the CPU)."""
+    # device cpu: Gloo, even beside a GPU. Ranks sharing a GPU (SCALEBENCH_SHARE_GPU, a functional
+    # check) reduce through Gloo too: NCCL refuses two ranks on one device ("Duplicate GPU detected").
+    collective = "nccl" if device_type == "cuda" and not share_gpu else "gloo"
+    timeout = run.training.collective_timeout_s
+    dist.init_process_group(
+        collective,
+        init_method=f"tcp://{place.master_addr}:{place.master_port}",
+        rank=place.rank,
+        world_size=place.processes,
+        timeout=timedelta(seconds=timeout) if timeout else None,
+    )
+    print(
+        f"rank {place.rank}/{place.processes}: process group {collective} via {place.launcher} "
+        f"at {place.master_addr}:{place.master_port}",
+        flush=True,
+    )
+    # NCCL reduces tensors on the GPU; Gloo on the CPU
+    return collective, torch.device("cuda", torch.cuda.current_device()) if collective == "nccl" else None
+
+
 class DDPBackend(Backend):
     framework, name = "torch", "native"
     untimed_comm = ""  # its communication hook times each bucket's allreduce (step_timing.timed_comm_hook)
 
-    def __init__(self, place: RankInfo, compression: str = "none") -> None:
-        super().__init__(place)
+    def __init__(
+        self,
+        place: RankInfo,
+        device_type: str = "cpu",
+        share_gpu: bool = False,
+        compression: str = "none",
+        collective: str = "gloo",
+        device: torch.device | None = None,
+    ) -> None:
+        super().__init__(place, device_type, share_gpu)
         self.gradient_compression = compression
+        self.collective = collective  # nccl or gloo (join)
+        self.device = device  # where the collectives on arrays reduce: the GPU with NCCL, else None (the CPU)
 
-    def setup(self, run: RunSettings) -> None:
-        place = self.place
-        # device cpu: Gloo, even beside a GPU. Ranks sharing a GPU (SCALEBENCH_SHARE_GPU, a functional
-        # check) reduce through Gloo too: NCCL refuses two ranks on one device ("Duplicate GPU detected").
-        self.collective = "nccl" if self.device_type == "cuda" and not self.share_gpu else "gloo"
-        dist.init_process_group(
-            self.collective,
-            init_method=f"tcp://{place.master_addr}:{place.master_port}",
-            rank=self.rank,
-            world_size=self.processes,
-            timeout=timedelta(seconds=run.training.collective_timeout_s) if run.training.collective_timeout_s else None,
-        )
-        # NCCL reduces tensors on the GPU; Gloo on the CPU
-        self.device = torch.device("cuda", torch.cuda.current_device()) if self.collective == "nccl" else None
-        print(
-            f"rank {self.rank}/{self.processes}: process group {self.collective} via {place.launcher} "
-            f"at {place.master_addr}:{place.master_port}",
-            flush=True,
-        )
-
-    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    def distribute(self, model: nn.Module, optimizer: torch.optim.Optimizer, marks=None) -> tuple:
         # DDP broadcasts rank 0's parameters and buffers when it wraps the model, and
         # averages gradients in backward(); the optimizer stays as it is.
         device = next(model.parameters()).device
         device_ids = [device.index] if device.type == "cuda" else None
         wrapped = nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
-        self.bucket_bytes = int(wrapped.bucket_bytes_cap)  # the size its gradients are reduced in
-        # fp16: each gradient bucket is cast to float16, divided by the world size, allreduced and cast back
+        # fp16: each gradient bucket is cast to float16, divided by the processes, allreduced and cast back
         hook = fp16_compress_hook if self.gradient_compression == "fp16" else None
-        marks = self.step_marks
         if marks is not None and marks.comm is not None:  # the same reduction, each allreduce's span noted
             hook = step_timing.timed_comm_hook(marks, hook, self.processes)
             step_timing.timed_buffer_broadcast(wrapped, marks)
@@ -87,16 +98,17 @@ class DDPBackend(Backend):
     def versions(self) -> dict:
         return {"distributed": f"torch.distributed {dist.get_backend()}"}
 
-    def collective_bench(self) -> Bench:
+    def collective_bench(self, model: nn.parallel.DistributedDataParallel) -> Bench:
         device = self.device if self.device is not None else torch.device("cpu")
-        return collectives.process_group(
-            device, ("all_reduce",), self.bucket_bytes, "DDP's bucket_bytes_cap (bucket_cap_mb)"
-        )
+        bucket = int(model.bucket_bytes_cap)  # the size DDP reduces its gradients in
+        return collectives.process_group(device, ("all_reduce",), bucket, "DDP's bucket_bytes_cap (bucket_cap_mb)")
 
     def shutdown(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def create(run: RunSettings, place: RankInfo) -> DDPBackend:
-    return DDPBackend(place, run.training.compression)
+def create(run: RunSettings, place: RankInfo, device_type: str, share_gpu: bool) -> DDPBackend:
+    """The backend of a joined process group."""
+    joined = join(run, place, device_type, share_gpu)
+    return DDPBackend(place, device_type, share_gpu, run.training.compression, *joined)

@@ -13,6 +13,9 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity
 
+from scalebench.train.interfaces import Backend
+from scalebench.train.torch.runtime import Device
+
 
 class Trace:
     """torch.profiler started at construction and stopped and exported by stop()."""
@@ -40,3 +43,8 @@ class Trace:
                 self.path.unlink()
             partial.unlink(missing_ok=True)
             raise
+
+
+def start(folder: Path, device: Device, backend: Backend) -> Trace:
+    """This rank's trace of the window, started (every rank traces)."""
+    return Trace(folder, backend.rank, device.device)

@@ -1,4 +1,9 @@
-"""The PyTorch process: threads, device, determinism, mixed precision, clocks and memory."""
+"""The PyTorch process: threads, device, determinism, mixed precision, clocks and memory.
+
+Two products (train/interfaces.py): the Device, built before the backend joins (NCCL and every
+allocation use the current device), and the Numerics, built once it has (the autocast type, the
+determinism, the seeds).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,10 @@ import torch
 from scalebench import backends
 from scalebench.refusal import SettingRefused
 from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
-from scalebench.train import devices
+from scalebench.train import devices, faults, placement
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
+from scalebench.train.rank_env import RankInfo
+from scalebench.train.torch import compiled
 
 # Channels-last (NHWC) activations and weights: 1.7x faster training steps on the CPU than NCHW
 # (oneDNN), the layout tensor cores prefer, and the layout the TensorFlow UNet uses.
@@ -110,3 +117,72 @@ def versions() -> dict:
         except Exception:  # NCCL missing from this build
             pass
     return found
+
+
+class Device:
+    """This process's device and the GPUs it drives (DataParallel: several, the first is `device`)."""
+
+    layout = LAYOUT_NAME
+    out_of_memory = (torch.OutOfMemoryError,)
+
+    def __init__(self, device: torch.device, gpu_indices: list[int]) -> None:
+        self.device = device
+        self.type = device.type  # cuda or cpu
+        self.gpu_indices = gpu_indices
+        # each replica's device: DataParallel drives GPUs 0..n-1 (the first is `device`)
+        self.replica_devices = [torch.device("cuda", index) for index in gpu_indices] or [device]
+
+    def synchronize(self) -> None:
+        synchronize(self.device)
+
+    def reset_peak_memory(self) -> None:
+        reset_peak_memory(self.device)
+
+    def peak_memory_mb(self) -> float:
+        return peak_memory_mb(self.device)
+
+    def model(self) -> str:
+        return device_model(self.device)
+
+    def free_bytes(self, local_processes: int) -> int | None:
+        if self.type == "cuda":
+            return min(torch.cuda.mem_get_info(device)[0] for device in self.replica_devices)
+        return placement.host_free_bytes(local_processes)
+
+    def describe(self) -> dict:
+        return {"device": self.type, "layout": self.layout, "tf32": tf32_enabled(self.device), "versions": versions()}
+
+    def out_of_memory_error(self, message: str) -> BaseException:
+        return torch.OutOfMemoryError(f"CUDA {message}")
+
+
+def build_device(run: RunSettings, process: ProcessFacts, place: RankInfo) -> Device:
+    """The rank's threads and device, before the backend joins (choose_device refuses a cell
+    without the GPU it needs)."""
+    torch.set_num_threads(process.threads)
+    per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)  # dp: all
+    device = choose_device(run, process, place.local_rank, place.local_processes, per_process)
+    gpus = (
+        devices.process_gpus(place.local_rank, per_process, torch.cuda.device_count()) if device.type == "cuda" else []
+    )
+    return Device(device, gpus)
+
+
+class Numerics:
+    """How the steps compute: the autocast type (None: float32) and whether kernels are deterministic."""
+
+    def __init__(self, autocast: torch.dtype | None, deterministic: bool) -> None:
+        self.autocast, self.deterministic = autocast, deterministic
+
+
+def build_numerics(run: RunSettings, device: Device) -> Numerics:
+    """training.precision and training.deterministic as this device runs them (refused where it
+    cannot), torch.compile's availability where asked, and every generator seeded."""
+    autocast = autocast_dtype(run.training.autocast_dtype, device.device)
+    if faults.precision_off():  # a test hook: the steps compute in float32, which the loop must refuse
+        autocast = None
+    if run.training.compile:
+        compiled.check_available(device.device)
+    deterministic = devices.deterministic(run.training.deterministic, device.type == "cuda")
+    set_determinism(run.cell.seed, deterministic)
+    return Numerics(autocast, deterministic)

@@ -1,6 +1,6 @@
 """PyTorch's marks of the step split ("the backward tail"; train/step_timing.py says what is made of them).
 
-Per step: a when train_step starts; b when every gradient of the backward pass is computed on
+Per step: a when the step starts (Steps.train); b when every gradient of the backward pass is computed on
 this rank; c when the backend's reduced gradients are ready for the optimizer; d when the step
 ends. Exposed communication is c - b: the reduction's tail that no compute hides (Megatron's
 gradient-sync timer measures the same tail).
@@ -44,7 +44,9 @@ import torch
 import torch.distributed as dist
 from torch.autograd import Variable
 
+from scalebench.train.interfaces import Backend
 from scalebench.train.step_timing import StepTimes
+from scalebench.train.torch.runtime import Device
 
 GPU_COMM_REASON = (
     "not read on GPUs: the collectives run on their own streams, where a host timer would see only their "
@@ -84,13 +86,18 @@ class StepMarks:
         self.gpu = device.type == "cuda"
         self.comm = CommSpans() if not self.gpu and not comm_reason else None
         self.comm_reason = GPU_COMM_REASON if self.gpu else comm_reason
-        self.start_epoch()
+        self.steps: list[list] = []  # this epoch's steps' marks [a, b, c, d]
+        self.current: list = [None] * 4  # the step under way
 
     def start_epoch(self) -> None:
-        self.steps: list[list] = []
-        self.current: list = [None] * 4
+        self.steps = []
+        self.current = [None] * 4
         if self.comm is not None:
             self.comm.clear()
+
+    def untimed(self, reason: str) -> None:
+        """The backend's collectives cannot be timed after all (`reason`): no total from here on."""
+        self.comm, self.comm_reason = None, reason
 
     def mark(self):
         if self.gpu:
@@ -208,8 +215,7 @@ def timed_fsdp_collectives(model: torch.nn.Module, marks: StepMarks) -> None:
             started = time.perf_counter()
             work = call(*args, **kwargs)
             if work is not None:  # an asynchronous call: its span would be a launch
-                marks.comm = None
-                marks.comm_reason = "FSDP2 ran a collective asynchronously: its duration is not read"
+                marks.untimed("FSDP2 ran a collective asynchronously: its duration is not read")
             elif marks.comm is not None:
                 marks.comm.add(started, time.perf_counter(), True)
             return work
@@ -242,3 +248,9 @@ def dataparallel_compute_end(replicas: list[torch.nn.Module], marks: StepMarks) 
     ]
     if parameters:
         torch.autograd.graph.register_multi_grad_hook(parameters, lambda _grads: marks.computed(), mode="all")
+
+
+def build_marks(device: Device, backend: Backend) -> StepMarks:
+    """The marks of this rank's steps (training.step_split), before the backend wraps the model:
+    DDP and FSDP on CPU ranks time their collectives into them (Backend.untimed_comm)."""
+    return StepMarks(device.device, backend.untimed_comm)
