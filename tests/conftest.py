@@ -154,6 +154,35 @@ def tiny_config(**sections: dict) -> dict:
     return config
 
 
+# The smallest study whose verdicts can be more than "one seed": two backends, two seeds, 2 epochs.
+TINY_STUDY_MATRIX = {"frameworks": ["torch"], "backends": ["native", "horovod"], "gpus": [1, 2], "seeds": [1, 2]}
+
+
+def tiny_study_config() -> dict:
+    return tiny_config(training={"epochs": 2}, matrix=TINY_STUDY_MATRIX)
+
+
+@pytest.fixture
+def finished_study(tmp_path_factory) -> Path:
+    """tiny_study_config() run by the real workflow (local executor) to its tables, figures and report
+    (report.html in it), once per test run for every test that asks. Read it in place; a test that
+    changes a study copies it first (copy_study)."""
+
+    def make(folder: Path) -> None:
+        result = run_snakemake(folder, tiny_study_config(), "--cores", "2")
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = run_snakemake(folder, tiny_study_config(), "--report", str(folder / "report.html"))
+        assert report.returncode == 0, report.stderr[-3000:]
+
+    return made_once(tmp_path_factory, "finished-study", make)
+
+
+def copy_study(study: Path, into: Path) -> Path:
+    """A copy of a finished study in `into`, its files' dates kept (Snakemake finds it up to date)."""
+    shutil.copytree(study, into, copy_function=shutil.copy2, symlinks=True)
+    return into
+
+
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory) -> Path:
     """40 synthetic pairs at 32 x 48, preprocessed like the pipeline does."""

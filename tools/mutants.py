@@ -196,7 +196,10 @@ def main() -> int:
                 code, failed, seconds = run_tests(copy, mutant.tests, args.workers, args.all)
             finally:
                 subprocess.run(["git", "-C", str(copy), "checkout", "-q", "--", mutant.path], check=True)
-            verdict = "caught" if code == 1 and failed else "missed" if code == 0 else f"error (pytest exit {code})"
+            # --maxfail ends the run as interrupted (exit 2) once a test failed: caught all the same
+            verdict = (
+                "caught" if failed and code in (1, 2) else "missed" if code == 0 else f"error (pytest exit {code})"
+            )
             detail = f"{len(failed)} failing: " + ", ".join(failed) if failed else ""
             outcomes.append((mutant.name, verdict, detail))
             print(f"{mutant.name}: {verdict} in {seconds:.0f} s {detail}", flush=True)
