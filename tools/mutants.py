@@ -49,7 +49,7 @@ MUTANTS = (
         f"{PACKAGE}/train/loop.py",
         "wait += time.perf_counter() - waited",
         "wait += 0.0 * (time.perf_counter() - waited)",
-        ("tests/unit", "tests/integration/test_step_split.py", "tests/integration/test_data_placement.py"),
+        ("tests/integration/test_step_split.py", "tests/integration/test_data_placement.py", "tests/unit/train"),
     ),
     Mutant(
         "autocast",
@@ -59,7 +59,7 @@ MUTANTS = (
         "            logits = self.model(images)",
         "with torch.autocast(self.device.type, dtype=self.autocast, enabled=False):\n"
         "            logits = self.model(images)",
-        ("tests/unit", "tests/integration/test_torch_training.py", "tests/integration/test_observed_steps.py"),
+        ("tests/integration/test_torch_training.py", "tests/integration/test_observed_steps.py", "tests/unit/train"),
     ),
     Mutant(
         "keras-policy",
@@ -67,7 +67,7 @@ MUTANTS = (
         f"{PACKAGE}/train/tf/framework.py",
         "keras.mixed_precision.set_global_policy(self.policy)",
         "pass",
-        ("tests/unit", "tests/integration/test_tf_training.py", "tests/integration/test_observed_steps.py"),
+        ("tests/integration/test_tf_training.py", "tests/integration/test_observed_steps.py", "tests/unit/train"),
     ),
     Mutant(
         "iou-on-logits",
@@ -75,7 +75,12 @@ MUTANTS = (
         f"{PACKAGE}/train/torch/framework.py",
         "predicted, truth = logits > 0, masks > 0.5",
         "predicted, truth = logits > 0.5, masks > 0.5",
-        ("tests/unit", "tests/integration/test_torch_training.py"),
+        (
+            "tests/integration/test_torch_training.py",
+            "tests/integration/test_torch_backends.py",
+            "tests/integration/test_steps_per_epoch.py",
+            "tests/unit/train",
+        ),
     ),
     Mutant(
         "efficiency-base",
@@ -83,7 +88,7 @@ MUTANTS = (
         f"{PACKAGE}/analysis/scaling.py",
         'row[f"efficiency_{name}{suffix}"] = value * base_gpus / gpus',
         'row[f"efficiency_{name}{suffix}"] = value / gpus',
-        ("tests/unit",),
+        ("tests/unit/analysis", "tests/unit/report"),
     ),
     Mutant(
         "t-dof",
@@ -91,7 +96,7 @@ MUTANTS = (
         f"{PACKAGE}/analysis/scaling.py",
         "stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1)",
         "stats.t.ppf(0.5 + LEVEL / 2, len(values))",
-        ("tests/unit",),
+        ("tests/unit/analysis", "tests/unit/report"),
     ),
     Mutant(
         "dtype-from-setting",
@@ -99,7 +104,7 @@ MUTANTS = (
         f"{PACKAGE}/train/torch/framework.py",
         'dtype = str(self.output_dtype).removeprefix("torch.") if self.output_dtype is not None else None',
         'dtype = self.training.autocast_dtype or "float32"',
-        ("tests/unit", "tests/integration/test_observed_steps.py", "tests/integration/test_torch_training.py"),
+        ("tests/integration/test_observed_steps.py", "tests/integration/test_torch_training.py", "tests/unit/train"),
     ),
     Mutant(
         "renamed-field",
@@ -107,9 +112,11 @@ MUTANTS = (
         f"{PACKAGE}/train/metrics.py",
         '"peak_mem_mb": peak_mem_mb,',
         '"peak_memory_mb": peak_mem_mb,',
-        ("tests/unit", "tests/integration/test_torch_training.py"),
+        ("tests/unit/train", "tests/unit/test_records.py", "tests/integration/test_torch_training.py"),
     ),
 )
+# Each mutant's tests: the files that should catch it, those expected to catch it first (the run
+# stops at the first failing test; xdist starts the files in this order).
 
 
 def copy_tree(tree: Path, into: Path) -> Path:
