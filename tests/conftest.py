@@ -185,12 +185,15 @@ def copy_study(study: Path, into: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory) -> Path:
-    """40 synthetic pairs at 32 x 48, preprocessed like the pipeline does."""
-    root = tmp_path_factory.mktemp("data")
-    synthetic.write_dataset(root / "raw", 40, 48, 64, seed=0)
-    pairs, rule = pairing.find_pairs(root / "raw")
-    preprocess.preprocess(pairs, root / "prepared", (32, 48), 0.2, 42, {"source": "synthetic", "pairing": rule})
-    return root / "prepared"
+    """40 synthetic pairs at 32 x 48, preprocessed like the pipeline does; one folder for the whole run,
+    so cells trained once for several tests (made_once) read the same path as the tests' own."""
+
+    def make(root: Path) -> None:
+        synthetic.write_dataset(root / "raw", 40, 48, 64, seed=0)
+        pairs, rule = pairing.find_pairs(root / "raw")
+        preprocess.preprocess(pairs, root / "prepared", (32, 48), 0.2, 42, {"source": "synthetic", "pairing": rule})
+
+    return made_once(tmp_path_factory, "prepared-data", make) / "prepared"
 
 
 def snakemake_command(workdir: Path, config: dict, *args: str) -> list[str]:

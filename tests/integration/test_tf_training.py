@@ -15,6 +15,7 @@ from conftest import (
     cell_settings,
     checkpoint_epoch,
     launch_cell,
+    made_once,
     rank_command,
     rank_pids,
     read_records,
@@ -43,14 +44,19 @@ def foreground_iou(data: Path) -> float:
     return float(masks[test].mean())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def reference_runs(prepared_data, tmp_path_factory) -> dict[str, Path]:
-    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell."""
-    root = tmp_path_factory.mktemp("tf_native")
+    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
+    test run for the tests that read them, whichever xdist worker runs each (a module-scoped
+    fixture would train them again in every worker)."""
     settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
-    for name in ("a", "b"):
-        result = launch_cell(settings, prepared_data, root / name)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    def make(root: Path) -> None:
+        for name in ("a", "b"):
+            result = launch_cell(settings, prepared_data, root / name)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
     return {"a": root / "a", "b": root / "b", "settings": settings}
 
 
