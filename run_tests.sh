@@ -38,11 +38,15 @@ fi
 # nodes of its own, several tests at once (tests/cluster/conftest.py); those marked alone compare
 # nodes by speed, so they run first, one at a time, with the machine to themselves. One cluster per
 # host at a time (the host's munge socket and /run/slurm): the host-wide lock waits for another's.
+# worksteal: a worker that runs out of tests takes half of another's, so a long test late in one
+# worker's share does not leave the other idle (xdist's load scheduling fixes each worker's first
+# share of the collection at the start).
 status=0
-python -m pytest -m "not cluster" "${PARALLEL[@]}" --durations=25 || status=$?
+python -m pytest -m "not cluster" "${PARALLEL[@]}" --dist worksteal --durations=25 || status=$?
 echo "== pytest: the SLURM cluster tests"
 exec 9>/tmp/scalebench-slurm.lock
 flock 9
 python -m pytest tests/cluster -m "cluster and alone" --durations=25 || status=$?
-python -m pytest tests/cluster -m "cluster and not alone" -n "${SCALEBENCH_CLUSTER_WORKERS:-3}" --durations=25 || status=$?
+python -m pytest tests/cluster -m "cluster and not alone" -n "${SCALEBENCH_CLUSTER_WORKERS:-3}" --dist worksteal \
+    --durations=25 || status=$?
 exit $status
