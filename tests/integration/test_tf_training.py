@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -30,12 +31,15 @@ pytestmark = pytest.mark.integration
 LEARN = {"epochs": 4, "dataset_repeat": 4}
 
 
+@functools.cache
 def horovod_tf_available() -> bool:
     probe = [PYTHON, "-c", "import horovod.tensorflow"]
     return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
 
 
-needs_horovod = pytest.mark.skipif(not horovod_tf_available(), reason="Horovod without TensorFlow (run ./install.sh)")
+# a string: evaluated when a test that needs Horovod is set up, not when every worker collects the
+# module (the probe starts TensorFlow in a process of its own)
+needs_horovod = pytest.mark.skipif("not horovod_tf_available()", reason="Horovod without TensorFlow (run ./install.sh)")
 
 
 def foreground_iou(data: Path) -> float:
