@@ -5,7 +5,8 @@
 #   ./run_tests.sh --fast          # ruff and the unit tests (the import-layer check among them):
 #                                  # no training, no workflow run, no cluster; about a minute
 #   ./run_tests.sh -m "not cluster" tests/integration   # a subset: pytest's own arguments
-# SCALEBENCH_TEST_WORKERS sets pytest-xdist's worker count (default 2; 0 runs in this process).
+# SCALEBENCH_TEST_WORKERS sets pytest-xdist's worker count (default 2; 0 runs in this process);
+# SCALEBENCH_CLUSTER_WORKERS the cluster tests' (default 3: they wait for SLURM much of the time).
 set -euo pipefail
 cd "$(dirname "$0")"
 BIN=.venv/bin
@@ -33,11 +34,19 @@ if [[ $# -gt 0 ]]; then
     exec python -m pytest "$@"
 fi
 # The slowest tests are listed at the end of each part, so the suite's growth is visible in every
-# CI log. The SLURM cluster tests run after the others in one process: one SLURM test cluster at a
-# time (they share the host's munge socket and /run/slurm). xdist's xdist_group cannot keep them on
-# one worker under pytest 9 (it renames item._nodeid, which pytest 9's nodeid no longer reads).
+# CI log. The SLURM cluster tests run after the others: one SLURM test cluster per run, each test on
+# nodes of its own, several tests at once (tests/cluster/conftest.py); those marked alone compare
+# nodes by speed, so they run first, one at a time, with the machine to themselves. One cluster per
+# host at a time (the host's munge socket and /run/slurm): the host-wide lock waits for another's.
+# worksteal: a worker that runs out of tests takes half of another's, so a long test late in one
+# worker's share does not leave the other idle (xdist's load scheduling fixes each worker's first
+# share of the collection at the start).
 status=0
-python -m pytest -m "not cluster" "${PARALLEL[@]}" --durations=25 || status=$?
+python -m pytest -m "not cluster" "${PARALLEL[@]}" --dist worksteal --durations=25 || status=$?
 echo "== pytest: the SLURM cluster tests"
-python -m pytest -m cluster --durations=10 || status=$?
+exec 9>/tmp/scalebench-slurm.lock
+flock 9
+python -m pytest tests/cluster -m "cluster and alone" --durations=25 || status=$?
+python -m pytest tests/cluster -m "cluster and not alone" -n "${SCALEBENCH_CLUSTER_WORKERS:-3}" --dist worksteal \
+    --durations=25 || status=$?
 exit $status

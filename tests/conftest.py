@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,6 +54,71 @@ def no_slurm_outside_the_cluster_tests(request: pytest.FixtureRequest, monkeypat
         monkeypatch.setenv("SLURM_CONF", "/dev/null")
 
 
+# --- What the processes of one pytest run share -------------------------------------------------
+# A study trained once or a SLURM cluster started once serves every test of the run that asks for
+# it, whichever pytest-xdist worker runs the test: made_once() makes it under a file lock in the
+# run's own folder, and at_run_end() leaves a command for the run's main process, which runs it
+# once every worker is done. A test that uses one still runs alone (`pytest path::name`).
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder every process of this pytest run shares: the run's base temp (an xdist worker's
+    own base temp is a folder in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def file_lock(path: Path, shared: bool = False) -> Iterator[None]:
+    """Hold `path`'s lock (flock): exclusive, or shared with other shared holders."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """The folder `name` of this run, made by `make(folder)` in the first process that asks; the
+    others wait for it. Where `make` fails, the test that asked fails with its error, and every
+    later test that asks fails at once saying so (it is not made again)."""
+    folder = run_folder(tmp_path_factory) / name
+    failed = folder.parent / f"{name}.failed"
+    with file_lock(folder.parent / f"{name}.lock"):
+        if failed.exists():
+            pytest.fail(f"{name} could not be made, when an earlier test asked for it:\n{failed.read_text()}")
+        if not (folder / ".made").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            try:
+                make(folder)
+            except Exception as error:
+                failed.write_text(f"{type(error).__name__}: {error}"[-20000:])
+                raise
+            (folder / ".made").touch()
+    return folder
+
+
+def at_run_end(tmp_path_factory: pytest.TempPathFactory, name: str, command: list[str]) -> None:
+    """Have the run's main process run `command` when the run ends, after every worker's last test."""
+    folder = run_folder(tmp_path_factory) / "at-run-end"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(command))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the main process ends the run
+        return
+    factory = getattr(session.config, "_tmp_path_factory", None)  # pytest's own, as xdist reads it
+    base = factory.getbasetemp() if factory is not None else None
+    for path in sorted(base.glob("at-run-end/*.json")) if base is not None else []:
+        done = subprocess.run(json.loads(path.read_text()), capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            print(f"\nat the run's end, {path.stem} failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        path.unlink()
+
+
 def tool_env(**extra: str) -> dict[str, str]:
     """The environment for subprocesses: this Python's bin first on PATH (torchrun, horovodrun)."""
     env = dict(os.environ)
@@ -85,14 +154,46 @@ def tiny_config(**sections: dict) -> dict:
     return config
 
 
+# The smallest study whose verdicts can be more than "one seed": two backends, two seeds, 2 epochs.
+TINY_STUDY_MATRIX = {"frameworks": ["torch"], "backends": ["native", "horovod"], "gpus": [1, 2], "seeds": [1, 2]}
+
+
+def tiny_study_config() -> dict:
+    return tiny_config(training={"epochs": 2}, matrix=TINY_STUDY_MATRIX)
+
+
+@pytest.fixture
+def finished_study(tmp_path_factory) -> Path:
+    """tiny_study_config() run by the real workflow (local executor) to its tables, figures and report
+    (report.html in it), once per test run for every test that asks. Read it in place; a test that
+    changes a study copies it first (copy_study)."""
+
+    def make(folder: Path) -> None:
+        result = run_snakemake(folder, tiny_study_config(), "--cores", "2")
+        assert result.returncode == 0, result.stderr[-3000:]
+        report = run_snakemake(folder, tiny_study_config(), "--report", str(folder / "report.html"))
+        assert report.returncode == 0, report.stderr[-3000:]
+
+    return made_once(tmp_path_factory, "finished-study", make)
+
+
+def copy_study(study: Path, into: Path) -> Path:
+    """A copy of a finished study in `into`, its files' dates kept (Snakemake finds it up to date)."""
+    shutil.copytree(study, into, copy_function=shutil.copy2, symlinks=True)
+    return into
+
+
 @pytest.fixture(scope="session")
 def prepared_data(tmp_path_factory) -> Path:
-    """40 synthetic pairs at 32 x 48, preprocessed like the pipeline does."""
-    root = tmp_path_factory.mktemp("data")
-    synthetic.write_dataset(root / "raw", 40, 48, 64, seed=0)
-    pairs, rule = pairing.find_pairs(root / "raw")
-    preprocess.preprocess(pairs, root / "prepared", (32, 48), 0.2, 42, {"source": "synthetic", "pairing": rule})
-    return root / "prepared"
+    """40 synthetic pairs at 32 x 48, preprocessed like the pipeline does; one folder for the whole run,
+    so cells trained once for several tests (made_once) read the same path as the tests' own."""
+
+    def make(root: Path) -> None:
+        synthetic.write_dataset(root / "raw", 40, 48, 64, seed=0)
+        pairs, rule = pairing.find_pairs(root / "raw")
+        preprocess.preprocess(pairs, root / "prepared", (32, 48), 0.2, 42, {"source": "synthetic", "pairing": rule})
+
+    return made_once(tmp_path_factory, "prepared-data", make) / "prepared"
 
 
 def snakemake_command(workdir: Path, config: dict, *args: str) -> list[str]:

@@ -11,15 +11,22 @@ a real cluster where clients read the node's default config.
 
 Debian 12's packages are installed when missing (CI runs as root):
 ``apt-get install slurmctld slurmd slurm-client munge``.
+
+The test suite starts one cluster per run and hands each test nodes of its own in a partition of
+its own (`Partition`, tests/cluster/conftest.py); the cluster's facts are kept in its folder
+(cluster.json and the daemons' pid files), so any process can stop it:
+``python tests/cluster/slurm_cluster.py stop FOLDER``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,10 +75,26 @@ class SlurmCluster:
     mem_mb: int = 6000
     partition: str = "debug"
     pids: dict[str, int] = field(default_factory=dict)
+    default_partition_up: bool = True  # False: jobs run only in partitions made with partition_of
 
     @property
     def conf(self) -> Path:
         return self.root / "etc" / "slurm.conf"
+
+    @classmethod
+    def load(cls, root: Path) -> SlurmCluster:
+        """The cluster started in `root` (by this process or another)."""
+        facts = json.loads((root / "cluster.json").read_text())
+        cluster = cls(root, facts["nodes"], facts["cpus"], facts["mem_mb"], facts["partition"], facts["pids"])
+        cluster.default_partition_up = facts["default_partition_up"]
+        cluster.ctld_port = facts["ctld_port"]
+        return cluster
+
+    def _save(self) -> None:
+        facts = {"nodes": self.nodes, "cpus": self.cpus, "mem_mb": self.mem_mb, "partition": self.partition}
+        facts["default_partition_up"] = self.default_partition_up
+        facts.update(pids={"munged": self.pids["munged"]} if "munged" in self.pids else {}, ctld_port=self.ctld_port)
+        (self.root / "cluster.json").write_text(json.dumps(facts))
 
     def env(self) -> dict[str, str]:
         """Environment for client commands run by the tests (sbatch, squeue, snakemake)."""
@@ -104,7 +127,8 @@ class SlurmCluster:
         )
         for node in self.nodes:
             self.start_slurmd(node)
-        self._wait(self._nodes_idle, timeout_s, "the nodes to become idle")
+        self._save()
+        self._wait(lambda: self.idle(self.nodes), timeout_s, "the nodes to become idle")
 
     def start_slurmd(self, node: str) -> None:
         """Start `node`'s slurmd (again, after kill_slurmd: a node that comes back)."""
@@ -116,7 +140,14 @@ class SlurmCluster:
 
     def kill_slurmd(self, node: str) -> None:
         """Kill `node`'s slurmd at once (SIGKILL), as a node that dies loses it."""
-        os.kill(self.pids.pop(f"slurmd.{node}"), signal.SIGKILL)
+        os.kill(self._pid(f"slurmd.{node}"), signal.SIGKILL)
+        self.pids.pop(f"slurmd.{node}", None)
+
+    def _pid(self, daemon: str) -> int | None:
+        """A daemon's process id, from its pid file (any process may have started it) or as started here."""
+        path = self.root / f"{daemon}.pid"
+        text = path.read_text().strip() if path.exists() else ""
+        return int(text) if text.isdigit() else self.pids.get(daemon)
 
     def _add_host_names(self) -> None:
         """Make the node names resolve to 127.0.0.1, as node names resolve on a real cluster."""
@@ -223,7 +254,12 @@ class SlurmCluster:
                 f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname={host} Port={free_port()} "
                 f"CPUs={self.cpus} RealMemory={self.mem_mb} State=UNKNOWN"
             )
-        lines.append(f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO")
+        # inactive where each test has a partition of its own: a job that names none is refused, not run
+        # on another test's nodes
+        state = "UP" if self.default_partition_up else "INACTIVE"
+        lines.append(
+            f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State={state} OverSubscribe=NO"
+        )
         self.conf.write_text("\n".join(lines) + "\n")
 
     def _run_daemon(self, name: str, command: list[str], pidfile: str) -> None:
@@ -234,10 +270,45 @@ class SlurmCluster:
         self._wait(lambda: path.exists() and path.read_text().strip().isdigit(), 20, f"{name}'s pid file")
         self.pids[name] = int(path.read_text().strip())
 
-    def _nodes_idle(self) -> bool:
-        states = self._out(["sinfo", "-h", "-N", "-o", "%N %t"]).split("\n")
-        idle = {line.split()[0] for line in states if line.strip() and line.split()[1] == "idle"}
-        return idle == set(self.nodes)
+    def states(self) -> dict[str, str]:
+        """Each node's state as sinfo abbreviates it (idle, alloc, down*, ...)."""
+        lines = self._out(["sinfo", "-h", "-N", "-o", "%N %t"]).split("\n")
+        return dict(line.split() for line in lines if len(line.split()) == 2)
+
+    def idle(self, nodes: list[str]) -> bool:
+        states = self.states()
+        return all(states.get(node) == "idle" for node in nodes)
+
+    # --- a partition of some nodes, for one test ------------------------------------------------
+    def partition_of(self, name: str, nodes: list[str]) -> Partition:
+        """A new partition `name` of `nodes` (scontrol create): a test's own part of the cluster."""
+        command = ["scontrol", "create", f"PartitionName={name}", f"Nodes={','.join(nodes)}"]
+        command += ["MaxTime=INFINITE", "State=UP", "OverSubscribe=NO"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30, env=self.env())
+        if result.returncode:
+            raise ClusterError(f"{' '.join(command)} failed: {result.stderr.strip()}")
+        return Partition(self, name, nodes)
+
+    def give_back(self, part: Partition, timeout_s: float = 120) -> bool:
+        """Cancel the partition's jobs, bring its nodes back (a killed slurmd restarted, a node that
+        was down resumed) and delete it; whether its nodes are idle again, for the next test."""
+        subprocess.run(["scancel", "--full", "-p", part.name], capture_output=True, timeout=30, env=self.env())
+        self._wait_gone_jobs(30, part.name)
+        for node in part.nodes:
+            pid = self._pid(f"slurmd.{node}")
+            if pid is None or not _alive(pid):
+                self.start_slurmd(node)
+        deadline = time.monotonic() + timeout_s
+        while not self.idle(part.nodes) and time.monotonic() < deadline:
+            down = [n for n, state in self.states().items() if n in part.nodes and state.startswith(("down", "drain"))]
+            if down:
+                update = ["scontrol", "update", f"NodeName={','.join(down)}", "State=RESUME"]
+                subprocess.run(update, capture_output=True, timeout=30, env=self.env())
+            time.sleep(0.5)
+        subprocess.run(
+            ["scontrol", "delete", f"PartitionName={part.name}"], capture_output=True, timeout=30, env=self.env()
+        )
+        return self.idle(part.nodes)
 
     # --- helpers -----------------------------------------------------------------------------
     def _out(self, command: list[str]) -> str:
@@ -266,11 +337,12 @@ class SlurmCluster:
     # --- stop --------------------------------------------------------------------------------
     def stop(self) -> None:
         """Cancel all jobs and stop every daemon this cluster started; no process is left."""
-        if "slurmctld" in self.pids:
+        if self._pid("slurmctld") is not None:
             subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True, timeout=30, env=self.env())
             self._wait_gone_jobs(15)
-        for name in [n for n in self.pids if n.startswith("slurmd.")] + ["slurmctld", "munged"]:
-            pid = self.pids.pop(name, None)
+        for name in [f"slurmd.{node}" for node in self.nodes] + ["slurmctld", "munged"]:
+            pid = self._pid(name) if name != "munged" else self.pids.get(name)
+            self.pids.pop(name, None)
             if pid is not None:
                 self._terminate(pid)
         # slurmd's configless mode links /run/slurm/conf to its cache in our folder
@@ -278,10 +350,10 @@ class SlurmCluster:
             CLIENT_CONFIG_LINK.unlink()
         self._remove_host_names()
 
-    def _wait_gone_jobs(self, timeout_s: float) -> None:
+    def _wait_gone_jobs(self, timeout_s: float, partition: str | None = None) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            states = self._out(["squeue", "-h", "-o", "%T"]).split()
+            states = self._out(["squeue", "-h", "-o", "%T", *(["-p", partition] if partition else [])]).split()
             if not [s for s in states if s in ("RUNNING", "COMPLETING", "PENDING", "CONFIGURING")]:
                 return
             time.sleep(0.5)
@@ -303,3 +375,52 @@ class SlurmCluster:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@dataclass
+class Partition:
+    """A test's part of the cluster: its nodes in a partition of their own. SLURM's clients take the
+    partition from the environment (env()), as a site's default partition, so every job of the
+    test's Snakemake, and every sbatch --test-only of its pre-flight, lands on these nodes only."""
+
+    cluster: SlurmCluster
+    name: str
+    nodes: list[str]
+
+    @property
+    def root(self) -> Path:
+        return self.cluster.root
+
+    @property
+    def conf(self) -> Path:
+        return self.cluster.conf
+
+    def env(self) -> dict[str, str]:
+        """The environment of client commands in this partition (sbatch, srun, squeue, sinfo, snakemake)."""
+        variables = ("SBATCH_PARTITION", "SLURM_PARTITION", "SALLOC_PARTITION", "SINFO_PARTITION", "SQUEUE_PARTITION")
+        return {**self.cluster.env(), **dict.fromkeys(variables, self.name)}
+
+    def squeue(self) -> str:
+        return self.cluster._out(["squeue", "-h", "-p", self.name, "-o", "%i %j %T %N"])
+
+    def kill_slurmd(self, node: str) -> None:
+        assert node in self.nodes, f"{node} is not a node of partition {self.name}"
+        self.cluster.kill_slurmd(node)
+
+    def start_slurmd(self, node: str) -> None:
+        assert node in self.nodes, f"{node} is not a node of partition {self.name}"
+        self.cluster.start_slurmd(node)
+
+
+if __name__ == "__main__":  # python slurm_cluster.py stop FOLDER: what the test run does when it ends
+    if sys.argv[1:2] != ["stop"] or len(sys.argv) != 3:
+        sys.exit("usage: slurm_cluster.py stop FOLDER")
+    SlurmCluster.load(Path(sys.argv[2])).stop()

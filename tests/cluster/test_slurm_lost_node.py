@@ -16,7 +16,7 @@ import pytest
 from conftest import checkpoint_epoch, kill_if_running, wait_for
 from scalebench import records
 
-from .conftest import cluster_config, prepare_data_locally, read_run, slurm_jobs, start_slurm_snakemake, with_data
+from .conftest import cluster_config, cluster_data, read_run, slurm_jobs, start_slurm_snakemake, with_data
 from .test_slurm_survival import file_digests
 
 pytestmark = pytest.mark.cluster
@@ -26,9 +26,9 @@ ONE = "results/runs/torch/native/g1/s1"
 TWO = "results/runs/torch/native/g2/s1"
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return prepare_data_locally(tmp_path_factory)
+@pytest.fixture
+def data(slurm, tmp_path_factory):
+    return cluster_data(slurm, tmp_path_factory)
 
 
 def job_processes(node: str, job: str) -> list[int]:

@@ -1,4 +1,7 @@
-"""The workflow on a real one-node SLURM cluster: every cell a SLURM job."""
+"""The workflow on one node of a real SLURM cluster: every cell a SLURM job. Where a test is about
+the train jobs, its study starts from the run's prepared dataset (with_data) and builds only what
+it reads (the cells, or the table of left-out cells): the data jobs on SLURM, the figures and the
+report are test_slurm_every_backend.py's."""
 
 from __future__ import annotations
 
@@ -12,49 +15,35 @@ from conftest import REPO
 from scalebench import config as sb_config
 from scalebench.config import run_order
 
-from .conftest import cluster_config, describe, implemented_backends, read_run, run_slurm_snakemake, slurm_jobs
+from .conftest import (
+    cluster_config,
+    cluster_data,
+    describe,
+    implemented_backends,
+    read_run,
+    run_slurm_snakemake,
+    slurm_jobs,
+    with_data,
+)
 
 pytestmark = pytest.mark.cluster
 
-
-def test_demo_matrix_runs_as_slurm_jobs_to_the_report(single_node, tmp_path):
-    pairs = implemented_backends(("native", "horovod"))  # the demo's backends (config/config.yaml)
-    frameworks = sorted({f for f, _ in pairs})
-    backends = sorted({b for _, b in pairs})
-    config = cluster_config(frameworks=frameworks, backends=backends)
-    report = tmp_path / "report.html"
-    # data preparation and every cell run as SLURM jobs; the analysis rules are local rules
-    result = run_slurm_snakemake(single_node, tmp_path, config, timeout=1200)
-    assert result.returncode == 0, describe(result, tmp_path)
-    report_run = run_slurm_snakemake(single_node, tmp_path, config, "--report", str(report))
-    assert report_run.returncode == 0, describe(report_run, tmp_path)
-    assert report.stat().st_size > 0
-    jobs = slurm_jobs(tmp_path)
-    for framework, backend in pairs:
-        for gpus in (1, 2):
-            cell = f"{framework}/{backend}/g{gpus}/s1"
-            run = read_run(tmp_path, cell)
-            assert run["status"] == "ok" and run["replicas"] == gpus, run
-            # the ranks ran inside the SLURM job the plugin submitted for this cell
-            assert run["slurm"]["job_id"] in jobs[f"{framework}_{backend}_{gpus}_1"], (run["slurm"], jobs)
-            log = (tmp_path / "results" / "runs" / cell / "train.log").read_text()
-            assert log.startswith("launch (slurm): "), log[:500]
-            # each rank on its cluster.cpus_per_rank (1) core, read back from the OS: this cluster's srun binds
-            # nothing (TaskPlugin=task/none), so each rank took its local rank's share itself
-            assert run["cpu_binding"] == "cores" and run["cpu_bound_by"] == "rank", run
-            assert len(run["rank_cpus"]) == gpus and len(set(run["rank_cpus"])) == gpus, run["rank_cpus"]
-            assert all(cpus.isdigit() for cpus in run["rank_cpus"]), run["rank_cpus"]
-            assert run["local_gpu_ids"] is None and "SLURM" in run["local_gpu_ids_reason"]
+INCOMPLETE = "results/summary/incomplete.csv"  # collect_runs: every cell that runs, and the left-out ones
 
 
-def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_path):
+@pytest.fixture
+def data(slurm, tmp_path_factory):
+    return cluster_data(slurm, tmp_path_factory)
+
+
+def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_path, data):
     """fsdp, dp and mirrored on the CPU cluster (gpus_per_node 0, 2 ranks per node): the cells each can
     run there (fsdp from 2 ranks, dp on 1 device, mirrored on a node's 2 ranks as logical CPU devices)
     are SLURM jobs; the rest of the matrix is left out, and the report says which and why."""
     pairs = implemented_backends(("fsdp", "dp", "mirrored"))
     config = cluster_config(frameworks=sorted({f for f, _ in pairs}), backends=sorted({b for _, b in pairs}))
     cells = sb_config.cells(sb_config.validate(config, single_node_schema()))
-    result = run_slurm_snakemake(single_node, tmp_path, config, timeout=1200)
+    result = run_slurm_snakemake(single_node, with_data(tmp_path, data), config, INCOMPLETE, timeout=1200)
     assert result.returncode == 0, describe(result, tmp_path)
     jobs = slurm_jobs(tmp_path)
     for cell in cells:
@@ -84,14 +73,22 @@ def single_node_schema() -> dict:
     return sb_config.load_schema(REPO / "config" / "schema.yaml")
 
 
-def test_two_cells_on_one_node_at_once_use_different_ports(single_node, tmp_path):
+def test_two_cells_on_one_node_at_once_use_different_ports_and_cores(single_node, tmp_path, data):
     config = cluster_config(gpus=(2,), seeds=(1, 2), **{"time": {"base_min": 5, "per_epoch_min": 0, "floor_min": 5}})
     # Each cell's rank 0 waits before its first epoch until both cells are running (a test hook),
     # so they overlap however fast training is.
-    result = run_slurm_snakemake(single_node, tmp_path, config, env={"SCALEBENCH_FAULT": f"meet:{tmp_path / 'met'}:2"})
+    cells = [f"results/runs/torch/native/g2/s{seed}/run.json" for seed in (1, 2)]
+    env = {"SCALEBENCH_FAULT": f"meet:{tmp_path / 'met'}:2"}
+    result = run_slurm_snakemake(single_node, with_data(tmp_path, data), config, *cells, env=env)
     assert result.returncode == 0, describe(result, tmp_path)
     runs = [read_run(tmp_path, f"torch/native/g2/s{seed}") for seed in (1, 2)]
-    assert {run["slurm"]["node"] for run in runs} == {"sbnode1"}
+    assert {run["slurm"]["node"] for run in runs} == set(single_node.nodes)
+    # each of a cell's two ranks on its own cluster.cpus_per_rank (1) core, read back from the OS: this
+    # cluster's srun binds nothing (TaskPlugin=task/none), so each rank took its local rank's share itself
+    for run in runs:
+        assert run["cpu_binding"] == "cores" and run["cpu_bound_by"] == "rank", run
+        assert len(run["rank_cpus"]) == 2 and len(set(run["rank_cpus"])) == 2, run["rank_cpus"]
+        assert all(cpus.isdigit() for cpus in run["rank_cpus"]), run["rank_cpus"]
     # both ran at the same time on the node: each cell's rank 0 left its mark in the meeting
     # folder and went on only once the other's was there (run.json's times have whole seconds,
     # too coarse to show an overlap of fast cells) ...
@@ -147,12 +144,15 @@ def left_out_rows(workdir) -> dict[str, dict]:
         return {row["item"]: row for row in csv.DictReader(handle) if row["status"] == "left out"}
 
 
-def test_a_cell_slurm_would_refuse_is_left_out_before_submission_and_the_others_run(single_node, tmp_path):
-    # 4 ranks at 2 per node need two nodes; this cluster has one, so SLURM refuses that cell's job
+def test_a_cell_slurm_would_refuse_is_left_out_before_submission_and_the_others_run(
+    slurm, single_node, tmp_path, tmp_path_factory
+):
+    # 4 ranks at 2 per node need two nodes; this partition has one, so SLURM refuses that cell's job
     # (EnforcePartLimits=ALL, as on production clusters; without it the job would pend forever)
     config = cluster_config(gpus=(1, 4))
     config["dataset"]["synthetic"]["count"] = 80
-    result = run_slurm_snakemake(single_node, tmp_path, config)
+    with_data(tmp_path, cluster_data(slurm, tmp_path_factory, count=80))
+    result = run_slurm_snakemake(single_node, tmp_path, config, INCOMPLETE)
     output = result.stdout + result.stderr
     assert result.returncode == 0, describe(result, tmp_path)
     assert output.count("Node count specification invalid") == 1, output[-4000:]  # its one left-out line
@@ -165,7 +165,8 @@ def test_a_cell_slurm_would_refuse_is_left_out_before_submission_and_the_others_
 
 def test_a_partition_that_does_not_exist_is_one_sbatch_message_per_request_and_no_job(single_node, tmp_path):
     config = cluster_config(partition="nosuchpartition")
-    result = run_slurm_snakemake(single_node, tmp_path, config)
+    # the data jobs (in the site's default partition) run; the train jobs would not
+    result = run_slurm_snakemake(single_node, tmp_path, config, "prepared_data", INCOMPLETE)
     output = result.stdout + result.stderr
     assert result.returncode == 0, describe(result, tmp_path)
     # g1 and g2 ask for different tasks per node: two requests, each refused once, nothing submitted
@@ -177,10 +178,10 @@ def test_a_partition_that_does_not_exist_is_one_sbatch_message_per_request_and_n
     assert all("sbatch --test-only -p nosuchpartition" in row["reason"] for row in reasons.values()), reasons
 
 
-def test_task_binding_on_a_cluster_without_gpu_scheduling_is_refused_before_submission(single_node, tmp_path):
+def test_task_binding_on_a_cluster_without_gpu_scheduling_is_refused_before_submission(single_node, tmp_path, data):
     # this cluster schedules no GPUs (no GRES), so SLURM refuses the job's --gpus-per-task
     config = cluster_config(gpus=(1,), gpus_per_node=1, gpu_binding="task")
-    result = run_slurm_snakemake(single_node, tmp_path, config, timeout=600)
+    result = run_slurm_snakemake(single_node, with_data(tmp_path, data), config, INCOMPLETE, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode == 0, describe(result, tmp_path)
     refused = [line for line in result.stderr.splitlines() if line.startswith("left out: torch/native")]
@@ -198,7 +199,8 @@ exec {sbatch} "$@"
 """
 
 
-def test_without_test_only_a_refused_submission_is_not_resubmitted(single_node, tmp_path):
+def test_without_test_only_a_refused_submission_is_not_resubmitted(single_node, tmp_path, data):
+    with_data(tmp_path, data)
     wrapper = tmp_path / "bin" / "sbatch"
     wrapper.parent.mkdir()
     wrapper.write_text(OLD_SBATCH.format(sbatch=shutil.which("sbatch")))
@@ -211,10 +213,9 @@ def test_without_test_only_a_refused_submission_is_not_resubmitted(single_node, 
     assert "slurm check skipped: this sbatch does not take --test-only" in result.stderr, result.stderr[-3000:]
     # each cell submitted once and refused once (keep-going), none restarted with the profile's retries
     assert output.count("SLURM sbatch failed") == 2 and "Trying to restart" not in output, output[-4000:]
-    table = "results/summary/incomplete.csv"
-    collected = run_slurm_snakemake(single_node, tmp_path, config, table, "--config", "partial=true", env=env)
+    collected = run_slurm_snakemake(single_node, tmp_path, config, INCOMPLETE, "--config", "partial=true", env=env)
     assert collected.returncode == 0, describe(collected, tmp_path)
-    with open(tmp_path / table) as handle:
+    with open(tmp_path / INCOMPLETE) as handle:
         rows = {row["item"]: row for row in csv.DictReader(handle)}
     row = rows["torch/native/g1/s1"]
     assert row["status"] == "failed" and " --force " not in row["rerun"], row  # its submission failed

@@ -18,8 +18,8 @@ from scalebench import records
 
 from .conftest import (
     cluster_config,
+    cluster_data,
     describe,
-    prepare_data_locally,
     read_run,
     run_slurm_snakemake,
     slurm_jobs,
@@ -33,9 +33,9 @@ CELL = "results/runs/torch/native/g1/s1"
 TARGET = f"{CELL}/run.json"  # the cell only: these tests are about its train job, not the analysis
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return prepare_data_locally(tmp_path_factory)
+@pytest.fixture
+def data(slurm, tmp_path_factory):
+    return cluster_data(slurm, tmp_path_factory)
 
 
 BUSY_SBATCH = """#!/bin/sh

@@ -1,4 +1,6 @@
-"""The workflow on a real two-node SLURM cluster (two slurmd on this host)."""
+"""The workflow on two nodes of a real SLURM cluster (two slurmd on this host). Each study starts from
+the run's prepared dataset and builds only its cell (every backend across two nodes:
+test_slurm_every_backend.py)."""
 
 from __future__ import annotations
 
@@ -6,42 +8,34 @@ import subprocess
 
 import pytest
 
-from .conftest import cluster_config, describe, implemented_backends, read_run, run_slurm_snakemake, slurm_jobs
+from .conftest import cluster_config, cluster_data, describe, read_run, run_slurm_snakemake, slurm_jobs, with_data
 
 pytestmark = pytest.mark.cluster
 
-
-def test_two_rank_cell_of_each_backend_puts_one_rank_on_each_node(two_nodes, tmp_path):
-    # one rank per node: a 2-rank cell needs both nodes; every backend of one process per rank in one run
-    # (dp and mirrored drive one node from one process: on this cluster they would be left out)
-    pairs = implemented_backends(("native", "horovod", "fsdp"))
-    config = cluster_config(
-        frameworks=sorted({f for f, _ in pairs}), backends=sorted({b for _, b in pairs}), gpus=(2,), ranks_per_node=1
-    )
-    result = run_slurm_snakemake(two_nodes, tmp_path, config, timeout=1200)
-    assert result.returncode == 0, describe(result, tmp_path)
-    for framework, backend in pairs:
-        run = read_run(tmp_path, f"{framework}/{backend}/g2/s1")
-        assert run["status"] == "ok" and run["replicas"] == 2, run
-        # each rank reports SLURM's node name (both nodes share this machine's hostname)
-        assert run["hosts"] == ["sbnode1", "sbnode2"] and run["nodes"] == 2, run
-        slurm = run["slurm"]
-        assert (slurm["step_nodelist"], slurm["step_tasks_per_node"]) == ("sbnode[1-2]", "1(x2)"), slurm
-        # and each node's slurmd launched a task of that step
-        step = f"StepId={slurm['job_id']}.0"
-        for node in two_nodes.nodes:
-            log = (two_nodes.root / "log" / f"slurmd.{node}.log").read_text()
-            assert f"launch task {step} " in log, (framework, backend, node)
+CELL = "results/runs/torch/native/g1/s1"
 
 
-def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_path):
+@pytest.fixture
+def data(slurm, tmp_path_factory):
+    return cluster_data(slurm, tmp_path_factory)
+
+
+def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_path, data):
     # The first attempt stalls at epoch 3 (a test hook; only a run that did not resume stalls), so it
     # is killed at its 1-minute limit however fast the machine is; each retry doubles the limit and
     # resumes from the checkpoint of epoch 2, so the cell finishes however loaded the machine is.
     config = cluster_config(gpus=(1,), time={"base_min": 0, "per_epoch_min": 0, "floor_min": 1, "retry_factor": 2})
     config["training"].update(epochs=6, checkpoint_every=1)
+    with_data(tmp_path, data)
     result = run_slurm_snakemake(
-        two_nodes, tmp_path, config, "--retries", "3", timeout=1200, env={"SCALEBENCH_FAULT": "stall:3"}
+        two_nodes,
+        tmp_path,
+        config,
+        f"{CELL}/run.json",
+        "--retries",
+        "3",
+        timeout=1200,
+        env={"SCALEBENCH_FAULT": "stall:3"},
     )
     assert result.returncode == 0, describe(result, tmp_path)
     run = read_run(tmp_path, "torch/native/g1/s1")
@@ -56,19 +50,23 @@ def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_p
     assert "runtime=1," in output and "runtime=2," in output, output[-3000:]
 
 
-def test_tensorflow_workers_use_the_chosen_interface_and_slurm_s_unaccounted_figures_stay_empty(two_nodes, tmp_path):
+def test_tensorflow_workers_use_the_chosen_interface_and_slurm_s_unaccounted_figures_stay_empty(
+    two_nodes, tmp_path, data
+):
     # cluster.network_interface on two nodes: launch.py gathers each node's address on it (one srun step)
     # and MultiWorkerMirrored's workers are named by those addresses. This cluster has no accounting
     # (accounting_storage/none) and no GPUs: the step's energy and the allocation's GPU-hours stay
     # empty with those reasons, never 0.
     config = cluster_config(frameworks=("tensorflow",), gpus=(2,), ranks_per_node=1, network_interface="lo")
-    result = run_slurm_snakemake(two_nodes, tmp_path, config, timeout=900)
+    cell = "results/runs/tensorflow/native/g2/s1/run.json"
+    result = run_slurm_snakemake(two_nodes, with_data(tmp_path, data), config, cell, timeout=900)
     assert result.returncode == 0, describe(result, tmp_path)
     run = read_run(tmp_path, "tensorflow/native/g2/s1")
-    assert run["status"] == "ok" and run["hosts"] == ["sbnode1", "sbnode2"], run
+    assert run["status"] == "ok" and run["hosts"] == two_nodes.nodes, run
     assert run["network_interface"] == "lo"
     log = (tmp_path / "results" / "runs" / "tensorflow" / "native" / "g2" / "s1" / "train.log").read_text()
-    assert "launch: lo on each node: sbnode1=127.0.0.1,sbnode2=127.0.0.1" in log
+    first, second = two_nodes.nodes
+    assert f"launch: lo on each node: {first}=127.0.0.1,{second}=127.0.0.1" in log
     assert run["slurm"]["step_id"] == "1"  # step 0 gathered the addresses
     assert run["step_energy_j"] is None and run["step_energy_source"] is None
     assert run["step_energy_reason"].startswith("no accounting: AccountingStorageType is accounting_storage/none")

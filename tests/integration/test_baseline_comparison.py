@@ -1,7 +1,8 @@
-"""compare.baseline through the real workflow: two tiny studies in two folders, the second with a
-deliberate difference (one image per GPU and step instead of eight), compared in baseline.csv and
-the report; then against the first study's tables made a thousand times faster with another torch,
-a difference no seed scatter hides; a baseline that cannot be compared is refused before any job."""
+"""compare.baseline through the real workflow: a tiny study compared with the suite's finished study
+(conftest.finished_study) with a deliberate difference (two images per GPU and step instead of four,
+and only one of its two backends), in baseline.csv and the report; then against the finished
+study's tables made a thousand times faster with another torch, a difference no seed scatter
+hides; a baseline that cannot be compared is refused before any job."""
 
 from __future__ import annotations
 
@@ -10,33 +11,37 @@ import csv
 import re
 
 import pytest
-from conftest import read_report, run_snakemake, tiny_config
+from conftest import TINY_STUDY_MATRIX, read_report, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.integration
 
 
 def study(batch_per_gpu: int, **sections) -> dict:
-    # torch native on 1 and 2 CPU ranks, two seeds, 2 epochs at 32 x 48; 160 pairs (96 to train on)
-    # so that an epoch at eight images per step lasts long enough to time it steadily on a busy machine
+    # torch native on 1 and 2 CPU ranks, two seeds, 2 epochs at 32 x 48: the finished study's native cells
     return tiny_config(
-        matrix={"frameworks": ["torch"], "backends": ["native"], "gpus": [1, 2], "seeds": [1, 2]},
-        dataset={"synthetic": {"count": 160, "size": [48, 64]}},
+        matrix={**TINY_STUDY_MATRIX, "backends": ["native"]},
         training={"epochs": 2, "batch_per_gpu": batch_per_gpu},
         **sections,
     )
 
 
-def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_report_section(tmp_path):
-    before, after = tmp_path / "before", tmp_path / "after"
-    first = run_snakemake(before, study(8), "--cores", "2")
-    assert first.returncode == 0, first.stderr[-3000:]
-    # the rerun: one image per step, so many more steps per epoch and far fewer images/s
-    config = study(1, compare={"baseline": str(before / "results")})
-    second = run_snakemake(after, config, "--cores", "2")
+def native_rows(path) -> dict[int, dict]:
+    """baseline.csv's rows of the backend both studies ran, by GPU count; the other's are the baseline's only."""
+    with open(path) as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["present"] for row in rows if row["backend"] == "horovod"} == {"baseline only"}, rows
+    return {int(row["gpus"]): row for row in rows if row["backend"] == "native"}
+
+
+def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_report_section(finished_study, tmp_path):
+    before, after = finished_study, tmp_path / "after"
+    # the rerun: two images per step, so more steps per epoch and fewer images/s; the comparison
+    # table only (the report is drawn after the third run)
+    config = study(2, compare={"baseline": str(before / "results")})
+    second = run_snakemake(after, config, "--cores", "2", "results/summary/baseline.csv")
     assert second.returncode == 0, second.stderr[-3000:]
 
-    with open(after / "results" / "summary" / "baseline.csv") as handle:
-        rows = {int(row["gpus"]): row for row in csv.DictReader(handle)}
+    rows = native_rows(after / "results" / "summary" / "baseline.csv")
     assert sorted(rows) == [1, 2]
     for row in rows.values():
         assert row["present"] == "both" and (row["cells_here"], row["cells_baseline"]) == ("2", "2")
@@ -44,9 +49,9 @@ def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_repor
         assert ratio == pytest.approx(float(row["images_per_s_here"]) / float(row["images_per_s_baseline"]))
         assert lo < ratio < hi
         # flagged exactly where the interval excludes 1: on a busy 2-core machine the seeds of tiny CPU
-        # cells scatter so widely that batch 1 against 8 need not be beyond them (seen both ways)
+        # cells scatter so widely that batch 2 against 4 need not be beyond them (seen both ways)
         assert row["images_per_s_change"] == ("slower" if hi < 1 else "faster" if lo > 1 else ""), row
-        assert "training.batch_per_gpu: 8 -> 1" in row["provenance_differences"]
+        assert "training.batch_per_gpu: 4 -> 2" in row["provenance_differences"]
         assert "config hash: " in row["provenance_differences"]
         assert "torch: " not in row["provenance_differences"]  # the same libraries in both
         # time to target: a ratio where both reached it, else empty with the reason
@@ -54,7 +59,7 @@ def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_repor
     assert rows[1]["efficiency_ratio"] == "1.0" and "1 by definition" in rows[1]["note"]
     assert float(rows[2]["efficiency_ratio"]) > 0 and rows[2]["efficiency_ratio_lo"]
 
-    # A difference beyond any scatter: the first study's tables as if it had run a thousand times
+    # A difference beyond any scatter: the finished study's tables as if it had run a thousand times
     # faster with another torch (two seeds give a t interval with one degree of freedom, so a
     # tiny CPU cell's scatter on a loaded machine can span a factor of twenty); the comparison
     # reruns against it and flags every shared cell slower.
@@ -69,12 +74,11 @@ def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_repor
         writer = csv.DictWriter(handle, fieldnames=list(baseline_rows[0]))
         writer.writeheader()
         writer.writerows(baseline_rows)
-    config = study(1, compare={"baseline": str(faster.parent)})
+    config = study(2, compare={"baseline": str(faster.parent)})
     third = run_snakemake(after, config, "--cores", "2")
     assert third.returncode == 0, third.stderr[-3000:]
-    assert "rule train" not in third.stdout + third.stderr  # only the comparison reruns
-    with open(after / "results" / "summary" / "baseline.csv") as handle:
-        rows = {int(row["gpus"]): row for row in csv.DictReader(handle)}
+    assert "rule train" not in third.stdout + third.stderr  # only the comparison and the rest of the analysis
+    rows = native_rows(after / "results" / "summary" / "baseline.csv")
     for row in rows.values():
         assert float(row["images_per_s_ratio_hi"]) < 1 and row["images_per_s_change"] == "slower", row
         assert "torch: 9.9.9 -> " in row["provenance_differences"]
@@ -88,12 +92,12 @@ def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_repor
     # the table itself, as the report embeds it
     embedded = re.search(r"filename=baseline\.html;base64,([A-Za-z0-9+/=]+)", html)
     table = base64.b64decode(embedded.group(1)).decode()
-    assert "training.batch_per_gpu: 8 -&gt; 1" in table and "torch: 9.9.9 -&gt; " in table and "slower" in table
+    assert "training.batch_per_gpu: 4 -&gt; 2" in table and "torch: 9.9.9 -&gt; " in table and "slower" in table
 
 
 def test_a_baseline_that_does_not_exist_or_has_no_tables_is_refused_before_any_job(tmp_path):
     for baseline in (tmp_path / "nowhere", tmp_path):
-        result = run_snakemake(tmp_path / "study", study(8, compare={"baseline": str(baseline)}), "-n")
+        result = run_snakemake(tmp_path / "study", study(4, compare={"baseline": str(baseline)}), "-n")
         output = result.stdout + result.stderr  # Snakemake prints a WorkflowError on either
         assert result.returncode != 0
         assert "config key 'compare.baseline'" in output

@@ -138,7 +138,10 @@ def test_with_jobs_alone_a_three_gpu_machine_runs_a_one_and_a_two_gpu_cell_at_on
     dry = run_snakemake(tmp_path, config, "-j", "4", "-n", env=env)  # -j alone is a local run's cores
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "left out: torch/native g4: needs 4 GPUs and this machine has 3 (local_gpus=3)" in dry.stderr
-    run = run_snakemake(tmp_path, config, "-j", "4", env={**env, "SCALEBENCH_FAULT": f"meet:{tmp_path / 'meet'}:2"})
+    cells = [f"results/runs/torch/native/g{gpus}/s1/run.json" for gpus in (1, 2)]
+    run = run_snakemake(
+        tmp_path, config, "-j", "4", *cells, env={**env, "SCALEBENCH_FAULT": f"meet:{tmp_path / 'meet'}:2"}
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     cells = [run_json(tmp_path / "results" / "runs" / "torch" / "native" / f"g{g}" / "s1") for g in (1, 2)]
     ids = [set(cell["local_gpu_ids"]) for cell in cells]

@@ -23,6 +23,8 @@ from scalebench.data import keys as sb_keys
 pytestmark = pytest.mark.integration
 
 OVERRIDE = 'training={"epochs": 3, "lr_scaling": "sqrt"}'
+# what the steps before the last read: collect_runs' tables (the cells and the incomplete ones), not the figures
+INCOMPLETE = "results/summary/incomplete.csv"
 
 
 def snakemake(cwd, *args: str) -> subprocess.CompletedProcess:
@@ -49,12 +51,14 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     (study / "study.yaml").write_text(yaml.safe_dump(tiny_config(training={"epochs": 2})))
     # --configfile last, as a study kept in its own file is run: the printed target must not join it
     options = ["--config", OVERRIDE, "--configfile", "study.yaml"]
-    first = snakemake(study, *options, "--cores", "2")
+    first = snakemake(study, *options, "--cores", "2", INCOMPLETE)
     assert first.returncode == 0, first.stderr[-3000:]
 
     lost = study / "results" / "runs" / "torch" / "native" / "g2" / "s1"
     shutil.rmtree(lost)
-    partial = snakemake(study, "--config", OVERRIDE, "partial=true", "--configfile", "study.yaml", "--cores", "2")
+    partial = snakemake(
+        study, "--config", OVERRIDE, "partial=true", "--configfile", "study.yaml", "--cores", "2", INCOMPLETE
+    )
     assert partial.returncode == 0, partial.stderr[-3000:]
     (row,) = incomplete_rows(study)
     assert (row["item"], row["status"]) == ("torch/native/g2/s1", "missing")
@@ -121,7 +125,7 @@ def test_a_rerun_command_runs_as_printed_whatever_option_the_study_ended_with(tm
 
 def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_path):
     config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1], "seeds": [1, 2]})
-    first = snakemake(tmp_path, "--configfile", write(tmp_path / "c.yaml", config), "--cores", "2")
+    first = snakemake(tmp_path, "--configfile", write(tmp_path / "c.yaml", config), "--cores", "2", INCOMPLETE)
     assert first.returncode == 0, first.stderr[-3000:]
     config["training"]["base_lr"] = 0.002
     changed = write(tmp_path / "c.yaml", config)
@@ -134,7 +138,7 @@ def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_
         )
     assert dry.stdout.count("rule train:") == 2  # their settings.json is newer than their outputs
     # partial=true reports what exists and retrains nothing: the changed cells are marked stale
-    partial = snakemake(tmp_path, "--configfile", changed, "--config", "partial=true", "--cores", "1")
+    partial = snakemake(tmp_path, "--configfile", changed, "--config", "partial=true", "--cores", "1", INCOMPLETE)
     assert partial.returncode == 0, partial.stderr[-3000:]
     assert "rule train:" not in partial.stdout + partial.stderr
     rows = incomplete_rows(tmp_path)
@@ -145,7 +149,7 @@ def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_
     ]
     assert "training.base_lr: 0.001 -> 0.002" in rows[0]["reason"] and "--force" in rows[0]["rerun"]
     # the study's own run retrains them with the new settings
-    again = snakemake(tmp_path, "--configfile", changed, "--cores", "2")
+    again = snakemake(tmp_path, "--configfile", changed, "--cores", "2", INCOMPLETE)
     assert again.returncode == 0, again.stderr[-3000:]
     run = json.loads((tmp_path / "results" / "runs" / "torch" / "native" / "g1" / "s1" / "run.json").read_text())
     assert run["settings"]["training"]["base_lr"] == 0.002 and incomplete_rows(tmp_path) == []

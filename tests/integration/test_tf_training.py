@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from pathlib import Path
@@ -15,6 +16,7 @@ from conftest import (
     cell_settings,
     checkpoint_epoch,
     launch_cell,
+    made_once,
     rank_command,
     rank_pids,
     read_records,
@@ -29,12 +31,15 @@ pytestmark = pytest.mark.integration
 LEARN = {"epochs": 4, "dataset_repeat": 4}
 
 
+@functools.cache
 def horovod_tf_available() -> bool:
     probe = [PYTHON, "-c", "import horovod.tensorflow"]
     return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
 
 
-needs_horovod = pytest.mark.skipif(not horovod_tf_available(), reason="Horovod without TensorFlow (run ./install.sh)")
+# a string: evaluated when a test that needs Horovod is set up, not when every worker collects the
+# module (the probe starts TensorFlow in a process of its own)
+needs_horovod = pytest.mark.skipif("not horovod_tf_available()", reason="Horovod without TensorFlow (run ./install.sh)")
 
 
 def foreground_iou(data: Path) -> float:
@@ -43,14 +48,19 @@ def foreground_iou(data: Path) -> float:
     return float(masks[test].mean())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def reference_runs(prepared_data, tmp_path_factory) -> dict[str, Path]:
-    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell."""
-    root = tmp_path_factory.mktemp("tf_native")
+    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
+    test run for the tests that read them, whichever xdist worker runs each (a module-scoped
+    fixture would train them again in every worker)."""
     settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
-    for name in ("a", "b"):
-        result = launch_cell(settings, prepared_data, root / name)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    def make(root: Path) -> None:
+        for name in ("a", "b"):
+            result = launch_cell(settings, prepared_data, root / name)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
     return {"a": root / "a", "b": root / "b", "settings": settings}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -31,12 +32,15 @@ pytestmark = pytest.mark.integration
 LEARN = {"epochs": 4, "dataset_repeat": 4}
 
 
+@functools.cache
 def horovod_available() -> bool:
     return subprocess.run([PYTHON, "-c", "import horovod.torch"], capture_output=True).returncode == 0
 
 
+# a string: evaluated when a test that needs Horovod is set up, not when every worker collects the
+# module (the probe starts torch in a process of its own)
 needs_horovod = pytest.mark.skipif(
-    not horovod_available() and os.environ.get("CI") != "true", reason="Horovod not built (run ./install.sh)"
+    "not horovod_available() and os.environ.get('CI') != 'true'", reason="Horovod not built (run ./install.sh)"
 )
 
 

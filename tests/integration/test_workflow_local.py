@@ -109,13 +109,10 @@ def test_bad_config_stops_before_any_job(tmp_path):
 
 
 @pytest.mark.integration
-def test_tiny_study_runs_to_the_report_with_its_answer(tmp_path):
+def test_tiny_study_runs_to_the_report_with_its_answer(finished_study):
     # two backends, two seeds: the smallest study whose verdicts can be more than "one seed"
-    matrix = {"frameworks": ["torch"], "backends": ["native", "horovod"], "gpus": [1, 2], "seeds": [1, 2]}
-    config = tiny_config(training={"epochs": 2}, matrix=matrix)
-    result = run_snakemake(tmp_path, config, "--cores", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    summary = tmp_path / "results" / "summary"
+    # (conftest.tiny_study_config, run once for every test that reads it)
+    summary = finished_study / "results" / "summary"
     runs = (summary / "runs.csv").read_text().splitlines()
     assert len(runs) == 9 and all(",ok," in row for row in runs[1:])
     # the verdicts: each pair tested on its two seeds, the words following the corrected p-value
@@ -140,22 +137,19 @@ def test_tiny_study_runs_to_the_report_with_its_answer(tmp_path):
         terms = losses[(losses["backend"] == backend) & (losses["gpus"] == 2)].set_index("term")["seconds"]
         parts = terms["ideal"] + terms[["compute_growth", "imbalance", "exposed_comm", "data_wait", "rest"]].sum()
         assert parts == pytest.approx(terms["measured"]) and terms["measured"] > 0
-    assert (tmp_path / "results" / "figures" / "speedup.png").stat().st_size > 10_000
+    assert (finished_study / "results" / "figures" / "speedup.png").stat().st_size > 10_000
     # the bill against what each cell took: the formula's bill this run started every cell with
     cost = pd.read_csv(summary / "cost.csv")
     assert len(cost) == 8 and set(cost["predicted_from"]) == {"formula"} and (cost["gpu_hours"] > 0).all()
     assert (
         "The cluster.time formula, an upper bound rather than a prediction, billed 8 cells"
-        in (tmp_path / "results" / "tables" / "cost.html").read_text()
+        in (finished_study / "results" / "tables" / "cost.html").read_text()
     )
-    report = tmp_path / "report.html"
-    result = run_snakemake(tmp_path, config, "--report", str(report))
-    assert result.returncode == 0, result.stderr[-3000:]
-    html = read_report(report)
+    html = read_report(finished_study / "report.html")
     assert "speedup.png" in html and "runs.csv" in html
     assert backends.upstream_status()["horovod"] in html  # the intro says where Horovod stands upstream
     # the answer leads the first page, generated from the study's numbers (analysis/answer.py)
-    answer = json.loads((tmp_path / "results" / "summary" / "answer.json").read_text())
+    answer = json.loads((summary / "answer.json").read_text())
     (torch,) = answer["frameworks"]
     assert torch["gpus"] == 2 and torch["base_gpus"] == 1 and torch["best"]["efficiency"] > 0
     best = speed[speed["gpus"] == 2].iloc[0]
@@ -190,7 +184,8 @@ def test_a_study_with_optional_axes_and_strong_scaling_runs_to_the_report(tmp_pa
         },
         training={"epochs": 1, "global_batch": 4, "eval_every": 0},
     )
-    result = run_snakemake(tmp_path, config, "--cores", "2")
+    # the tables it reads (runs.csv, then scaling.csv), not the figures
+    result = run_snakemake(tmp_path, config, "--cores", "2", "results/summary/scaling.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     runs = tmp_path / "results" / "runs" / "torch" / "native"
     assert sorted(p.name for p in runs.iterdir()) == ["bf16_strong_global4", "bf16_weak"]

@@ -1,0 +1,101 @@
+"""Every backend's cells as SLURM jobs on a real two-node cluster, in one study that two tests read:
+the demo's backends from the data jobs to the report, and every backend of one process per rank
+with its 2-rank cell across both nodes (one rank per node). The study runs once per test run,
+whichever test asks first (made_once); each test asserts its own part, and runs alone too."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import made_once
+
+from .conftest import (
+    cluster_config,
+    describe,
+    hostlist,
+    implemented_backends,
+    partition,
+    read_run,
+    run_slurm_snakemake,
+    slurm_jobs,
+)
+
+pytestmark = pytest.mark.cluster
+
+DEMO = implemented_backends(("native", "horovod"))  # the demo's backends (config/config.yaml)
+# one process per rank: dp and mirrored drive one node from one process (left out across two nodes)
+PER_RANK = implemented_backends(("native", "horovod", "fsdp"))
+
+
+@dataclass
+class Study:
+    folder: Path
+    nodes: list[str]  # the two nodes it ran on
+    root: Path  # the cluster's folder (the slurmd logs)
+
+
+@pytest.fixture
+def every_backend_study(slurm, tmp_path_factory) -> Study:
+    """torch and tensorflow x native, horovod and fsdp x 1 and 2 ranks, one rank per node on two
+    nodes; data preparation and every cell run as SLURM jobs, then the report."""
+    config = cluster_config(
+        frameworks=sorted({f for f, _ in PER_RANK}), backends=sorted({b for _, b in PER_RANK}), ranks_per_node=1
+    )
+
+    def make(folder: Path) -> None:
+        with partition(slurm, 2, "every backend's study") as nodes:
+            result = run_slurm_snakemake(nodes, folder, config, timeout=1200)
+            assert result.returncode == 0, describe(result, folder)
+            report = run_slurm_snakemake(nodes, folder, config, "--report", str(folder / "report.html"))
+            assert report.returncode == 0, describe(report, folder)
+            (folder / "nodes.json").write_text(json.dumps(nodes.nodes))
+
+    folder = made_once(tmp_path_factory, "every-backend-study", make)
+    return Study(folder, json.loads((folder / "nodes.json").read_text()), slurm.root)
+
+
+def test_demo_matrix_runs_as_slurm_jobs_to_the_report(every_backend_study):
+    study = every_backend_study.folder
+    # data preparation and every cell ran as SLURM jobs; the analysis rules are local rules
+    assert (study / "report.html").stat().st_size > 0
+    jobs = slurm_jobs(study)
+    assert {"synthetic_dataset", "preprocess_dataset"} <= set(slurm_rules(study)), slurm_rules(study)
+    for framework, backend in DEMO:
+        for gpus in (1, 2):
+            cell = f"{framework}/{backend}/g{gpus}/s1"
+            run = read_run(study, cell)
+            assert run["status"] == "ok" and run["replicas"] == gpus, run
+            # the ranks ran inside the SLURM job the plugin submitted for this cell
+            assert run["slurm"]["job_id"] in jobs[f"{framework}_{backend}_{gpus}_1"], (run["slurm"], jobs)
+            log = (study / "results" / "runs" / cell / "train.log").read_text()
+            assert log.startswith("launch (slurm): "), log[:500]
+            # each rank on its cluster.cpus_per_rank (1) core, read back from the OS: this cluster's srun binds
+            # nothing (TaskPlugin=task/none), so each rank took its local rank's share itself (two ranks
+            # on one node take two cores: test_slurm_single_node.py's two cells at once)
+            assert run["cpu_binding"] == "cores" and run["cpu_bound_by"] == "rank", run
+            assert len(run["rank_cpus"]) == gpus and all(cpus.isdigit() for cpus in run["rank_cpus"]), run
+            assert run["local_gpu_ids"] is None and "SLURM" in run["local_gpu_ids_reason"]
+
+
+def slurm_rules(study: Path) -> list[str]:
+    """The rules that ran as SLURM jobs (the plugin's log folders)."""
+    return sorted(path.name.removeprefix("rule_") for path in (study / ".snakemake" / "slurm_logs").glob("rule_*"))
+
+
+def test_two_rank_cell_of_each_backend_puts_one_rank_on_each_node(every_backend_study):
+    study, nodes = every_backend_study.folder, every_backend_study.nodes
+    for framework, backend in PER_RANK:
+        run = read_run(study, f"{framework}/{backend}/g2/s1")
+        assert run["status"] == "ok" and run["replicas"] == 2, run
+        # each rank reports SLURM's node name (both nodes share this machine's hostname)
+        assert run["hosts"] == nodes and run["nodes"] == 2, run
+        slurm = run["slurm"]
+        assert (slurm["step_nodelist"], slurm["step_tasks_per_node"]) == (hostlist(nodes), "1(x2)"), slurm
+        # and each node's slurmd launched a task of that step
+        step = f"StepId={slurm['job_id']}.0"
+        for node in nodes:
+            log = (every_backend_study.root / "log" / f"slurmd.{node}.log").read_text()
+            assert f"launch task {step} " in log, (framework, backend, node)

@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Planted faults that the test suite must catch, to show that making the suite cheaper kept its power.
+
+Each mutant is one textual change to the product code, a fault that once was or easily could be
+made: it is planted into a temporary copy of a tree (a git repository of its own, so run.json's
+commit can be read there), and the tests that should catch it run in that copy. A mutant is caught
+when a test fails, missed when every test passes; a mutant whose text the tree does not hold exactly
+once is an error, never a miss (update it here when the code moves).
+
+    .venv/bin/python tools/mutants.py                          # every mutant, against this checkout
+    .venv/bin/python tools/mutants.py --tree ../main autocast  # one, against another checkout
+    .venv/bin/python tools/mutants.py --list                   # the mutants and their tests
+    .venv/bin/python tools/mutants.py --all                    # every failing test, not only the first
+
+--clean first runs the tests unmutated (they must pass, or a failure says nothing about the mutant).
+Results and the command are recorded in docs/benchmarks.md ("The test suite's power").
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = "workflow/scripts/scalebench"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    fault: str  # what the planted change does, in words
+    path: str  # the file it changes, relative to the tree
+    old: str  # the text it replaces, which the file must hold exactly once
+    new: str
+    tests: tuple[str, ...]  # pytest's arguments: the tests that must catch it
+
+
+MUTANTS = (
+    Mutant(
+        "data-wait",
+        "the loop's wait for a batch is never counted in data_wait_s",
+        f"{PACKAGE}/train/loop.py",
+        "wait += time.perf_counter() - waited",
+        "wait += 0.0 * (time.perf_counter() - waited)",
+        ("tests/integration/test_step_split.py", "tests/integration/test_data_placement.py", "tests/unit/train"),
+    ),
+    Mutant(
+        "autocast",
+        "PyTorch's training step runs without autocast whatever training.precision asks",
+        f"{PACKAGE}/train/torch/framework.py",
+        "with torch.autocast(self.device.type, dtype=self.autocast, enabled=self.autocast is not None):\n"
+        "            logits = self.model(images)",
+        "with torch.autocast(self.device.type, dtype=self.autocast, enabled=False):\n"
+        "            logits = self.model(images)",
+        ("tests/integration/test_torch_training.py", "tests/integration/test_observed_steps.py", "tests/unit/train"),
+    ),
+    Mutant(
+        "keras-policy",
+        "TensorFlow's Keras mixed-precision policy is never set",
+        f"{PACKAGE}/train/tf/framework.py",
+        "keras.mixed_precision.set_global_policy(self.policy)",
+        "pass",
+        ("tests/integration/test_tf_training.py", "tests/integration/test_observed_steps.py", "tests/unit/train"),
+    ),
+    Mutant(
+        "iou-on-logits",
+        "PyTorch's IOU thresholds the logits at 0.5 (a probability's threshold) instead of 0",
+        f"{PACKAGE}/train/torch/framework.py",
+        "predicted, truth = logits > 0, masks > 0.5",
+        "predicted, truth = logits > 0.5, masks > 0.5",
+        (
+            "tests/integration/test_torch_training.py",
+            "tests/integration/test_torch_backends.py",
+            "tests/integration/test_steps_per_epoch.py",
+            "tests/unit/train",
+        ),
+    ),
+    Mutant(
+        "efficiency-base",
+        "parallel efficiency divides the speedup by the GPU count, not by the count over the base's",
+        f"{PACKAGE}/analysis/scaling.py",
+        'row[f"efficiency_{name}{suffix}"] = value * base_gpus / gpus',
+        'row[f"efficiency_{name}{suffix}"] = value / gpus',
+        ("tests/unit/analysis", "tests/unit/report"),
+    ),
+    Mutant(
+        "t-dof",
+        "the scaling t-interval takes n degrees of freedom instead of n - 1",
+        f"{PACKAGE}/analysis/scaling.py",
+        "stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1)",
+        "stats.t.ppf(0.5 + LEVEL / 2, len(values))",
+        ("tests/unit/analysis", "tests/unit/report"),
+    ),
+    Mutant(
+        "dtype-from-setting",
+        "PyTorch's observed compute dtype is copied from training.precision instead of read from the step",
+        f"{PACKAGE}/train/torch/framework.py",
+        'dtype = str(self.output_dtype).removeprefix("torch.") if self.output_dtype is not None else None',
+        'dtype = self.training.autocast_dtype or "float32"',
+        ("tests/integration/test_observed_steps.py", "tests/integration/test_torch_training.py", "tests/unit/train"),
+    ),
+    Mutant(
+        "renamed-field",
+        "the epoch record's writer names peak_mem_mb peak_memory_mb (its definition and readers do not)",
+        f"{PACKAGE}/train/metrics.py",
+        '"peak_mem_mb": peak_mem_mb,',
+        '"peak_memory_mb": peak_mem_mb,',
+        ("tests/unit/train", "tests/unit/test_records.py", "tests/integration/test_torch_training.py"),
+    ),
+)
+# Each mutant's tests: the files that should catch it, those expected to catch it first (the run
+# stops at the first failing test; xdist starts the files in this order).
+
+
+def copy_tree(tree: Path, into: Path) -> Path:
+    """The files git sees in `tree` (tracked and untracked, not ignored), copied into a new git
+    repository with one commit; its .venv is a link to the tree's."""
+    listed = subprocess.run(
+        ["git", "-C", str(tree), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = tree / name
+        if source.is_file() and not (tree / name).is_symlink():
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, into / name)
+    (into / ".venv").symlink_to((tree / ".venv").resolve())
+    git = ["git", "-C", str(into), "-c", "user.name=mutants", "-c", "user.email=mutants@localhost"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "the tree before a mutant"]):
+        subprocess.run([*git, *command], check=True, capture_output=True)
+    return into
+
+
+def plant(copy: Path, mutant: Mutant) -> None:
+    path = copy / mutant.path
+    text = path.read_text()
+    found = text.count(mutant.old)
+    if found != 1:
+        raise LookupError(
+            f"{mutant.path} holds the text of mutant {mutant.name} {found} times, not once: {mutant.old!r}"
+        )
+    path.write_text(text.replace(mutant.old, mutant.new))
+
+
+def run_tests(copy: Path, tests: tuple[str, ...], workers: int, every: bool) -> tuple[int, list[str], float]:
+    """(pytest's exit code, the failing tests, seconds) of `tests` in `copy`."""
+    present = [t for t in tests if (copy / t.split("::")[0]).exists()]
+    command = [str(copy / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+    command += ["-n", str(workers), f"--basetemp={copy.parent / 'basetemp'}"]
+    command += [] if every else ["--maxfail=1"]
+    started = time.monotonic()
+    result = subprocess.run([*command, *present], cwd=copy, capture_output=True, text=True)
+    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", result.stdout, re.MULTILINE)
+    return result.returncode, failed, time.monotonic() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="mutants to plant (default: all)")
+    parser.add_argument("--tree", type=Path, default=REPO, help="the checkout to copy (default: this one)")
+    parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (default 2)")
+    parser.add_argument("--all", action="store_true", help="run every test and list each that fails")
+    parser.add_argument("--clean", action="store_true", help="first run each mutant's tests unmutated")
+    parser.add_argument("--list", action="store_true", help="list the mutants and their tests")
+    args = parser.parse_args()
+    unknown = set(args.names) - {m.name for m in MUTANTS}
+    if unknown:
+        parser.error(f"unknown mutants {sorted(unknown)}; --list lists them")
+    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+    if args.list:
+        for mutant in chosen:
+            print(f"{mutant.name}: {mutant.fault}\n  {mutant.path}\n  tests: {' '.join(mutant.tests)}")
+        return 0
+    tree = args.tree.resolve()
+    commit = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    print(f"tree {tree} at {commit.stdout.strip()}")
+    outcomes = []
+    with tempfile.TemporaryDirectory(prefix="mutants-") as scratch:
+        copy = copy_tree(tree, Path(scratch) / "tree")
+        if args.clean:
+            tests = tuple(dict.fromkeys(t for m in chosen for t in m.tests))
+            code, failed, seconds = run_tests(copy, tests, args.workers, every=True)
+            print(f"unmutated: exit {code} in {seconds:.0f} s", *failed, sep="\n  ", flush=True)
+            if code != 0:
+                print("the tests fail without a mutant: fix that first", file=sys.stderr)
+                return 1
+        for mutant in chosen:
+            try:
+                plant(copy, mutant)
+            except LookupError as error:
+                outcomes.append((mutant.name, "error", str(error)))
+                print(f"{mutant.name}: error: {error}", flush=True)
+                continue
+            try:
+                code, failed, seconds = run_tests(copy, mutant.tests, args.workers, args.all)
+            finally:
+                subprocess.run(["git", "-C", str(copy), "checkout", "-q", "--", mutant.path], check=True)
+            # --maxfail ends the run as interrupted (exit 2) once a test failed: caught all the same
+            verdict = (
+                "caught" if failed and code in (1, 2) else "missed" if code == 0 else f"error (pytest exit {code})"
+            )
+            detail = f"{len(failed)} failing: " + ", ".join(failed) if failed else ""
+            outcomes.append((mutant.name, verdict, detail))
+            print(f"{mutant.name}: {verdict} in {seconds:.0f} s {detail}", flush=True)
+    print("\n| mutant | fault | outcome |\n| --- | --- | --- |")
+    faults = {m.name: m.fault for m in MUTANTS}
+    for name, verdict, detail in outcomes:
+        print(f"| {name} | {faults[name]} | {verdict}{': ' + detail if detail else ''} |")
+    return 0 if all(verdict == "caught" for _, verdict, _ in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
