@@ -18,8 +18,8 @@ from conftest import kill_if_running, wait_for
 
 from .conftest import (
     cluster_config,
+    cluster_data,
     describe,
-    prepare_data_locally,
     read_run,
     run_slurm_snakemake,
     slurm_jobs,
@@ -36,9 +36,9 @@ FIRST, SECOND = "results/runs/torch/native/g1/s1", "results/runs/torch/native/g1
 TIME = {"base_min": 5, "per_epoch_min": 10, "floor_min": 5, "retry_factor": 2}
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return prepare_data_locally(tmp_path_factory)
+@pytest.fixture
+def data(slurm, tmp_path_factory):
+    return cluster_data(slurm, tmp_path_factory)
 
 
 def asked(cluster, job: str) -> dict[str, str]:
