@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from scalebench.analysis.collect import KEYS
+from scalebench.analysis.tables import KEYS
 from scalebench.cell import OWN_SOURCE
 
 FORMULA = "formula"  # config/prediction.py's source of the cluster.time formula

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from scalebench.analysis.collect import KEYS, OWN_SOURCE
 from scalebench.analysis.comparisons import answer_rows, sides
+from scalebench.analysis.tables import KEYS
 from scalebench.analysis.verdicts import verdicts
-from scalebench.cell import cell_path
+from scalebench.cell import OWN_SOURCE, cell_path
 
 # a comparison across rounds: the same pair whichever side is the faster
 PAIR = ["kind", "compared", "framework", "backend", "variant", "gpus"]
@@ -147,7 +147,7 @@ def next_seed(own: pd.DataFrame, side: tuple, rules: Rules, possible: set[tuple]
 
 
 def decide(runs: pd.DataFrame, rules: Rules, number: int, possible: set[tuple] | None = None) -> Round:
-    """Round `number` over the cells of `runs` (the module docstring). `possible`: the keys (collect.KEYS)
+    """Round `number` over the cells of `runs` (the module docstring). `possible`: the keys (tables.KEYS)
     of the cells the planner planned; None takes every next seed as possible."""
     own = runs[runs["source"] == OWN_SOURCE]
     table = verdicts(runs, rules.equivalence)
@@ -199,7 +199,7 @@ def found_row(runs: pd.DataFrame, key: dict) -> dict:
 
 
 def study_keys(rounds: list[Round]) -> set[tuple]:
-    """The keys (collect.KEYS) of every cell the rounds read: the study's cells."""
+    """The keys (tables.KEYS) of every cell the rounds read: the study's cells."""
     last = rounds[-1]
     return {tuple(key[name] for name in KEYS) for key in last.cells}
 
