@@ -9,13 +9,12 @@ A unit test checks that docs/tables.md is current, so the page can never drift f
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-
+from generated_text import cell, print_or_write  # noqa: E402
 from scalebench.analysis.tables import TABLES, Table  # noqa: E402
 
 PAGE = ROOT / "docs" / "tables.md"
@@ -34,10 +33,6 @@ This page is generated: `python tools/tables_reference.py --write`.
 """
 
 
-def cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
 def section(table: Table) -> str:
     lines = [f"## {table.name}: `{table.where}`", "", table.meaning, ""]
     lines += ["| column | type | unit | meaning | empty when |", "| --- | --- | --- | --- | --- |"]
@@ -51,16 +46,5 @@ def page() -> str:
     return "\n\n".join([HEAD.rstrip(), *(section(table) for table in TABLES)]) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
-    if args.write:
-        PAGE.write_text(page())
-    else:
-        print(page(), end="")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(print_or_write(page(), PAGE, __doc__))

@@ -10,7 +10,7 @@ import sys
 import pytest
 from cell_records import cell, write_cell
 from conftest import REPO
-from scalebench.analysis import collect, summary_csv
+from scalebench.analysis import collect, summary_csv, tables
 from scalebench.analysis.tables import EPOCHS, RUNS, TABLES, Column, Table
 from scalebench.cell import cell_path
 
@@ -90,3 +90,16 @@ def test_docs_tables_md_is_generated_from_the_definition():
     for table in TABLES:
         assert all(f"| `{name}` |" in page for name in table.names)
     assert "(docs/tables.md)" in (REPO / "README.md").read_text()
+
+
+def test_the_recipe_a_copied_run_json_field_reaches_runs_csv_with_no_other_edit(tmp_path, monkeypatch):
+    """docs/architecture.md's recipe: a Column with copied=True is all a run.json field needs."""
+    extended = Table(
+        RUNS.name, RUNS.where, RUNS.meaning, (*RUNS.columns, Column("python", "str", "", "x", copied=True))
+    )
+    monkeypatch.setattr(tables, "RUNS", extended)
+    monkeypatch.setattr(collect, "RUNS", extended)
+    write_cell(tmp_path, gpus=2)
+    runs, _ = collect.collect(tmp_path, [cell(gpus=2)])
+    assert list(runs.columns) == [*WRITTEN["runs.csv"], "python"]
+    assert runs.iloc[0]["python"] == "3.11.7" and runs.iloc[0]["gpu_hours"] > 0
