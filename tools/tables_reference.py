@@ -1,4 +1,4 @@
-"""Render docs/tables.md, the columns of the summary tables (runs.csv, epochs.csv), from their one
+"""Render docs/tables.md, the columns of the summary tables (runs.csv, epochs.csv, ...), from their one
 definition (workflow/scripts/scalebench/analysis/tables.py).
 
     python tools/tables_reference.py            # print it
@@ -21,13 +21,15 @@ PAGE = ROOT / "docs" / "tables.md"
 HEAD = """# The summary tables
 
 `collect_runs` reads every cell's records ([records.md](records.md)) into two tables under
-`results/summary/`: runs.csv, one row per cell, and epochs.csv, one row per epoch record. Every
-column below is defined once, in `workflow/scripts/scalebench/analysis/tables.py`: the collector
-builds its rows to these names and fails on a row with another set, and the analysis reads the
-CSVs back with these types. A number that could not be measured is empty, never 0; the last
-column says when a column is empty and which column says why. An `int` column is written without
-a decimal point; a `float` one may hold a whole number as `1.0`. *Copied*: the cell's record
-field of the same name, as it is (run.json for runs.csv, the epoch record for epochs.csv).
+`results/summary/`: runs.csv, one row per cell, and epochs.csv, one row per epoch record; the
+analysis adds cost.csv, rounds.csv and verdicts.csv ([report.md](report.md)). Every column below
+is defined once, in `workflow/scripts/scalebench/analysis/tables.py`: the collector builds its
+rows to these names and fails on a row with another set, and the analysis reads runs.csv and
+epochs.csv back with these types. A number that could not be measured is empty, never 0; the
+last column says when a column is empty and which column says why. An `int` column of runs.csv
+or epochs.csv is written without a decimal point; a `float` one may hold a whole number as
+`1.0`. *Copied*: the cell's record field of the same name, as it is (run.json for runs.csv, the
+epoch record for epochs.csv).
 
 This page is generated: `python tools/tables_reference.py --write`.
 """

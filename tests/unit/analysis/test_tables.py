@@ -14,14 +14,14 @@ from scalebench.analysis import collect, summary_csv, tables
 from scalebench.analysis.tables import EPOCHS, RUNS, TABLES, Column, Table
 from scalebench.cell import cell_path
 
-# runs.csv's and epochs.csv's columns as collect.py listed them before the definition: the
-# integration tests, imported studies and users' scripts read them in this order
+# the tables' columns as collect.py, cost.py, rounds.py and verdicts.py listed them before the
+# definition: the integration tests, imported studies and users' scripts read them in this order
 WRITTEN = json.loads((REPO / "tests" / "fixtures" / "summary_columns.json").read_text())
 
 
-def test_the_columns_keep_the_order_studies_were_written_in():
-    assert RUNS.names == WRITTEN["runs.csv"]
-    assert EPOCHS.names == WRITTEN["epochs.csv"]
+@pytest.mark.parametrize("table", TABLES, ids=lambda table: table.name)
+def test_the_columns_keep_the_order_studies_were_written_in(table):
+    assert table.names == WRITTEN[table.name]
 
 
 def test_the_written_csvs_hold_the_defined_columns_in_order_and_read_back_with_their_types(tmp_path):

@@ -4,8 +4,10 @@ record), each column's name, type, unit, meaning and when it is empty, in the ta
 As records/definitions.py is for the records: the collector (analysis/collect.py) builds its rows
 to these names and refuses a row that has another set, the frames take their types from here
 (`frame`), the readers of the written CSVs too (analysis/summary_csv.py), and docs/tables.md is
-generated from it (tools/tables_reference.py). `type` is what the CSV holds: an `int` column is
-written without a decimal point, a `float` one may hold whole numbers as 1.0.
+generated from it (tools/tables_reference.py). cost.csv, rounds.csv and verdicts.csv take their
+columns and order from here too. `type` is what a column holds: an `int` column of runs.csv or
+epochs.csv is written without a decimal point (their frames are typed from here), a `float` one
+may hold whole numbers as 1.0.
 """
 
 from __future__ import annotations
@@ -275,7 +277,91 @@ EPOCHS = Table(
         Column("profiled", "bool", "", "the epoch traced steps (training.profile)", "imported epochs"),
     ),
 )
-TABLES = (RUNS, EPOCHS)
+NO_PREDICTION = "no prediction or no measurement (reason)"
+COST = Table(
+    "cost.csv",
+    "results/summary/cost.csv",
+    "The bill against what each cell cost (analysis/cost.py): one row per cell of this study that ended, with the "
+    "prediction its run started with (results/plan/submitted.csv).",
+    (
+        *CELL_KEYS,
+        Column("status", "str", "", "the cell's status in runs.csv"),
+        Column("predicted_from", "str", "", "the bill's source: this study, earlier study, formula", "no prediction"),
+        Column("method", "str", "", "how the bill predicted the cell's time (config/prediction.py)", "no prediction"),
+        Column("time_limit_min", "float", "min", "the time limit the cell was submitted with", "no prediction"),
+        Column("predicted_s", "float", "s", "the predicted run", "no prediction"),
+        Column("low_s", "float", "s", "the prediction's 95% interval, low end", "no interval"),
+        Column("high_s", "float", "s", "its high end", "no interval"),
+        Column(
+            "run_s",
+            "float",
+            "s",
+            "the measured run (runs.csv's run_s)",
+            "not measured (runs.csv's run_s_reason says why)",
+        ),
+        Column("predicted_gpu_hours", "float", "GPU-h", "gpus x predicted_s, in hours", "no prediction"),
+        Column("gpu_hours", "float", "GPU-h", "measured: gpus x run_s (not runs.csv's, which is over train_time_s)"),
+        Column("error", "float", "", "predicted / measured - 1", NO_PREDICTION),
+        Column("within_interval", "bool", "", "the run fell inside the prediction's 95% interval", "no interval"),
+        Column("alloc_gpu_hours", "float", "GPU-h", "what SLURM accounted for the allocation", "not accounted"),
+        Column("reason", "str", "", "why a row has no prediction or no measurement", "it has both"),
+    ),
+)
+ROUNDS = Table(
+    "rounds.csv",
+    "results/summary/rounds.csv",
+    "One row per round of matrix.seeds {initial, max} (analysis/rounds.py).",
+    (
+        Column("round", "int", "", "the round, from 1"),
+        Column("cells", "int", "", "the study's cells the round read"),
+        Column("open", "int", "", "the comparisons the answer rests on still open after it"),
+        Column("decided", "int", "", "those decided (different or equivalent)"),
+        Column("added", "int", "", "the cells it adds (each one more seed of a configuration)"),
+        Column("added_cells", "str", "", "their labels, space-separated", "it adds none"),
+        Column(
+            "added_gpu_hours", "float", "GPU-h", "what the cells it added cost (runs.csv gpu_hours)", "not measured"
+        ),
+        Column("stopped", "str", "", "why it adds nothing (the last round)", "it adds cells"),
+    ),
+)
+ONE_SIDE = "where it is compared"
+VERDICTS = Table(
+    "verdicts.csv",
+    "results/summary/verdicts.csv",
+    "Backends (and frameworks) compared per GPU count (analysis/verdicts.py): Welch's t on log values, Holm's "
+    "correction over each study.",
+    (
+        Column("kind", "str", "", "throughput or time_to_target"),
+        Column("compared", "str", "", "backends (of one framework) or frameworks (on one backend)"),
+        SOURCE,
+        Column("framework", "str", "", "the framework", ONE_SIDE),
+        Column("backend", "str", "", "the backend", ONE_SIDE),
+        CELL_KEYS[2],
+        CELL_KEYS[3],
+        Column("a", "str", "", "the faster side by its mean"),
+        Column("b", "str", "", "the other side"),
+        Column("mean_a", "float", "images/s or s", "a's mean: images/s, or seconds to the target"),
+        Column("mean_b", "float", "images/s or s", "b's mean"),
+        Column("ratio", "float", "", "a's speed over b's: > 1", "a side without a value"),
+        Column("low", "float", "", "the ratio's interval, low end", "too few seeds"),
+        Column("high", "float", "", "its high end", "too few seeds"),
+        Column("p", "float", "", "Welch's t-test's p-value", "too few seeds"),
+        Column("p_holm", "float", "", "p after Holm's correction", "too few seeds"),
+        Column("seeds_a", "int", "", "a's seeds"),
+        Column("seeds_b", "int", "", "b's seeds"),
+        Column("seeds", "int", "", "the smaller side's"),
+        Column("verdict", "str", "", "the verdict in words"),
+        Column("state", "str", "", "different, equivalent, open or none"),
+        Column(
+            "bound", "float", "", "the largest difference the interval leaves: max(high, 1 / low) - 1", "no interval"
+        ),
+        # the rounds of matrix.seeds {initial, max} (rounds.py): where they decided a pair the answer rests on
+        Column("round", "int", "", "the round that decided it", "no rounds, or not decided"),
+        Column("decided_seeds", "int", "", "the smaller side's seeds when that round decided it", "not decided"),
+        Column("open_reason", "str", "", "why a pair the answer rests on is still open after the last round"),
+    ),
+)
+TABLES = (RUNS, EPOCHS, COST, ROUNDS, VERDICTS)
 
 
 def no_variant_as_empty(variants: pd.Series) -> pd.Series:
