@@ -107,24 +107,7 @@ def read_cell(
     cell's at the schema's defaults): a cell that trained on other arrays or settings is
     stale, not ok.
     """
-    run_dir = Path(run_dir)
-    run: dict | None = None
-    run_json = run_dir / "run.json"
-    if run_json.exists():
-        try:
-            run = json.loads(run_json.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            run = None
-    metrics_path = run_dir / "metrics.jsonl"
-    lines, complete = read_metrics(metrics_path) if metrics_path.exists() else ([], True)
-    # read through their definitions (records/definitions.py): a name they lack raises
-    epochs = [EPOCH.read(r) for r in lines if r.get("type") == "epoch"]
-    final = FINAL.read(next((r for r in lines if r.get("type") == "final"), {}))
-    status, reason = cell_status(run, metrics_path.exists(), (run_dir / "train.log").exists(), final, complete)
-    if run_json.exists() and (run is None or run_problem(run)):
-        status, reason = "unreadable", run_problem(run) if run is not None else "run.json is not valid JSON"
-        run = None
-    run = read_run(run or {})
+    run, epochs, final, status, reason = read_folder(Path(run_dir))
     if status == "ok" and stale_reason(run, data_key, settings, defaults):
         status, reason = "stale", stale_reason(run, data_key, settings, defaults)
 
@@ -159,6 +142,28 @@ def read_cell(
         for e in map(observed_rates, epochs)
     ]
     return row, epoch_rows
+
+
+def read_folder(run_dir: Path) -> tuple[dict, list[dict], dict, str, str]:
+    """A cell folder's run.json ({} where it is missing or unreadable), epoch and final records
+    (read through their definitions, records/definitions.py: a name they lack raises), and its
+    status and reason from what exists."""
+    run: dict | None = None
+    run_json = run_dir / "run.json"
+    if run_json.exists():
+        try:
+            run = json.loads(run_json.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            run = None
+    metrics_path = run_dir / "metrics.jsonl"
+    lines, complete = read_metrics(metrics_path) if metrics_path.exists() else ([], True)
+    epochs = [EPOCH.read(r) for r in lines if r.get("type") == "epoch"]
+    final = FINAL.read(next((r for r in lines if r.get("type") == "final"), {}))
+    status, reason = cell_status(run, metrics_path.exists(), (run_dir / "train.log").exists(), final, complete)
+    if run_json.exists() and (run is None or run_problem(run)):
+        status, reason = "unreadable", run_problem(run) if run is not None else "run.json is not valid JSON"
+        run = None
+    return read_run(run or {}), epochs, final, status, reason
 
 
 def epoch_figures(epochs: list[dict], final: dict, run: dict, gpus: int) -> dict:
