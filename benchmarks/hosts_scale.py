@@ -22,11 +22,10 @@ from pathlib import Path
 import _common  # noqa: E402  (puts workflow/scripts on sys.path)
 import numpy as np
 import pandas as pd
-from scalebench.analysis.collect import OWN_SOURCE  # noqa: E402
 from scalebench.analysis.drift import drift_table, order_table  # noqa: E402
 from scalebench.analysis.hosts import host_table  # noqa: E402
 from scalebench.analysis.ranks import collect_ranks, read_ranks  # noqa: E402
-from scalebench.cell import Cell  # noqa: E402
+from scalebench.cell import OWN_SOURCE, Cell  # noqa: E402
 from scalebench.report.host_figures import drift_figure, hosts_figure  # noqa: E402
 from scalebench.report.style import save_figure  # noqa: E402
 from scalebench.rerun import Invocation  # noqa: E402

@@ -9,13 +9,12 @@ A unit test checks that docs/records.md is current, so the page can never drift 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
-
+from generated_text import cell, print_or_write  # noqa: E402
 from scalebench.records.definitions import RECORDS  # noqa: E402
 from scalebench.records.fields import Field, Record  # noqa: E402
 
@@ -34,10 +33,6 @@ name (the compatibility reader, `records.read_run`; the list is at the end of th
 
 This page is generated: `python tools/records_reference.py --write`.
 """
-
-
-def cell(text: str) -> str:
-    return text.replace("|", "\\|")
 
 
 def section(record: Record) -> str:
@@ -86,16 +81,5 @@ def page() -> str:
     return "\n\n".join([HEAD.rstrip(), *(section(record) for record in RECORDS), changes()]) + "\n"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args()
-    if args.write:
-        PAGE.write_text(page())
-    else:
-        print(page(), end="")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(print_or_write(page(), PAGE, __doc__))

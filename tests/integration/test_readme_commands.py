@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, tool_env
 from readme_commands import documents, snakemake_commands
-from scalebench.analysis.collect import RUN_COLUMNS
+from scalebench.analysis.tables import RUNS
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ def checkout_copy(tmp_path_factory) -> Path:
             (copy / "results" / "runs" / framework / "horovod" / f"g{gpus}" / "s1").mkdir(parents=True)
     baseline = copy.parent / "before-upgrade" / "results" / "summary"
     baseline.mkdir(parents=True)
-    (baseline / "runs.csv").write_text(",".join(RUN_COLUMNS) + "\n")
+    (baseline / "runs.csv").write_text(",".join(RUNS.names) + "\n")
     return copy
 
 

@@ -334,14 +334,19 @@ def test_cell_files_table_lists_the_train_rules_outputs():
 def test_the_step_split_guide_lists_every_field_of_the_record_and_every_column():
     """docs/step-split.md's table of the epoch record's fields is records.STEP_SPLIT_FIELDS, row for
     row, and it names every step-split column of runs.csv and every knob."""
+    from scalebench.analysis.tables import RUN_SPLIT
     from scalebench.records import STEP_SPLIT_FIELDS
-    from scalebench.timing import step_split
 
     guide = (REPO / "docs" / "step-split.md").read_text()
     table = guide.split("## The epoch record's fields", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")]
     assert rows == list(STEP_SPLIT_FIELDS)
-    for column in [*step_split.RUN_COLUMNS, "training.step_split", "training.profile", "1% of the epoch plus 2 ms"]:
+    for column in [
+        *(column.name for column in RUN_SPLIT),
+        "training.step_split",
+        "training.profile",
+        "1% of the epoch plus 2 ms",
+    ]:
         assert f"{column}" in guide, column
     assert "(docs/step-split.md)" in (REPO / "README.md").read_text()
     assert "benchmarks/step_split_overhead.py" in (REPO / "docs" / "user-guide.md").read_text()

@@ -7,7 +7,8 @@ import sys
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from scalebench.analysis import rounds
-from scalebench.analysis.collect import KEYS, collect
+from scalebench.analysis.collect import collect
+from scalebench.analysis.tables import KEYS
 from scalebench.config.seeds import read_round
 from scalebench.files import write_text_atomic
 

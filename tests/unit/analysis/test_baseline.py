@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 from scalebench.analysis.baseline import BaselineError, compare, read_baseline, study_differences
 from scalebench.analysis.baseline_tables import baseline_problem
-from scalebench.analysis.collect import RUN_COLUMNS, runs_frame
+from scalebench.analysis.tables import RUNS, runs_frame
 
 VERSIONS = "python 3.11.7, torch 2.13.0, numpy 2.1.0"
 
@@ -182,7 +182,7 @@ def test_a_baseline_of_older_tables_is_read_where_the_columns_allow(tmp_path):
         tmp_path, BASELINE, drop=("variant", "source", "time_to_target_s", "time_to_target_reason", "training")
     )
     baseline, absent = read_baseline(path)
-    assert set(absent) == {"time_to_target_s", "training"} and set(RUN_COLUMNS) <= set(baseline.columns)
+    assert set(absent) == {"time_to_target_s", "training"} and set(RUNS.names) <= set(baseline.columns)
     one = row(compare(frame(FASTER), baseline, absent), 1)
     assert one["images_per_s_change"] == "faster"  # variant '' and source own, as the tables meant then
     assert "time to target: the baseline's tables have no time_to_target_s (an older version)" in one["note"]

@@ -8,10 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from scalebench.analysis import drift as analysis
-from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.host_findings import drift_sentences
 from scalebench.analysis.ranks import COLUMNS, ranks_frame
-from scalebench.cell import Cell
+from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config import run_order
 
 ORDER = {"seed": 7, "blocks": False}

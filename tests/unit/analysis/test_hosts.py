@@ -12,9 +12,10 @@ import pandas as pd
 import pytest
 from conftest import REPO
 from scalebench.analysis import hosts as analysis
-from scalebench.analysis.collect import KEYS, OWN_SOURCE
 from scalebench.analysis.host_findings import host_findings
 from scalebench.analysis.ranks import COLUMNS, ranks_frame
+from scalebench.analysis.tables import KEYS
+from scalebench.cell import OWN_SOURCE
 from scalebench.rerun import Invocation
 
 SLURM_PROFILE = str(REPO / "profiles" / "slurm")

@@ -20,10 +20,10 @@ from typing import Any
 import pandas as pd
 
 from scalebench.analysis import waterfall as losses
-from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.comparisons import answer_rows, best_series
 from scalebench.analysis.rounds import Round, Rules, found_row, round_table
 from scalebench.analysis.scaling import usable
+from scalebench.cell import OWN_SOURCE
 
 # the gradient reduction reaches less than this share of its own plateau bus bandwidth: latency-bound
 LATENCY_BOUND_SHARE = 0.5

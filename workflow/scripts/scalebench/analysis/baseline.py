@@ -36,9 +36,11 @@ import pandas as pd
 from scipy import stats
 
 from scalebench.analysis.baseline_tables import KEY, missing_columns
-from scalebench.analysis.collect import OWN_SOURCE, RUN_COLUMNS, flat_settings, runs_frame
+from scalebench.analysis.collect import flat_settings
 from scalebench.analysis.scaling import LEVEL, unpaired_speedup, usable
 from scalebench.analysis.summary_csv import TEXT
+from scalebench.analysis.tables import RUNS, runs_frame
+from scalebench.cell import OWN_SOURCE
 
 CELL = ["framework", "backend", "variant", "gpus"]
 SERIES = ["framework", "backend", "variant"]
@@ -86,7 +88,7 @@ def read_baseline(path: str | Path) -> tuple[pd.DataFrame, list[str]]:
     if "source" not in frame:  # tables from before imported studies: every row is the study's own
         frame["source"] = OWN_SOURCE
     frame["reason"] = frame["reason"].fillna("") if "reason" in frame else ""
-    return runs_frame(frame.reindex(columns=RUN_COLUMNS).to_dict("records")), absent
+    return runs_frame(frame.reindex(columns=RUNS.names).to_dict("records")), absent
 
 
 def log_variance(values: np.ndarray) -> tuple[float, int]:

@@ -16,121 +16,22 @@ import numpy as np
 import pandas as pd
 
 from scalebench import measures
+from scalebench.analysis.tables import (
+    EPOCHS,
+    JSON_COLUMNS,
+    KEYS,
+    PROVENANCE_COLUMNS,
+    RUNS,
+    SETTING_COLUMNS,
+    epochs_frame,
+    runs_frame,
+)
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
 from scalebench.records import FINISHED_STATUSES, read_metrics, read_run, run_problem
 from scalebench.records.definitions import EPOCH, FINAL
 from scalebench.timing import cell_times, step_split
-
-# variant: the label of the optional axes' values ('' for a study without them; see cell.py)
-KEYS = ["framework", "backend", "variant", "gpus", "seed"]
-# What each cell trained with along the optional axes (and how it scaled), whether or not the
-# study sweeps them: the tables and figures key on the variant, these say what it means.
-SETTING_COLUMNS = [
-    "model_width",  # model.width (a record from before it: 1, the only model it could train)
-    "scaling",
-    "batch_per_gpu",
-    "global_batch",
-    "precision",
-    "compression",
-    "steps_per_epoch",  # training.steps_per_epoch (empty: one pass over the shard)
-]
-# A cell's status in the tables: stale cells finished on other prepared data or settings than the
-# study's; unreadable cells hold a run.json this version cannot read (kept, listed with a rerun command).
-STATUSES = ["ok", "stale", "diverged", "oom", "refused", "failed", "unreadable", "missing"]
-
-# Where and with what a cell ran: the tail of runs.csv and the report's provenance table.
-PROVENANCE_COLUMNS = [
-    "nodes",
-    "hosts",
-    "devices",
-    "versions",
-    # what the steps did, read from the framework (train/observed.py), beside the settings
-    "compute_dtype",  # the dtype of the model's output inside a training step
-    "compiled_graphs",  # graphs the framework's compiler built for the steps (0: uncompiled)
-    "recompiles",
-    "slurm_job_id",
-    "git_commit",
-    "config_hash",
-    "data_key",
-    "start",
-    "end",
-    "training",  # run.json's resolved training settings, flattened, as JSON (training_settings)
-    "local_gpu_ids",  # the GPU ids a local cell held (launch/local_pool.py); empty under SLURM or on CPUs
-    "rank_cpus",  # each rank's cores as the OS reported them ('0-3;4-7'); empty for cells from before binding
-    "site",  # run.json's site (driver, GPUs, topology, libraries, network, environment), flattened, as JSON
-]
-# the JSON columns of runs.csv, left out of the report's provenance table
-JSON_COLUMNS = ("training", "site")
-RUN_COLUMNS = [
-    "source",
-    *KEYS,
-    *SETTING_COLUMNS,
-    "status",
-    "reason",
-    "epochs",
-    "train_time_s",
-    "steady_epoch_s",
-    "first_epoch_s",
-    "setup_s",
-    "test_time_s",
-    "run_s",  # the rank's whole run: run.json's start to its end (timing/cell_times.py); what the bill predicts
-    "run_s_reason",  # why run_s is empty (a resumed run, a cell that did not end)
-    "images_per_s",
-    "images_per_s_per_gpu",
-    "data_wait_s",
-    "data_wait_share",
-    # where a steady epoch's time goes (timing/step_split.py): compute, exposed communication, ...
-    *step_split.RUN_COLUMNS,
-    "data_placement",  # device or host: where the samples lived (training.loader.placement resolved)
-    "data_device_bytes",  # bytes of samples each device held for the run (0 with host placement)
-    "iou",
-    "test_loss",
-    "time_to_target_s",  # training time until validation IOU first reached training.target_iou
-    "time_to_target_reason",  # why time_to_target_s is empty
-    "stopped_at_target",  # training stopped there (training.stop_at_target): fewer epochs than asked
-    "peak_mem_mb",
-    "mfu",
-    "images",  # images trained over the epochs, all ranks (the cost figure's numerator)
-    "gpu_hours",  # GPUs x train_time_s (the epochs' summed time), in hours
-    "energy_j",  # joules over the same epochs, all ranks; empty where not measured (energy_reason says why)
-    "energy_source",  # nvml (the GPUs only) or rapl (the nodes' CPU packages)
-    "energy_reason",
-    # what SLURM accounted (launch/accounting.py): empty with the reason outside SLURM or unaccounted
-    "alloc_gpu_hours",  # the allocation's GPUs x its run time when the ranks' step ended, in hours
-    "alloc_gpu_hours_reason",
-    "step_energy_j",  # joules of the ranks' whole step by sacct's ConsumedEnergyRaw (0 there: not measured)
-    "step_energy_source",  # sacct
-    "step_energy_reason",
-    "parameters",
-    "observed_reason",  # why compute_dtype and compiled_graphs are empty (a record from before them)
-    "gradient_bytes",  # bytes of the gradients a step reduces (float32); empty for a cell from before model.width
-    # the collective benchmark at the gradient size (training.collectives): all-reduce, DataParallel's reduce
-    "collective_op",
-    "collective_latency_us",
-    "collective_algbw_gbps",
-    "collective_busbw_gbps",
-    "collective_reason",  # why they are empty
-    *PROVENANCE_COLUMNS,
-]
-RECORD_EPOCH_VALUES = [  # read from the epoch record as they are
-    "loss",
-    "lr",  # the rate the optimizer held, read back (empty in records from before: scheduled_lr then)
-    "scheduled_lr",  # the rate lr_schedule.py set
-    "epoch_time_s",
-    "images_per_s",
-    "data_wait_s",
-    "peak_mem_mb",
-    "train_time_s",
-    "val_iou",  # the validation pairs, every training.eval_every epochs
-    "val_loss",
-    "mfu",
-    "energy_j",
-    "images",  # images the epoch saw, all replicas (training.steps_per_epoch cycles the shards)
-]
-EPOCH_VALUES = [*RECORD_EPOCH_VALUES, *step_split.EPOCH_VALUES]
-EPOCH_COLUMNS = ["source", *KEYS, "epoch", *EPOCH_VALUES, *step_split.EPOCH_TEXT]
 
 
 def time_to_target(epochs: list[dict], target: float | None, training: dict | None = None) -> tuple[float, str]:
@@ -206,7 +107,47 @@ def read_cell(
     cell's at the schema's defaults): a cell that trained on other arrays or settings is
     stale, not ok.
     """
-    run_dir = Path(run_dir)
+    run, epochs, final, status, reason = read_folder(Path(run_dir))
+    if status == "ok" and stale_reason(run, data_key, settings, defaults):
+        status, reason = "stale", stale_reason(run, data_key, settings, defaults)
+
+    row = RUNS.row(
+        {
+            "source": OWN_SOURCE,
+            **keys,
+            **cell_settings(settings, run, keys),
+            "status": status,
+            "reason": reason,
+            **epoch_figures(epochs, final, run, int(keys["gpus"])),
+            **final_figures(epochs, final, run, target_iou),
+            **cost(run, final, epochs),
+            **slurm_cost(run),
+            **observed_steps(run, epochs),
+            **collective_figures(run),
+            **{name: run.get(name) for name in RUNS.copied()},
+            **provenance_values(run),
+        },
+        derived=("gpu_hours",),  # runs_frame: the ranks' definition for every row
+    )
+    epoch_rows = [
+        EPOCHS.row(
+            {
+                "source": OWN_SOURCE,
+                **keys,
+                "epoch": e.get("epoch"),
+                **{name: finite_number(e.get(name)) for name in EPOCHS.copied()},
+                **step_split.epoch_columns(e),
+            }
+        )
+        for e in map(observed_rates, epochs)
+    ]
+    return row, epoch_rows
+
+
+def read_folder(run_dir: Path) -> tuple[dict, list[dict], dict, str, str]:
+    """A cell folder's run.json ({} where it is missing or unreadable), epoch and final records
+    (read through their definitions, records/definitions.py: a name they lack raises), and its
+    status and reason from what exists."""
     run: dict | None = None
     run_json = run_dir / "run.json"
     if run_json.exists():
@@ -216,84 +157,64 @@ def read_cell(
             run = None
     metrics_path = run_dir / "metrics.jsonl"
     lines, complete = read_metrics(metrics_path) if metrics_path.exists() else ([], True)
-    # read through their definitions (records/definitions.py): a name they lack raises
     epochs = [EPOCH.read(r) for r in lines if r.get("type") == "epoch"]
     final = FINAL.read(next((r for r in lines if r.get("type") == "final"), {}))
     status, reason = cell_status(run, metrics_path.exists(), (run_dir / "train.log").exists(), final, complete)
     if run_json.exists() and (run is None or run_problem(run)):
         status, reason = "unreadable", run_problem(run) if run is not None else "run.json is not valid JSON"
         run = None
-    run = read_run(run or {})
-    if status == "ok" and stale_reason(run, data_key, settings, defaults):
-        status, reason = "stale", stale_reason(run, data_key, settings, defaults)
+    return read_run(run or {}), epochs, final, status, reason
 
-    gpus = int(keys["gpus"])
+
+def epoch_figures(epochs: list[dict], final: dict, run: dict, gpus: int) -> dict:
+    """A cell's times, throughput, data waits and step split from its epoch records."""
     profiled = [measures.unsteady(e) for e in epochs]  # a profiled or resumed epoch: out of the steady figures
     times = [finite_number(e.get("epoch_time_s")) for e in epochs]
     waits = [finite_number(e.get("data_wait_s")) for e in epochs]
     throughputs = [finite_number(e.get("images_per_s")) for e in epochs]
-    memory = [m for m in (finite_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
     total_time = float(np.nansum(times)) if times else math.nan
     total_wait = float(np.sum(waits)) if waits else math.nan  # NaN if any epoch lacks it
     images_per_s = measures.steady_median(throughputs, profiled)
     timed = cell_times.figures(epochs, final, run)  # the bill reads a cell's time alike (config/bill.py)
-    steady_epoch_s = timed["steady_epoch_s"]
-    to_target, to_target_reason = time_to_target(epochs, target_iou, run.get("training"))
-    row = {
-        "source": OWN_SOURCE,
-        **keys,
-        **cell_settings(settings, run, keys),
-        "status": status,
-        "reason": reason,
+    memory = [m for m in (finite_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
+    return {
         **timed,  # epochs, train_time_s, steady_epoch_s, first_epoch_s, setup_s, test_time_s
         **run_time(run),
         "images_per_s": images_per_s,
         "images_per_s_per_gpu": images_per_s / gpus,
         "data_wait_s": total_wait,
         "data_wait_share": total_wait / total_time if total_time else math.nan,
-        **step_split.run_columns(epochs, steady_epoch_s),
-        "data_placement": run.get("data_placement"),  # empty for a cell from before placements
-        "data_device_bytes": run.get("data_device_bytes"),
+        **step_split.run_columns(epochs, timed["steady_epoch_s"]),
+        "peak_mem_mb": max(memory) if memory else math.nan,
+        "mfu": measures.steady_median([e.get("mfu") for e in epochs], profiled),  # per GPU, steady epochs
+        "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
+    }
+
+
+def final_figures(epochs: list[dict], final: dict, run: dict, target_iou: float | None) -> dict:
+    """The test figures of the final record and the time to the target IOU."""
+    to_target, to_target_reason = time_to_target(epochs, target_iou, run.get("training"))
+    return {
         "iou": finite_number(final.get("iou")),
         "test_loss": finite_number(final.get("test_loss")),
         "time_to_target_s": to_target,
         "time_to_target_reason": to_target_reason or None,
         "stopped_at_target": bool(final.get("stopped_at_target")) if final else None,
-        "peak_mem_mb": max(memory) if memory else math.nan,
-        "mfu": measures.steady_median([e.get("mfu") for e in epochs], profiled),  # per GPU, steady epochs
-        "images": float(np.sum([t * s for t, s in zip(throughputs, times, strict=True)])) if epochs else math.nan,
-        **cost(run, final, epochs),
-        **slurm_cost(run),
-        "parameters": run.get("parameters"),
-        **observed_steps(run, epochs),
-        "gradient_bytes": run.get("gradient_bytes"),
-        **collective_figures(run),
-        "nodes": run.get("nodes"),
+    }
+
+
+def provenance_values(run: dict) -> dict:
+    """The provenance columns that are not run.json's fields as they are (lists joined, JSON)."""
+    return {
         "hosts": ",".join(run.get("hosts") or []),
         "devices": ",".join(sorted(set(run.get("devices") or []))),
         "versions": _versions(run),
         "slurm_job_id": (run.get("slurm") or {}).get("job_id"),
-        "git_commit": run.get("git_commit"),
-        "config_hash": run.get("config_hash"),
-        "data_key": run.get("data_key"),
-        "start": run.get("start"),
-        "end": run.get("end"),
         "training": json.dumps(flat_settings(run["training"]), sort_keys=True) if run.get("training") else None,
         "local_gpu_ids": ",".join(run["local_gpu_ids"]) if run.get("local_gpu_ids") else None,
         "rank_cpus": ";".join(run["rank_cpus"]) if run.get("rank_cpus") else None,
         "site": json.dumps(flat_settings(run["site"]), sort_keys=True) if run.get("site") else None,
     }
-    epoch_rows = [
-        {
-            "source": OWN_SOURCE,
-            **keys,
-            "epoch": e.get("epoch"),
-            **{k: finite_number(e.get(k)) for k in RECORD_EPOCH_VALUES},
-            **step_split.epoch_columns(e),
-        }
-        for e in map(observed_rates, epochs)
-    ]
-    return row, epoch_rows
 
 
 def run_time(run: dict) -> dict:
@@ -419,34 +340,6 @@ def _versions(run: dict) -> str:
     """'python 3.11.7, torch 2.13.0, ...' without the entries that are not there (None)."""
     versions = {"python": run.get("python"), **(run.get("versions") or {})}
     return ", ".join(f"{name} {value}" for name, value in versions.items() if value not in (None, ""))
-
-
-def no_variant_as_empty(variants: pd.Series) -> pd.Series:
-    """'' for the rows without a variant (legacy rows, CSVs read back: NaN), so that they group."""
-    return variants.astype(object).where(variants.notna(), "").astype(str)
-
-
-def runs_frame(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=RUN_COLUMNS)
-    frame["variant"] = no_variant_as_empty(frame["variant"])
-    # the ranks' definition (measures.py), for own, legacy and read-back rows alike
-    frame["gpu_hours"] = measures.gpu_hours(pd.to_numeric(frame["gpus"]), pd.to_numeric(frame["train_time_s"]))
-    integers = ("gpus", "seed", "epochs", "parameters", "gradient_bytes", "nodes", "model_width", "batch_per_gpu")
-    for column in (*integers, "global_batch", "steps_per_epoch", "compiled_graphs", "recompiles"):
-        frame[column] = frame[column].astype("Int64")
-    for column in ("straggler_rank", "profiled_epoch"):
-        frame[column] = pd.to_numeric(frame[column]).astype("Int64")
-    frame["stopped_at_target"] = frame["stopped_at_target"].astype("boolean")  # empty where no final record
-    return frame
-
-
-def epochs_frame(rows: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(rows, columns=EPOCH_COLUMNS)
-    frame["variant"] = no_variant_as_empty(frame["variant"])
-    for column in ("gpus", "seed", "epoch"):
-        frame[column] = frame[column].astype("Int64")
-    frame["profiled"] = frame["profiled"].astype("boolean")  # empty for imported epochs
-    return frame
 
 
 def collect(

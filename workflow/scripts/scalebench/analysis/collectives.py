@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from scalebench import records
-from scalebench.analysis.collect import KEYS, no_variant_as_empty
+from scalebench.analysis.tables import KEYS, no_variant_as_empty
 from scalebench.cell import cell_path
 from scalebench.collective_table import COLUMNS, TABLE
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.verdicts import compared_cells
+from scalebench.cell import OWN_SOURCE
 from scalebench.config.seeds import configuration
 
 SIDE_KEYS = ("framework", "backend", "variant", "gpus")

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.legacy import Skipped
 from scalebench.analysis.submissions import NEVER_STARTED
-from scalebench.cell import RUNS_ROOT, cell_path
+from scalebench.cell import OWN_SOURCE, RUNS_ROOT, cell_path
 from scalebench.config import LeftOut
 from scalebench.rerun import Invocation
 

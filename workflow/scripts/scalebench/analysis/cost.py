@@ -14,27 +14,10 @@ import math
 
 import pandas as pd
 
-from scalebench.analysis.collect import KEYS
+from scalebench.analysis.tables import COST, KEYS
 from scalebench.cell import OWN_SOURCE
 
 FORMULA = "formula"  # config/prediction.py's source of the cluster.time formula
-COLUMNS = [
-    *KEYS,
-    "status",
-    "predicted_from",  # the bill's source: this study, earlier study, formula (config/prediction.py)
-    "method",
-    "time_limit_min",
-    "predicted_s",
-    "low_s",
-    "high_s",
-    "run_s",
-    "predicted_gpu_hours",
-    "gpu_hours",  # measured: gpus x run_s
-    "error",  # predicted / measured - 1
-    "within_interval",  # the run fell inside the prediction's 95% interval (empty where it has none)
-    "alloc_gpu_hours",  # what SLURM accounted for the allocation, where it did
-    "reason",  # why a row has no prediction or no measurement
-]
 
 
 def read_submitted(path: str | None) -> pd.DataFrame:
@@ -65,7 +48,7 @@ def cost(runs: pd.DataFrame, submitted: pd.DataFrame) -> pd.DataFrame:
     table["within_interval"] = pd.Series(pd.NA, index=table.index, dtype="boolean")
     table.loc[known, "within_interval"] = (low[known] <= run[known]) & (run[known] <= high[known])
     table["reason"] = [reason(row) for _, row in table.iterrows()]
-    return table[COLUMNS].reset_index(drop=True)
+    return table[COST.names].reset_index(drop=True)
 
 
 def reason(row: pd.Series) -> str | None:

@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalebench.analysis.collect import KEYS, OWN_SOURCE
 from scalebench.analysis.hosts import LEVEL, MATERIAL, difference, left_out, percent
-from scalebench.cell import Cell
+from scalebench.analysis.tables import KEYS
+from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config import run_order
 
 CONFIGURATION = ["framework", "backend", "variant", "gpus"]  # a cell without its seed

@@ -33,8 +33,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from scalebench.analysis.collect import KEYS, OWN_SOURCE
 from scalebench.analysis.completeness import cell_target
+from scalebench.analysis.tables import KEYS
+from scalebench.cell import OWN_SOURCE
 from scalebench.rerun import Invocation
 
 LEVEL = 0.95

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from scalebench import measures
-from scalebench.analysis.collect import KEYS, no_variant_as_empty
+from scalebench.analysis.tables import KEYS, no_variant_as_empty
 from scalebench.cell import cell_path
 from scalebench.records import read_metrics, read_run
 from scalebench.records.definitions import EPOCH, RANK

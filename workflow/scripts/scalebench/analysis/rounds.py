@@ -27,23 +27,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from scalebench.analysis.collect import KEYS, OWN_SOURCE
 from scalebench.analysis.comparisons import answer_rows, sides
+from scalebench.analysis.tables import KEYS, ROUNDS
 from scalebench.analysis.verdicts import verdicts
-from scalebench.cell import cell_path
+from scalebench.cell import OWN_SOURCE, cell_path
 
 # a comparison across rounds: the same pair whichever side is the faster
 PAIR = ["kind", "compared", "framework", "backend", "variant", "gpus"]
-ROUND_COLUMNS = [
-    "round",
-    "cells",  # the study's cells the round read
-    "open",  # the comparisons the answer rests on still open after it
-    "decided",
-    "added",  # the cells it adds (each one more seed of a configuration)
-    "added_cells",
-    "added_gpu_hours",  # what the cells it added cost (runs.csv gpu_hours; empty where not measured)
-    "stopped",  # why it adds nothing (the last round)
-]
 
 
 @dataclass(frozen=True)
@@ -147,7 +137,7 @@ def next_seed(own: pd.DataFrame, side: tuple, rules: Rules, possible: set[tuple]
 
 
 def decide(runs: pd.DataFrame, rules: Rules, number: int, possible: set[tuple] | None = None) -> Round:
-    """Round `number` over the cells of `runs` (the module docstring). `possible`: the keys (collect.KEYS)
+    """Round `number` over the cells of `runs` (the module docstring). `possible`: the keys (tables.KEYS)
     of the cells the planner planned; None takes every next seed as possible."""
     own = runs[runs["source"] == OWN_SOURCE]
     table = verdicts(runs, rules.equivalence)
@@ -199,7 +189,7 @@ def found_row(runs: pd.DataFrame, key: dict) -> dict:
 
 
 def study_keys(rounds: list[Round]) -> set[tuple]:
-    """The keys (collect.KEYS) of every cell the rounds read: the study's cells."""
+    """The keys (tables.KEYS) of every cell the rounds read: the study's cells."""
     last = rounds[-1]
     return {tuple(key[name] for name in KEYS) for key in last.cells}
 
@@ -241,7 +231,7 @@ def annotate(table: pd.DataFrame, rounds: list[Round]) -> pd.DataFrame:
 
 
 def round_table(rounds: list[Round], runs: pd.DataFrame) -> pd.DataFrame:
-    """results/summary/rounds.csv: one row per round (ROUND_COLUMNS)."""
+    """results/summary/rounds.csv: one row per round (analysis/tables.py: ROUNDS)."""
     rows = []
     for found in rounds:
         states = found.comparisons["state"]
@@ -260,4 +250,4 @@ def round_table(rounds: list[Round], runs: pd.DataFrame) -> pd.DataFrame:
                 "stopped": found.stopped,
             }
         )
-    return pd.DataFrame(rows, columns=ROUND_COLUMNS)
+    return pd.DataFrame(rows, columns=ROUNDS.names)

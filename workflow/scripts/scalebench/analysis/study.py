@@ -9,7 +9,8 @@ from pathlib import Path
 import pandas as pd
 
 from scalebench.analysis import collect as analysis
-from scalebench.analysis import completeness, legacy, rounds
+from scalebench.analysis import completeness, legacy, rounds, tables
+from scalebench.cell import OWN_SOURCE
 from scalebench.rerun import Invocation
 
 
@@ -45,12 +46,12 @@ def collect_study(
     for skip in skipped:
         print(f"WARNING: legacy file skipped: {skip.path}: {skip.reason}", file=sys.stderr)
     if legacy_runs:
-        runs = analysis.sort_runs(pd.concat([runs, analysis.runs_frame(legacy_runs)], ignore_index=True))
-        epochs = analysis.sort_runs(pd.concat([epochs, analysis.epochs_frame(legacy_epochs)], ignore_index=True))
+        runs = analysis.sort_runs(pd.concat([runs, tables.runs_frame(legacy_runs)], ignore_index=True))
+        epochs = analysis.sort_runs(pd.concat([epochs, tables.epochs_frame(legacy_epochs)], ignore_index=True))
     return Summary(
         runs=runs,
         epochs=epochs,
-        provenance=analysis.provenance(runs[runs["source"] == analysis.OWN_SOURCE]),
+        provenance=analysis.provenance(runs[runs["source"] == OWN_SOURCE]),
         incomplete=completeness.incomplete(runs, skipped, invocation, left_out or []),
         cells=cells,
     )
@@ -61,10 +62,10 @@ def added_by_rounds(
 ) -> tuple[list[dict], pd.DataFrame, pd.DataFrame]:
     """The entries, runs rows and epoch rows of the cells the rounds read: the first seeds and those the
     rounds added; a cell a round could have added but did not (an earlier study's, on disk) is left out."""
-    keys = lambda frame: list(zip(*(frame[name] for name in analysis.KEYS), strict=True))  # noqa: E731
+    keys = lambda frame: list(zip(*(frame[name] for name in tables.KEYS), strict=True))  # noqa: E731
     possible = set(keys(runs))
     study = rounds.study_keys(rounds.replay(runs, rules, possible))
-    entry_key = lambda entry: tuple(entry.get(name, "") for name in analysis.KEYS)  # noqa: E731
+    entry_key = lambda entry: tuple(entry.get(name, "") for name in tables.KEYS)  # noqa: E731
     kept = [key in study for key in keys(runs)]
     return (
         [entry for entry in cells if entry_key(entry) in study],
@@ -78,7 +79,7 @@ def never_started(runs: pd.DataFrame, runs_root: str, submit_errors: dict[str, s
     for the empty train.log that Snakemake leaves): launch.py, had it run, would have written to it."""
     runs = runs.copy()
     for index, row in runs.iterrows():
-        if row["source"] != analysis.OWN_SOURCE or row["status"] not in ("missing", "failed"):
+        if row["source"] != OWN_SOURCE or row["status"] not in ("missing", "failed"):
             continue
         folder = Path(runs_root) / completeness.row_path(row)
         log = folder / "train.log"

@@ -44,37 +44,10 @@ import pandas as pd
 from scipy import stats
 
 from scalebench.analysis.scaling import LEVEL, usable
+from scalebench.analysis.tables import VERDICTS
 
 ALPHA = 0.05
 EQUIVALENCE = 0.02  # verdicts.equivalence's default
-COLUMNS = [
-    "kind",  # throughput or time_to_target
-    "compared",  # backends (of one framework) or frameworks (on one backend)
-    "source",
-    "framework",  # empty where frameworks are compared
-    "backend",  # empty where backends are compared
-    "variant",
-    "gpus",
-    "a",  # the faster by its mean
-    "b",
-    "mean_a",  # images/s, or seconds to the target
-    "mean_b",
-    "ratio",  # a's speed over b's: > 1
-    "low",
-    "high",
-    "p",
-    "p_holm",
-    "seeds_a",
-    "seeds_b",
-    "seeds",  # the smaller side
-    "verdict",
-    "state",  # different, equivalent, open or none
-    "bound",  # the largest difference the interval leaves: max(high, 1 / low) - 1
-    # the rounds of matrix.seeds {initial, max} (rounds.py): where they decided a pair the answer rests on
-    "round",
-    "decided_seeds",  # the smaller side's seeds when that round decided it
-    "open_reason",  # why a pair the answer rests on is still open after the last round
-]
 # what each kind compares: the runs.csv column, and whether a larger value is faster
 KINDS = {
     "throughput": ("images_per_s", True),
@@ -252,7 +225,7 @@ def verdicts(runs: pd.DataFrame, equivalence: float = EQUIVALENCE) -> pd.DataFra
         keys["gpus"] = int(gpus)
         if cells["framework"].nunique() > 1:
             rows += speed_pairs(kind, cells, "frameworks", keys)
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = pd.DataFrame(rows, columns=VERDICTS.names)
     # each study's claims corrected over its own comparisons (an imported study is another study)
     table["p_holm"] = table.groupby("source")["p"].transform(holm) if len(table) else table["p"]
     table["verdict"] = table["verdict"].astype(object)
@@ -282,7 +255,7 @@ def read(path) -> pd.DataFrame:
         "open_reason",
     )
     frame = pd.read_csv(path, dtype=dict.fromkeys(names, str))
-    frame = frame.reindex(columns=COLUMNS)
+    frame = frame.reindex(columns=VERDICTS.names)
     for name in ("framework", "backend", "variant"):
         frame[name] = frame[name].fillna("")
     for name in ("round", "decided_seeds"):

@@ -22,7 +22,8 @@ from plotnine import (
     scale_y_log10,
 )
 
-from scalebench.analysis.collect import OWN_SOURCE, no_variant_as_empty
+from scalebench.analysis.tables import no_variant_as_empty
+from scalebench.cell import OWN_SOURCE
 from scalebench.report.style import LINETYPES, backend_colours, figure_theme, placeholder, tidy, wrap
 
 OP_NAMES = {

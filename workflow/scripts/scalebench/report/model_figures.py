@@ -26,7 +26,7 @@ from plotnine import (
     scale_y_continuous,
 )
 
-from scalebench.analysis.collect import OWN_SOURCE
+from scalebench.cell import OWN_SOURCE
 from scalebench.report.style import backend_label, figure_theme, gpu_axis, placeholder, wrap
 from scalebench.timing.scaling_model import FORMULAS, GROUP, METRIC, Backtest, Fit, backtests, curve, series_columns
 

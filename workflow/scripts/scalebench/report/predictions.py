@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from scalebench.analysis.collect import OWN_SOURCE
-from scalebench.cell import cell_path
+from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.report.style import backend_label
 
 

@@ -30,7 +30,6 @@ from plotnine import (
     theme,
 )
 
-from scalebench.analysis.collect import OWN_SOURCE, STATUSES
 from scalebench.analysis.scaling import (
     GROUP,
     METRICS,
@@ -40,6 +39,8 @@ from scalebench.analysis.scaling import (
     known,
     usable,
 )
+from scalebench.analysis.tables import STATUSES
+from scalebench.cell import OWN_SOURCE
 from scalebench.report.style import (
     STATUS_COLOURS,
     figure_theme,

@@ -36,8 +36,8 @@ from plotnine import (
 )
 
 from scalebench import backends
-from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.scaling import GROUP
+from scalebench.cell import OWN_SOURCE
 
 # The legend's name and colour of each backend come from its registry entry (scalebench/backends.py);
 # native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's.

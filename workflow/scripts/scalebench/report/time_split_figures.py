@@ -21,8 +21,8 @@ from plotnine import (
     scale_y_continuous,
 )
 
-from scalebench.analysis.collect import OWN_SOURCE
 from scalebench.analysis.scaling import GROUP
+from scalebench.cell import OWN_SOURCE
 from scalebench.report.scaling_figures import seed_speedups
 from scalebench.report.style import (
     figure_theme,

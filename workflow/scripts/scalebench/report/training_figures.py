@@ -20,7 +20,7 @@ from plotnine import (
     scale_y_continuous,
 )
 
-from scalebench.analysis.collect import OWN_SOURCE
+from scalebench.cell import OWN_SOURCE
 from scalebench.report.style import LINETYPES, figure_theme, per_cell_figure, placeholder, tidy
 
 PANEL = "framework + backend"

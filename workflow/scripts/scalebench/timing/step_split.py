@@ -66,28 +66,12 @@ STEADY_FIELDS = {
     "step_max_s": "step_max_s",
     "compute_spread": "compute_spread",
 }
-RUN_COLUMNS = [
-    *CRITICAL_PATH,  # of the steady median epoch(s): they add up to steady_epoch_s
-    "critical_rank",  # the critical rank of the steady median epoch (the first of two)
-    *STEADY_FIELDS,
-    "comm_share",  # comm_exposed_critical_s / steady_epoch_s: the share of a steady epoch the critical rank waited for the network
-    "straggler_rank",  # the rank with the largest compute in most steady epochs
-    "straggler_host",
-    "step_split_reason",  # why the split is empty
-    "comm_total_reason",  # why comm_total_s and comm_overlap are empty
-    "profiled_epoch",  # the epoch training.profile traced (left out of the steady figures)
-    "profile_trace",  # its trace's folder in the cell, or empty with profile_reason
-    "profile_reason",
-]
-# epochs.csv: each epoch record's summaries over ranks and its critical path (its per-rank list
-# stays in metrics.jsonl)
+# epochs.csv: the epoch record's maxima over ranks (the columns, their order and meaning: analysis/tables.py)
 EPOCH_MAXIMA = {
     "compute_max_s": "compute_max_s",
     "comm_exposed_max_s": "comm_exposed_max_s",
     "rest_max_s": "rest_max_s",
 }
-EPOCH_VALUES = [*CRITICAL_PATH, "critical_rank", *STEADY_FIELDS, *EPOCH_MAXIMA, "straggler_rank"]
-EPOCH_TEXT = ["straggler_host", "step_split_reason", "profiled"]
 
 
 def critical_path(record: dict) -> dict:
