@@ -101,12 +101,13 @@ def read_cell(
 ) -> tuple[dict, list[dict]]:
     """One runs.csv row and the epochs.csv rows of the cell folder `run_dir`.
 
-    `keys` (framework, backend, gpus, seed) come from the matrix, so a cell whose
+    `keys` (framework, backend, gpus, seed; variant, '' where not given) come from the matrix, so a cell whose
     run.json is missing or broken still gets its row. `data_key` (the study's prepared
     arrays) and `settings` (the cell's settings in the study now, `defaults` the same
     cell's at the schema's defaults): a cell that trained on other arrays or settings is
     stale, not ok.
     """
+    keys = {"variant": "", **keys}  # a cell of a study without optional axes may be named without one
     run, epochs, final, status, reason = read_folder(Path(run_dir))
     if status == "ok" and stale_reason(run, data_key, settings, defaults):
         status, reason = "stale", stale_reason(run, data_key, settings, defaults)
