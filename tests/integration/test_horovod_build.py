@@ -27,7 +27,8 @@ import pins  # noqa: E402
 pytestmark = pytest.mark.integration
 
 CMAKE4 = "4.4.4"  # a CMake 4 from PyPI (4.0 removed compatibility with cmake_minimum_required < 3.5)
-HOROVOD = pins.read_pins(str(REPO / "envs" / "train.yaml"))["horovod"]
+# the pin for the Python running the tests (pins.py: a pin may differ by Python)
+HOROVOD = pins.pins_for([str(REPO / "envs" / "train.yaml")], "{}.{}".format(*sys.version_info[:2]))["horovod"]
 CACHE = Path(
     os.environ.get("SCALEBENCH_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scalebench"

@@ -281,3 +281,25 @@ def test_the_rounds_worst_case_is_billed_apart_and_counts_against_the_budget(sch
         planning.plan_study(plan.Study.validate(config, schema), start("-n", declared_gpus=0), out=io.StringIO())
     assert "GPU-hours for the 12 cells to run" in str(refused.value)
     assert "(4 of them the rounds' worst case, " in str(refused.value)
+
+
+def test_a_machine_of_fewer_gpus_bills_the_rounds_at_its_own_largest_count(schema, workdir):
+    """A local run on one GPU leaves the 2-GPU cells out, so its rounds compare at 1 GPU: the bill,
+    made before the machine is counted, must price those cells too (the README's one-GPU dry run)."""
+    config = tiny_config(
+        matrix={
+            "frameworks": ["torch"],
+            "backends": ["native", "horovod"],
+            "gpus": [1, 2],
+            "seeds": {"initial": 2, "max": 3},
+        },
+        training={"batch_per_gpu": 2},  # device auto: a GPU each where the machine has them
+    )
+    out = io.StringIO()
+    machine = {"CUDA_VISIBLE_DEVICES": "0,1"}  # as the README prints it: two GPUs seen, one declared
+    planning.plan_study(plan.Study.validate(config, schema), start("-n", declared_gpus=1), env=machine, out=out)
+    rows = list(csv.DictReader(open(bills.BILL_FILE)))
+    rounds = [(r["backend"], r["gpus"], r["seed"], float(r["gpu_hours"])) for r in rows if r["state"] == bills.ROUND]
+    assert sorted(row[:3] for row in rounds) == [("horovod", "1", "3"), ("native", "1", "3")]
+    assert all(hours > 0 for *_, hours in rounds)
+    assert "the rounds' worst case (every open comparison to matrix.seeds' max) 2 cells more" in out.getvalue()

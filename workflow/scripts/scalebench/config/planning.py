@@ -91,13 +91,24 @@ def bill_study(study: Study, start: Start) -> Bill:
         return Bill(study)
     command = rerun.command(list(start.argv))
     matrix_cells = study.matrix.cells()
-    rounds = round_cells(matrix_cells, study.seed_rule)  # the rounds' worst case: every open comparison to max
+    rounds = every_round_cell(matrix_cells, study)  # the rounds' worst case: every open comparison to max
     planned = matrix_cells + rounds
     cells = [*planned, *named_cells(study, command.targets if command else (), None, planned)]
     verdicts = {cell: verdict(cell.folder, study.settings(cell), study.default_settings(cell)) for cell in cells}
     forced = slurm_check.forced_cells(tuple(cells), command.forced if command else (False, frozenset()))
     executor = command.executor if command else None
     return bills.make_bill(study, verdicts, executor, frozenset(forced), frozenset(rounds))
+
+
+def every_round_cell(cells: tuple[Cell, ...], study: Study) -> tuple[Cell, ...]:
+    """The cells a round could add on any machine: a local run leaves out the cells of more GPUs than
+    it has, so its rounds compare at a smaller largest count (round_cells of the cells up to each
+    count). The bill is made before the machine is counted, so it prices them all; planning bills
+    the ones this start's rounds can add."""
+    found: dict[Cell, None] = {}
+    for count in sorted({cell.gpus for cell in cells}):
+        found.update(dict.fromkeys(round_cells([c for c in cells if c.gpus <= count], study.seed_rule)))
+    return tuple(found)
 
 
 def plan_study(
