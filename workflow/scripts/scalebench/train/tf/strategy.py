@@ -46,7 +46,7 @@ class StrategyBackend(Backend):
 
         self._sum = tf.function(lambda x: strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica(x), axis=None))
         self._gather = tf.function(lambda x: strategy.gather(per_replica(x[None]), axis=0))
-        self._broadcasts: dict[int, object] = {}  # one traced function per variable list (broadcast_from_root)
+        self._broadcasts: dict[tuple[int, ...], object] = {}  # per set of variables (broadcast_from_root)
 
     def devices_note(self) -> str:
         """Where the replicas live, for train.log (a subclass says more where it matters)."""
@@ -97,9 +97,12 @@ class StrategyBackend(Backend):
         return list(self.strategy.experimental_local_results(result))
 
     def broadcast_from_root(self, tensors: list) -> None:
-        if not tensors:
+        if not tensors or self.replicas == 1:  # one replica in all: nothing to agree on
             return
-        key = id(tensors)  # one traced function per variable list, closing over the variables
+        # One traced function per set of variables, closing over them. Keyed by the variables, not
+        # the list: Keras returns a new list at each call (non_trainable_variables), and keying by
+        # the list traced a new function at every epoch, about a second of tracing each time.
+        key = tuple(id(variable) for variable in tensors)
         if key not in self._broadcasts:
 
             def replica():
