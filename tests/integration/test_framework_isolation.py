@@ -1,35 +1,27 @@
-"""A rank of one framework never imports the other: each cell trains with the other one unimportable."""
+"""A rank of one framework never imports the other: each cell trains with the other one unimportable.
+
+The cells launched as the train rule launches them are test_resume.py's uninterrupted references,
+trained once per test run with the other framework blocked, for every backend that test resumes.
+"""
 
 from __future__ import annotations
 
 import subprocess
 
 import pytest
-from conftest import cell_settings, launch_cell, rank_command, read_records, tool_env
+from conftest import cell_settings, rank_command, read_records, tool_env
+from test_resume import CELL_IDS, CELLS, blocked_path, uninterrupted_run
 
 pytestmark = pytest.mark.integration
 
-OTHER = {"torch": ["tensorflow", "tf_keras"], "tensorflow": ["torch"]}
 
-
-def blocked_path(tmp_path, framework: str) -> str:
-    """A folder that shadows the other framework's packages with ones that refuse to import."""
-    folder = tmp_path / "blocked"
-    for package in OTHER[framework]:
-        (folder / package).mkdir(parents=True)
-        (folder / package / "__init__.py").write_text(f"raise ImportError('{package} is blocked for this test')\n")
-    return str(folder)
-
-
-@pytest.mark.parametrize(
-    ("framework", "backend"), [("torch", "native"), ("torch", "horovod"), ("tensorflow", "horovod")]
-)
-def test_cell_trains_with_the_other_framework_unimportable(prepared_data, tmp_path, framework, backend):
+@pytest.mark.parametrize(("framework", "backend", "gpus", "extra"), CELLS, ids=CELL_IDS)
+def test_cell_trains_with_the_other_framework_unimportable(
+    prepared_data, tmp_path_factory, framework, backend, gpus, extra
+):
     # torchrun and horovodrun import neither framework's training code; the ranks inherit PYTHONPATH
-    settings = cell_settings(framework, backend, 2, epochs=1)
-    out = tmp_path / "cell"
-    result = launch_cell(settings, prepared_data, out, PYTHONPATH=blocked_path(tmp_path, framework))
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = uninterrupted_run(tmp_path_factory, prepared_data, framework, backend, gpus, extra)
+    assert "is blocked for this test" not in (out.parent / "launch.txt").read_text()
     _, final, run = read_records(out)
     assert final["status"] == "ok" and run["status"] == "ok"
 
@@ -39,7 +31,7 @@ def test_tensorflow_native_rank_trains_without_torch(prepared_data, tmp_path):
     # one rank directly, as srun starts it on a cluster.
     settings = cell_settings("tensorflow", "native", 1, epochs=1)
     out = tmp_path / "cell"
-    env = tool_env(PYTHONPATH=blocked_path(tmp_path, "tensorflow"))
+    env = tool_env(PYTHONPATH=blocked_path(tmp_path / "blocked", "tensorflow"))
     result = subprocess.run(
         rank_command(settings, prepared_data, out), capture_output=True, text=True, env=env, timeout=600
     )

@@ -7,12 +7,17 @@ before it, and is interrupted as SLURM does at a time limit (SIGTERM to the laun
 it on to the ranks), so it cannot finish first however fast the machine is. FSDP's resume (whole
 tensors in its checkpoint) is in test_torch_backends.py, MultiWorkerMirrored's after a hard kill
 of its workers in test_tf_training.py.
+
+The uninterrupted reference of each cell is trained once per test run with the other framework
+unimportable, and test_framework_isolation.py reads the same run: the isolation check costs no
+training of its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -22,6 +27,7 @@ from conftest import (
     cell_settings,
     checkpoint_epoch,
     launch_cell,
+    made_once,
     rank_pids,
     read_records,
     start_cell,
@@ -30,16 +36,67 @@ from conftest import (
 
 pytestmark = pytest.mark.integration
 
+# A collective timeout far beyond launch_cell's limit, for the cells whose next attempt has a rank
+# that cannot load the checkpoint: a rank left waiting would hang the test past that limit instead
+# of failing it by timeout, so only the agreement check can end it.
+NEVER = {"collective_timeout_s": 3600}
 # (framework, backend, gpus, extra training settings): the smallest cell of each backend that
 # has several ranks or replicas where the CPU allows (dp drives one device without GPUs)
 CELLS = [
-    ("torch", "native", 2, {"tensorboard": True}),  # the resumed run rewrites the curves too
+    # the resumed run rewrites the curves too; its first attempt serves the agreement test as well
+    ("torch", "native", 2, {"tensorboard": True, **NEVER}),
     ("torch", "horovod", 2, {}),
     ("torch", "dp", 1, {}),
     ("tensorflow", "horovod", 2, {}),
     ("tensorflow", "mirrored", 2, {}),
 ]
+CELL_IDS = [f"{f}-{b}" for f, b, _, _ in CELLS]
+# the cells whose next attempt has a rank that cannot see rank 0's checkpoint: each framework's native
+AGREEMENT_CELLS = {"torch": CELLS[0], "tensorflow": ("tensorflow", "native", 2, NEVER)}
 EPOCHS = 2
+OTHER_FRAMEWORK = {"torch": ["tensorflow", "tf_keras"], "tensorflow": ["torch"]}
+
+
+def resumable_settings(framework: str, backend: str, gpus: int, extra: dict) -> dict:
+    return cell_settings(framework, backend, gpus, epochs=EPOCHS, checkpoint_every=1, **extra)
+
+
+def blocked_path(folder: Path, framework: str) -> str:
+    """A folder that shadows the other framework's packages with ones that refuse to import."""
+    for package in OTHER_FRAMEWORK[framework]:
+        (folder / package).mkdir(parents=True)
+        (folder / package / "__init__.py").write_text(f"raise ImportError('{package} is blocked for this test')\n")
+    return str(folder)
+
+
+def uninterrupted_run(tmp_path_factory, data: Path, framework: str, backend: str, gpus: int, extra: dict) -> Path:
+    """The cell of CELLS trained to its end without interruption, once per test run for every test
+    that asks (this module's reference, test_framework_isolation.py's cell), with the other
+    framework unimportable (launchers and ranks inherit PYTHONPATH): its records, and its output
+    in launch.txt."""
+
+    def make(folder: Path) -> None:
+        settings = resumable_settings(framework, backend, gpus, extra)
+        blocked = blocked_path(folder / "blocked", framework)
+        result = launch_cell(settings, data, folder / "cell", PYTHONPATH=blocked)
+        (folder / "launch.txt").write_text(result.stdout + result.stderr)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return made_once(tmp_path_factory, f"uninterrupted-{framework}-{backend}-{gpus}", make) / "cell"
+
+
+def first_attempt(tmp_path_factory, data: Path, cell: tuple, out: Path) -> None:
+    """A copy in `out` of the cell's first attempt, interrupted at the start of its last epoch after
+    the checkpoint before it: made once per test run for every test that takes the cell on from
+    there (the copy keeps the made one as it was)."""
+    framework, backend, gpus, extra = cell
+
+    def make(folder: Path) -> None:
+        settings = resumable_settings(framework, backend, gpus, extra)
+        interrupt_after_checkpoint(settings, data, folder / "cell", framework, EPOCHS - 1)
+
+    made = made_once(tmp_path_factory, f"first-attempt-{framework}-{backend}-{gpus}", make) / "cell"
+    shutil.copytree(made, out, symlinks=True)
 
 
 def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework: str, epoch: int) -> None:
@@ -59,17 +116,18 @@ def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework:
     assert wait_for(lambda: not rank_pids(out), 30), "ranks left behind"
 
 
-@pytest.mark.parametrize(("framework", "backend", "gpus", "extra"), CELLS, ids=[f"{f}-{b}" for f, b, _, _ in CELLS])
-def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path, framework, backend, gpus, extra):
-    settings = cell_settings(framework, backend, gpus, epochs=EPOCHS, checkpoint_every=1, **extra)
-    reference = launch_cell(settings, prepared_data, tmp_path / "reference")
-    assert reference.returncode == 0, reference.stdout[-3000:] + reference.stderr[-3000:]
+@pytest.mark.parametrize(("framework", "backend", "gpus", "extra"), CELLS, ids=CELL_IDS)
+def test_interrupted_run_resumes_to_identical_results(
+    prepared_data, tmp_path_factory, tmp_path, framework, backend, gpus, extra
+):
+    settings = resumable_settings(framework, backend, gpus, extra)
+    reference = uninterrupted_run(tmp_path_factory, prepared_data, framework, backend, gpus, extra)
     out = tmp_path / "interrupted"
-    interrupt_after_checkpoint(settings, prepared_data, out, framework, EPOCHS - 1)
+    first_attempt(tmp_path_factory, prepared_data, (framework, backend, gpus, extra), out)
     resumed = launch_cell(settings, prepared_data, out)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"resuming from checkpoint after epoch {EPOCHS - 1}" in resumed.stdout
-    epochs_ref, final_ref, _ = read_records(tmp_path / "reference")
+    epochs_ref, final_ref, _ = read_records(reference)
     epochs_res, final_res, run_res = read_records(out)
     assert run_res["status"] == "ok" and run_res["resumed_from_epoch"] == EPOCHS - 1
     assert [e["epoch"] for e in epochs_res] == list(range(1, EPOCHS + 1))
@@ -88,17 +146,19 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path, f
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
-def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(prepared_data, tmp_path, framework):
-    # a collective timeout far beyond launch_cell's limit: a rank left waiting would hang the test
-    # past that limit instead of failing it by timeout, so only the agreement check can end it
-    settings = cell_settings(framework, "native", 2, epochs=3, collective_timeout_s=3600)
+def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(
+    prepared_data, tmp_path_factory, tmp_path, framework
+):
+    cell = AGREEMENT_CELLS[framework]
+    settings = resumable_settings(*cell)
     out = tmp_path / "cell"
-    interrupt_after_checkpoint(settings, prepared_data, out, framework, 1)
+    first_attempt(tmp_path_factory, prepared_data, cell, out)
+    assert settings["training"]["collective_timeout_s"] == NEVER["collective_timeout_s"]
     # the next attempt: rank 1 does not see the cell's folder (a node-local folder on another node)
     result = launch_cell(settings, prepared_data, out, SCALEBENCH_FAULT="hide_checkpoint:1")
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
-    reason = "rank 0 resumes from its checkpoint after epoch 1, but rank 1 found no usable checkpoint"
+    reason = f"rank 0 resumes from its checkpoint after epoch {EPOCHS - 1}, but rank 1 found no usable checkpoint"
     assert reason in output, output[-3000:]
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "failed" and reason in run["error"]

@@ -28,7 +28,11 @@ from scalebench.launch import launcher as sb_launch
 
 pytestmark = pytest.mark.integration
 
-LEARN = {"epochs": 4, "dataset_repeat": 4}
+# Two compute threads per worker: what the mirrored backend's one process gives each of its two
+# replicas, so that its run and the MultiWorkerMirrored reference sum alike (oneDNN's CPU kernels
+# sum in an order that depends on the intra-op thread count: 1 against 2 threads moves the fourth
+# epoch's loss by percents) and one pair of reference runs serves every test of this module.
+LEARN = {"epochs": 4, "dataset_repeat": 4, "threads_per_rank": 2}
 
 
 @functools.cache
@@ -51,8 +55,9 @@ def foreground_iou(data: Path) -> float:
 @pytest.fixture
 def reference_runs(prepared_data, tmp_path_factory) -> dict[str, Path]:
     """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
-    test run for the tests that read them, whichever xdist worker runs each (a module-scoped
-    fixture would train them again in every worker)."""
+    test run for the tests that read them (the horovod and mirrored backends' reference, the
+    resumed run's), whichever xdist worker runs each (a module-scoped fixture would train them
+    again in every worker)."""
     settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
 
     def make(root: Path) -> None:
@@ -198,23 +203,21 @@ def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp
     assert "DeviceError" in json.loads((tmp_path / "run.json").read_text())["reason"]
 
 
-def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_workers(prepared_data, tmp_path):
+def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_workers(
+    reference_runs, prepared_data, tmp_path
+):
     """The mirrored backend: one process drives both replicas of a 2-"GPU" cell (logical CPU devices
-    here), started by its default launcher template, and steps like two MultiWorkerMirrored workers.
-
-    The process has a thread per replica (2); oneDNN's CPU kernels sum in an order that depends on
-    the intra-op thread count (1 against 2 threads moves the fourth epoch's loss by 0.1%), so the
-    workers it is compared with get 2 threads each."""
-    result = launch_cell(cell_settings("tensorflow", "mirrored", 2, seed=3, **LEARN), prepared_data, tmp_path / "m")
+    here), started by its default launcher template, and steps like two MultiWorkerMirrored workers
+    (the reference runs, whose workers get 2 threads each as this process's replicas do)."""
+    settings = cell_settings("tensorflow", "mirrored", 2, seed=3, **{**LEARN, "threads_per_rank": 1})
+    result = launch_cell(settings, prepared_data, tmp_path / "m")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    workers = cell_settings("tensorflow", "native", 2, seed=3, threads_per_rank=2, **LEARN)
-    reference_run = launch_cell(workers, prepared_data, tmp_path / "w")
-    assert reference_run.returncode == 0, reference_run.stdout[-3000:] + reference_run.stderr[-3000:]
     assert "torchrun" not in result.stdout.splitlines()[0]  # one process, no launcher of ranks
     # it says where its replicas are: not on GPUs, sharing this process's CPU
     assert "rank 0/1: MirroredStrategy with 2 replicas (local) on 2 logical CPU devices: no GPU" in result.stdout
     epochs, final, run = read_records(tmp_path / "m")
-    reference, reference_final, _ = read_records(tmp_path / "w")
+    reference, reference_final, reference_run = read_records(reference_runs["a"])
+    assert reference_run["training"]["threads_per_rank"] == 2
     # same data order, init and optimizer: only the reduction differs (in one process, or RING between two)
     np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference], rtol=1e-6)
     np.testing.assert_allclose(final["test_loss"], reference_final["test_loss"], rtol=1e-6)

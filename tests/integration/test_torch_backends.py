@@ -19,6 +19,7 @@ from conftest import (
     assert_refused,
     cell_settings,
     checkpoint_epoch,
+    made_once,
     rank_command,
     rank_pids,
     read_records,
@@ -61,45 +62,59 @@ def losses(out: Path) -> list[float]:
     return [e["loss"] for e in epochs] + [final["test_loss"], final["iou"]]
 
 
-def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path):
-    runs = {}
-    for backend in ("native", "fsdp"):
-        result = train(settings_for(backend, 2, epochs=3, eval_every=2), prepared_data, tmp_path / backend)
+# the FSDP cell of both tests below: evaluated and checkpointed after each epoch (its second trains
+# after the evaluation of a sharded model, and resumes from the first one's checkpoint)
+FSDP_CELL = {"epochs": 2, "eval_every": 1, "checkpoint_every": 1}
+
+
+@pytest.fixture
+def fsdp_run(prepared_data, tmp_path_factory) -> Path:
+    """FSDP_CELL trained without interruption, once per test run for both tests (the parity's FSDP
+    side, the resume's reference); its ranks' output in output.txt."""
+
+    def make(folder: Path) -> None:
+        result = train(settings_for("fsdp", 2, **FSDP_CELL), prepared_data, folder / "cell")
+        (folder / "output.txt").write_text(result.stdout)
         assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-        runs[backend] = result
-    np.testing.assert_allclose(losses(tmp_path / "fsdp"), losses(tmp_path / "native"), **PARITY)
-    epochs, final, run = read_records(tmp_path / "fsdp")
+
+    return made_once(tmp_path_factory, "fsdp-two-ranks", make) / "cell"
+
+
+def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path, fsdp_run):
+    result = train(settings_for("native", 2, **FSDP_CELL), prepared_data, tmp_path / "native")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    np.testing.assert_allclose(losses(fsdp_run), losses(tmp_path / "native"), **PARITY)
+    epochs, final, run = read_records(fsdp_run)
     assert epochs[1]["val_iou"] is not None and final["status"] == "ok"  # evaluation of a sharded model
     assert run["status"] == "ok" and (run["replicas"], run["processes"]) == (2, 2)
     assert run["parameters"] == UNET_PARAMETERS
     assert "FSDP2" in run["versions"]["distributed"] and run["training"]["fsdp"]["reshard_after_forward"]
     assert run["training"]["global_batch"] == 2 * 4
     # parameters are sharded: each rank holds part of them, together all
-    held = re.findall(r"rank (\d)/2: FSDP holds (\d+) of the model's (\d+) parameters", runs["fsdp"].stdout)
-    assert sorted(rank for rank, _, _ in held) == ["0", "1"], runs["fsdp"].stdout
+    output = (fsdp_run.parent / "output.txt").read_text()
+    held = re.findall(r"rank (\d)/2: FSDP holds (\d+) of the model's (\d+) parameters", output)
+    assert sorted(rank for rank, _, _ in held) == ["0", "1"], output
     assert {int(total) for _, _, total in held} == {UNET_PARAMETERS}
     assert sum(int(count) for _, count, _ in held) == UNET_PARAMETERS
     assert all(int(count) < UNET_PARAMETERS * 0.6 for _, count, _ in held)
     # rank 0 predicts with the whole model the final evaluation gathered
     for name in ("test_00004.png", "test_00005.png"):
-        assert (tmp_path / "fsdp" / "predictions" / name).read_bytes() == (
+        assert (fsdp_run / "predictions" / name).read_bytes() == (
             tmp_path / "native" / "predictions" / name
         ).read_bytes()
 
 
-def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tmp_path):
-    settings = settings_for("fsdp", 2, epochs=4, checkpoint_every=1)
-    reference = train(settings, prepared_data, tmp_path / "reference")
-    assert reference.returncode == 0, reference.stderr[-3000:]
-    # the first run stops for good at the start of epoch 3, after epoch 2's checkpoint
+def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tmp_path, fsdp_run):
+    settings = settings_for("fsdp", 2, **FSDP_CELL)
+    # the first run stops for good at the start of epoch 2, after epoch 1's checkpoint
     out = tmp_path / "interrupted"
     command = rank_processes(settings, prepared_data, out)
-    env = tool_env(SCALEBENCH_FAULT="stall:3")
+    env = tool_env(SCALEBENCH_FAULT="stall:2")
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
     try:
-        assert wait_for(lambda: checkpoint_epoch(out, "torch") == 2, 300)
+        assert wait_for(lambda: checkpoint_epoch(out, "torch") == 1, 300)
         process.send_signal(signal.SIGTERM)  # torchrun passes it on to its ranks, as at a time limit
         process.communicate(timeout=60)
     finally:
@@ -119,9 +134,9 @@ def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tm
     )
     resumed = train(settings, prepared_data, out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming from checkpoint after epoch 2" in resumed.stdout
-    assert losses(out) == losses(tmp_path / "reference")
-    assert read_records(out)[2]["resumed_from_epoch"] == 2
+    assert "resuming from checkpoint after epoch 1" in resumed.stdout
+    assert losses(out) == losses(fsdp_run)
+    assert read_records(out)[2]["resumed_from_epoch"] == 1
 
 
 def _load(path: Path) -> dict:
