@@ -11,7 +11,7 @@ import csv
 import re
 
 import pytest
-from conftest import TINY_STUDY_MATRIX, read_report, run_snakemake, tiny_config
+from conftest import TINY_STUDY_MATRIX, copy_study, read_report, run_snakemake, tiny_config
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,8 @@ def native_rows(path) -> dict[int, dict]:
 
 def test_a_study_against_its_baseline_gives_ratios_flags_differences_and_a_report_section(finished_study, tmp_path):
     before, after = finished_study, tmp_path / "after"
+    # the finished study's dataset settings, so its prepared data (dates kept): only the cells train here
+    copy_study(before / "results" / "data", after / "results" / "data")
     # the rerun: two images per step, so more steps per epoch and fewer images/s; the comparison
     # table only (the report is drawn after the third run)
     config = study(2, compare={"baseline": str(before / "results")})

@@ -42,7 +42,7 @@ def test_a_width_that_cannot_fit_the_device_is_refused_before_the_model_is_built
 def test_a_study_over_model_widths_with_fixed_steps_runs_to_the_report(tmp_path):
     config = tiny_config(
         matrix={"frameworks": ["torch"], "backends": ["native"], "gpus": [1, 2], "model_width": [1, 2]},
-        training={"epochs": 2, "steps_per_epoch": 4, "eval_every": 0},
+        training={"epochs": 1, "steps_per_epoch": 4, "eval_every": 0},  # one epoch: the tables and figures need no more
         cluster={"link_gbps": {"intra_node": 50}},
     )
     result = run_snakemake(tmp_path, config, "--cores", "2")

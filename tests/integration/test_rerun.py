@@ -22,7 +22,7 @@ from scalebench.data import keys as sb_keys
 
 pytestmark = pytest.mark.integration
 
-OVERRIDE = 'training={"epochs": 3, "lr_scaling": "sqrt"}'
+OVERRIDE = 'training={"epochs": 2, "lr_scaling": "sqrt"}'
 # what the steps before the last read: collect_runs' tables (the cells and the incomplete ones), not the figures
 INCOMPLETE = "results/summary/incomplete.csv"
 
@@ -48,7 +48,8 @@ def incomplete_rows(study) -> list[dict]:
 def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made_it(tmp_path):
     study = tmp_path / "my study"
     study.mkdir()
-    (study / "study.yaml").write_text(yaml.safe_dump(tiny_config(training={"epochs": 2})))
+    # one epoch in the file, two by the override: the rerun cell must train the override's
+    (study / "study.yaml").write_text(yaml.safe_dump(tiny_config(training={"epochs": 1})))
     # --configfile last, as a study kept in its own file is run: the printed target must not join it
     options = ["--config", OVERRIDE, "--configfile", "study.yaml"]
     first = snakemake(study, *options, "--cores", "2", INCOMPLETE)
@@ -77,9 +78,9 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     run = json.loads((lost / "run.json").read_text())
     (prepared,) = (study / "results" / "data" / "prepared").iterdir()
     assert run["status"] == "ok" and run["data_key"] == prepared.name
-    assert run["settings"]["training"]["lr_scaling"] == "sqrt" and run["settings"]["training"]["epochs"] == 3
+    assert run["settings"]["training"]["lr_scaling"] == "sqrt" and run["settings"]["training"]["epochs"] == 2
     epochs = [json.loads(line) for line in (lost / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in epochs if r["type"] == "epoch"] == [1, 2, 3]  # the override, not the file's 2
+    assert [r["epoch"] for r in epochs if r["type"] == "epoch"] == [1, 2]  # the override, not the file's 1
     assert digests(study / "results" / "runs" / "torch" / "native" / "g1") | digests(study / "results" / "data") == kept
 
     full = snakemake(study, *options, "--cores", "2")
@@ -124,7 +125,7 @@ def test_a_rerun_command_runs_as_printed_whatever_option_the_study_ended_with(tm
 
 
 def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_path):
-    config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1], "seeds": [1, 2]})
+    config = tiny_config(training={"epochs": 1}, matrix={"gpus": [1], "seeds": [1, 2]})
     first = snakemake(tmp_path, "--configfile", write(tmp_path / "c.yaml", config), "--cores", "2", INCOMPLETE)
     assert first.returncode == 0, first.stderr[-3000:]
     config["training"]["base_lr"] = 0.002
