@@ -96,8 +96,8 @@ def assert_about(growth: float, delay: float, what: str = "the delay") -> None:
     assert 0.6 * delay <= growth <= 1.6 * delay + 0.05, f"grew {growth:.3f} s per step for {what} of {delay:.3f} s"
 
 
-def assert_not_grown(growth: float, delay: float) -> None:
-    assert growth < 0.4 * delay, f"grew {growth:.3f} s per step; the delay of {delay} s belongs to another part"
+def assert_not_grown(growth: float, delay: float, what: str = "the delay") -> None:
+    assert growth < 0.4 * delay, f"grew {growth:.3f} s per step; {what} of {delay:.3f} s belongs to another part"
 
 
 def lateness_of_rank_1(epochs: list[dict], fault_epoch: int, base_epoch: int) -> float:
@@ -109,7 +109,7 @@ def lateness_of_rank_1(epochs: list[dict], fault_epoch: int, base_epoch: int) ->
     late = per_step_growth(epochs, 1, "compute_s", fault_epoch, base_epoch)
     clock = per_step_growth(epochs, 1, "epoch_time_s", fault_epoch, base_epoch)
     assert late >= 0.6 * DELAY_S, f"rank 1's compute grew {late:.3f} s per step for a delay of {DELAY_S} s"
-    assert late <= clock + 0.4 * DELAY_S, f"rank 1's compute grew {late:.3f} s per step, its steps {clock:.3f} s"
+    assert late <= clock + 0.4 * late, f"rank 1's compute grew {late:.3f} s per step, its steps {clock:.3f} s"
     return late
 
 
@@ -118,17 +118,17 @@ def assert_others_waited_for_rank_1(epochs: list[dict], fault_epoch: int, base_e
     compute), and counted it as compute; every other rank waited for it inside its reduction
     (exposed communication) as long as rank 1 was late, its own compute unchanged; the critical path
     is rank 1's, so the lateness is imbalance there, and the communication the critical rank waited
-    for did not grow."""
+    for did not grow (each part measured against the lateness: a part that took it grows by about
+    all of it)."""
     late = lateness_of_rank_1(epochs, fault_epoch, base_epoch)
+    what = "rank 1's lateness"
     for rank in set(range(ranks)) - {1}:
-        assert_about(
-            per_step_growth(epochs, rank, "comm_exposed_s", fault_epoch, base_epoch), late, "rank 1's lateness"
-        )
-        assert_not_grown(per_step_growth(epochs, rank, "compute_s", fault_epoch, base_epoch), DELAY_S)
-    assert_not_grown(per_step_growth(epochs, 1, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
+        assert_about(per_step_growth(epochs, rank, "comm_exposed_s", fault_epoch, base_epoch), late, what)
+        assert_not_grown(per_step_growth(epochs, rank, "compute_s", fault_epoch, base_epoch), late, what)
+    assert_not_grown(per_step_growth(epochs, 1, "comm_exposed_s", fault_epoch, base_epoch), late, what)
     assert step_split.critical_path(epochs[fault_epoch - 1])["critical_rank"] == 1
-    assert_about(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), late, "rank 1's lateness")
-    assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), DELAY_S)
+    assert_about(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), late, what)
+    assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), late, what)
 
 
 def assert_late_reduction_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
