@@ -1,6 +1,8 @@
 """The collective benchmark on real ranks (Gloo on this machine's CPU), through launch.py as the
 train rule runs a cell: each backend's own library, the table and run.json's summary, the budget,
-and a benchmark that fails while the cell trains on."""
+and a benchmark that fails while the cell trains on. Every multi-rank cell runs the benchmark before
+its first epoch: the tests that read what it measured read test_data_placement's device cells, and
+the one-rank test test_compiled_steps' eager cell, trained once per run (paired_cells.py)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,11 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
+from paired_cells import COLLECTIVES, SCHEDULE, placed, trained_once
 from scalebench.collective_table import TABLE
 from scalebench.train import collectives
 
 pytestmark = pytest.mark.integration
-
-BUDGET = {"budget_s": 1.0, "max_bytes": 2**20, "iterations": 3, "warmup": 1}
 
 
 def table(out: Path) -> list[dict]:
@@ -29,15 +30,22 @@ def number(text: str) -> float | None:
     return float(text) if text else None
 
 
-def trained(framework: str, backend: str, data: Path, out: Path, gpus: int = 2, **training) -> dict:
-    training = {"epochs": 1, "checkpoint_every": 0, "predictions": 0, "collectives": BUDGET, **training}
-    settings = cell_settings(framework, "native", gpus, **training)
-    settings["cell"]["backend"] = backend
-    result = launch_cell(settings, data, out)
+def trained(data: Path, out: Path, **training) -> dict:
+    """run.json of a two-rank DDP cell of one epoch, trained for the test that asks."""
+    training = {"epochs": 1, "checkpoint_every": 0, "predictions": 0, "collectives": COLLECTIVES, **training}
+    result = launch_cell(cell_settings("torch", "native", 2, **training), data, out)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     epochs, final, run = read_records(out)
     assert final["status"] == "ok" and run["status"] == "ok", run
     return run
+
+
+def shared(tmp_path_factory, data: Path, settings: dict) -> tuple[dict, Path]:
+    """(run.json, folder) of the cell of `settings`, trained once per run for the tests that read it."""
+    out = trained_once(tmp_path_factory, settings, data)
+    epochs, final, run = read_records(out)
+    assert final["status"] == "ok" and run["status"] == "ok", run
+    return run, out
 
 
 def assert_measured(rows: list[dict], op: str, ranks: int) -> list[dict]:
@@ -54,9 +62,9 @@ def assert_measured(rows: list[dict], op: str, ranks: int) -> list[dict]:
     return measured
 
 
-def test_a_ddp_cell_measures_gloos_all_reduce_at_the_gradient_size_before_training(prepared_data, tmp_path):
-    run = trained("torch", "native", prepared_data, tmp_path)
-    rows = table(tmp_path)
+def test_a_ddp_cell_measures_gloos_all_reduce_at_the_gradient_size_before_training(prepared_data, tmp_path_factory):
+    run, out = shared(tmp_path_factory, prepared_data, placed("torch", "native", 2, "device"))
+    rows = table(out)
     measured = assert_measured(rows, "all_reduce", 2)
     assert {row["library"] for row in rows} == {"torch.distributed gloo"}
     for row in measured:  # all-reduce: busbw = algbw x 2(n-1)/n, 1 on two ranks
@@ -71,15 +79,15 @@ def test_a_ddp_cell_measures_gloos_all_reduce_at_the_gradient_size_before_traini
     assert summary["latency_us"] == pytest.approx(number(gradient["latency_us"]))
     assert summary["busbw_gbps"] == pytest.approx(number(gradient["busbw_gbps"]))
     assert summary["reason"] is None and summary["library"] == "torch.distributed gloo"
-    # bounded by the budget (1 s here): the bucket (25 MiB) or the largest sweep sizes did not fit, and say so
+    # bounded by the budget (1.5 s here): the bucket (25 MiB) or the largest sweep sizes did not fit, and say so
     skipped = [row for row in rows if not row["latency_us"]]
     assert all("budget" in row["reason"] for row in skipped)
     assert summary["seconds"] < 30  # a generous bound: the budget stops it, whatever the machine
 
 
-def test_fsdp_measures_reduce_scatter_and_all_gather_beside_all_reduce(prepared_data, tmp_path):
-    trained("torch", "fsdp", prepared_data, tmp_path, collectives={**BUDGET, "budget_s": 1.5})
-    rows = table(tmp_path)
+def test_fsdp_measures_reduce_scatter_and_all_gather_beside_all_reduce(prepared_data, tmp_path_factory):
+    _, out = shared(tmp_path_factory, prepared_data, placed("torch", "fsdp", 2, "device"))
+    rows = table(out)
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
         for row in assert_measured(rows, op, 2)[:1]:
             if op != "all_reduce":  # (n-1)/n: half the algorithm bandwidth on two ranks
@@ -96,16 +104,16 @@ def test_fsdp_measures_reduce_scatter_and_all_gather_beside_all_reduce(prepared_
         ("tensorflow", "mirrored", "tf.distribute MirroredStrategy local"),
     ],
 )
-def test_every_backend_measures_through_its_own_library(prepared_data, tmp_path, framework, backend, library):
-    run = trained(framework, backend, prepared_data, tmp_path)
-    rows = table(tmp_path)
+def test_every_backend_measures_through_its_own_library(prepared_data, tmp_path_factory, framework, backend, library):
+    run, out = shared(tmp_path_factory, prepared_data, placed(framework, backend, 2, "device"))
+    rows = table(out)
     assert_measured(rows, "all_reduce", 2)
     assert {row["library"] for row in rows} == {library}
     assert run["collectives"]["library"] == library and run["collectives"]["gradient_bytes"]
 
 
 def test_a_budget_of_nothing_records_every_size_as_not_measured_with_the_reason(prepared_data, tmp_path):
-    run = trained("torch", "native", prepared_data, tmp_path, collectives={**BUDGET, "budget_s": 0})
+    run = trained(prepared_data, tmp_path, collectives={**COLLECTIVES, "budget_s": 0})
     rows = table(tmp_path)
     assert rows and all(not row["latency_us"] and not row["busbw_gbps"] for row in rows)
     assert all("budget" in row["reason"] and "budget_s = 0" in row["reason"] for row in rows)
@@ -113,7 +121,7 @@ def test_a_budget_of_nothing_records_every_size_as_not_measured_with_the_reason(
 
 
 def test_a_benchmark_that_fails_leaves_the_cell_training_with_its_figures_empty(prepared_data, tmp_path):
-    settings = cell_settings("torch", "native", 2, epochs=2, checkpoint_every=0, predictions=0, collectives=BUDGET)
+    settings = cell_settings("torch", "native", 2, epochs=2, checkpoint_every=0, predictions=0, collectives=COLLECTIVES)
     # rank 1 cannot prepare the first all-reduce; both ranks agree, and train on
     result = launch_cell(settings, prepared_data, tmp_path, SCALEBENCH_FAULT="collectives_fail:1")
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
@@ -125,11 +133,13 @@ def test_a_benchmark_that_fails_leaves_the_cell_training_with_its_figures_empty(
     assert run["collectives"]["busbw_gbps"] is None and "failed" in run["collectives"]["reason"]
 
 
-def test_a_one_gpu_cell_has_no_table_and_says_why(prepared_data, tmp_path):
-    run = trained("torch", "native", prepared_data, tmp_path, gpus=1)
-    assert not (tmp_path / TABLE).exists()
+def test_a_one_gpu_cell_has_no_table_and_says_why(prepared_data, tmp_path_factory):
+    # tiny_config asks every cell for the benchmark: a one-rank cell has nothing to measure it on
+    run, out = shared(tmp_path_factory, prepared_data, cell_settings("torch", "native", 1, **SCHEDULE))
+    assert run["training"]["collectives"]["budget_s"] > 0
+    assert not (out / TABLE).exists()
     assert run["collectives"]["reason"] == "one replica: nothing to exchange"
-    assert json.loads((tmp_path / "run.json").read_text())["collectives"]["latency_us"] is None
+    assert json.loads((out / "run.json").read_text())["collectives"]["latency_us"] is None
 
 
 OUTSIDE = """

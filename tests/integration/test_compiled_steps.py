@@ -13,29 +13,36 @@ import json
 import numpy as np
 import pytest
 from conftest import cell_settings, launch_cell, read_records
+from paired_cells import SCHEDULE, placed, trained_once
 
 pytestmark = pytest.mark.integration
 
 CELLS = [("torch", "native", 1), ("tensorflow", "native", 2), ("tensorflow", "mirrored", 2)]
 
 
-def train(framework: str, backend: str, gpus: int, data, out, compile_steps: bool):
-    # XLA has no deterministic max-pooling gradient: TensorFlow cells compare without op determinism
-    deterministic = framework == "torch"
-    settings = cell_settings(framework, backend, gpus, epochs=2, compile=compile_steps, deterministic=deterministic)
-    result = launch_cell(settings, data, out, timeout=1200)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    epochs, final, run = read_records(out)
+def trained(framework: str, backend: str, gpus: int, data, tmp_path_factory, compile_steps: bool):
+    """A cell of two epochs, eager or compiled, trained once per run (paired_cells.py). PyTorch's eager
+    one is the one-rank cell of SCHEDULE that test_observed_steps and test_data_placement read too;
+    TensorFlow's is test_data_placement's device cell (deterministic, as an eager CPU cell is by
+    default), and its compiled twin differs in compiling and in op determinism alone, which XLA
+    lacks (no deterministic max-pooling gradient: compiled with determinism, the cell is refused)."""
+    if framework == "torch":
+        settings = cell_settings(framework, backend, gpus, **SCHEDULE, compile=compile_steps)
+    elif compile_steps:
+        settings = placed(framework, backend, gpus, "device", compile=True, deterministic=False)
+    else:
+        settings = placed(framework, backend, gpus, "device")
+    epochs, final, run = read_records(trained_once(tmp_path_factory, settings, data, timeout=1200))
     assert run["status"] == "ok", run.get("reason")  # compile asked and nothing compiled: refused
     return epochs, final, run
 
 
 @pytest.mark.parametrize(("framework", "backend", "gpus"), CELLS, ids=[f"{f}-{b}" for f, b, _ in CELLS])
 def test_compiled_steps_train_like_eager_ones_and_say_what_was_compiled(
-    prepared_data, tmp_path, framework, backend, gpus
+    prepared_data, tmp_path_factory, framework, backend, gpus
 ):
-    eager_epochs, eager_final, eager_run = train(framework, backend, gpus, prepared_data, tmp_path / "eager", False)
-    epochs, final, run = train(framework, backend, gpus, prepared_data, tmp_path / "compiled", True)
+    eager_epochs, eager_final, eager_run = trained(framework, backend, gpus, prepared_data, tmp_path_factory, False)
+    epochs, final, run = trained(framework, backend, gpus, prepared_data, tmp_path_factory, True)
     assert run["training"]["compile"] is True and eager_run["training"]["compile"] is False
     # what the framework's compiler built, read from it (Dynamo's counters, the XLA traces of the step)
     compiler = "torch.compile (inductor)" if framework == "torch" else "XLA (jit_compile)"

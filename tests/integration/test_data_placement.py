@@ -3,13 +3,15 @@
 Each cell runs as the train rule runs it (workflow/scripts/launch.py with the default launchers:
 torchrun, horovodrun, one process for dp and mirrored), on CPU ranks, once with the samples in
 the ranks' memory (device) and once read through the loader each step (host). Same samples,
-same order, same conversion: the losses, validation and test figures are equal.
+same order, same conversion: the losses, validation and test figures are equal. The cells are
+trained once per run (paired_cells.py): test_collectives reads the device ones' benchmark.
 """
 
 from __future__ import annotations
 
 import pytest
 from conftest import cell_settings, launch_cell, read_records
+from paired_cells import SCHEDULE, placed, trained_once
 
 pytestmark = pytest.mark.integration
 
@@ -33,26 +35,30 @@ def figures(out) -> list[float]:
     ]
 
 
-def train(framework: str, backend: str, gpus: int, data, out, **loader) -> dict:
-    settings = cell_settings(framework, backend, gpus, epochs=2, eval_every=1, loader={"workers": 0, **loader})
-    result = launch_cell(settings, data, out)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return read_records(out)[2]
-
-
 @pytest.mark.parametrize(("framework", "backend", "gpus"), CELLS, ids=[f"{f}-{b}" for f, b, _ in CELLS])
-def test_device_and_host_placement_train_identically(prepared_data, tmp_path, framework, backend, gpus):
-    device = train(framework, backend, gpus, prepared_data, tmp_path / "device", placement="device")
-    host = train(framework, backend, gpus, prepared_data, tmp_path / "host", placement="host")
-    assert figures(tmp_path / "device") == figures(tmp_path / "host")
+def test_device_and_host_placement_train_identically(prepared_data, tmp_path_factory, framework, backend, gpus):
+    outs = {
+        placement: trained_once(tmp_path_factory, placed(framework, backend, gpus, placement), prepared_data)
+        for placement in ("device", "host")
+    }
+    device, host = (read_records(outs[placement])[2] for placement in ("device", "host"))
+    assert figures(outs["device"]) == figures(outs["host"])
     assert device["data_placement"] == "device" and host["data_placement"] == "host"
     # the training samples over both epochs, and the validation and test samples, on one device
     assert 0 < device["data_device_bytes"] <= 40 * 2 * 32 * 48 and host["data_device_bytes"] == 0
     assert device["training"]["loader"]["placement"] == "device"
 
 
-def test_auto_keeps_samples_on_the_host_when_they_exceed_the_share_and_records_why(prepared_data, tmp_path):
-    run = train("torch", "native", 2, prepared_data, tmp_path / "small", device_memory_share=1e-9)
+def test_auto_keeps_samples_on_the_host_when_they_exceed_the_share_and_records_why(
+    prepared_data, tmp_path, tmp_path_factory
+):
+    settings = cell_settings("torch", "native", 2, epochs=2, loader={"workers": 0, "device_memory_share": 1e-9})
+    result = launch_cell(settings, prepared_data, tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = read_records(tmp_path)[2]
     assert run["data_placement"] == "host" and "device_memory_share" in run["data_placement_reason"]
-    run = train("torch", "native", 1, prepared_data, tmp_path / "default")  # auto: a few KiB fit anywhere
+    # auto, as tiny_config leaves it: a few KiB fit anywhere (the one-rank cell test_compiled_steps compares)
+    run = read_records(trained_once(tmp_path_factory, cell_settings("torch", "native", 1, **SCHEDULE), prepared_data))[
+        2
+    ]
     assert run["data_placement"] == "device" and run["data_placement_reason"].startswith("auto:")

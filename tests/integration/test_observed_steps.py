@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import pytest
 from conftest import assert_refused, cell_settings, launch_cell, read_records
+from paired_cells import SCHEDULE, trained_once
 
 pytestmark = pytest.mark.integration
 
 FRAMEWORKS = ["torch", "tensorflow"]
-# a rate that changes between epochs, so that an optimizer left at any one epoch's rate (or at
-# base_lr, where it starts) holds another than the schedule's in some epoch
-SCHEDULE = {"epochs": 2, "decay_every": 1, "decay_factor": 0.5}
+# SCHEDULE: a rate that changes between epochs, so that an optimizer left at any one epoch's rate (or
+# at base_lr, where it starts) holds another than the schedule's in some epoch
 SCHEDULED = [0.001, 0.0005]
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_each_epoch_records_the_rate_its_optimizer_held_beside_the_schedules(prepared_data, tmp_path, framework):
-    result = launch_cell(cell_settings(framework, "native", 1, **SCHEDULE), prepared_data, tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    epochs, final, run = read_records(tmp_path)
+def test_each_epoch_records_the_rate_its_optimizer_held_beside_the_schedules(
+    prepared_data, tmp_path_factory, framework
+):
+    # the eager cell test_compiled_steps compares with (PyTorch's), trained once per run (paired_cells.py)
+    out = trained_once(tmp_path_factory, cell_settings(framework, "native", 1, **SCHEDULE), prepared_data)
+    epochs, final, run = read_records(out)
     assert final["status"] == "ok", run.get("reason")  # the optimizer held another rate: refused
     assert [e["scheduled_lr"] for e in epochs] == SCHEDULED
     # TensorFlow's rate lives in a float32 variable: read back, it is the float32 nearest

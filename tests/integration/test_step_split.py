@@ -89,29 +89,53 @@ def path_growth(epochs: list[dict], name: str, fault_epoch: int, base_epoch: int
     return (step_split.critical_path(fault)[name] - step_split.critical_path(base)[name]) / steps
 
 
-def assert_about(growth: float, delay: float) -> None:
-    """The split grew by about the injected delay: not nothing, not double (a loaded 2-core machine
-    has moved one step's compute by 0.26 s against the epoch without the delay: the upper bound stays
-    below twice the delay with that margin)."""
-    assert 0.6 * delay <= growth <= 1.6 * delay + 0.05, f"grew {growth:.3f} s per step for a delay of {delay} s"
+def assert_about(growth: float, delay: float, what: str = "the delay") -> None:
+    """The split grew by about `delay`: not nothing, not double (a loaded 2-core machine has moved one
+    step's compute by 0.26 s against the epoch without the delay: the upper bound stays below twice
+    the delay with that margin)."""
+    assert 0.6 * delay <= growth <= 1.6 * delay + 0.05, f"grew {growth:.3f} s per step for {what} of {delay:.3f} s"
 
 
-def assert_not_grown(growth: float, delay: float) -> None:
-    assert growth < 0.4 * delay, f"grew {growth:.3f} s per step; the delay of {delay} s belongs to another part"
+def assert_not_grown(growth: float, delay: float, what: str = "the delay") -> None:
+    assert growth < 0.4 * delay, f"grew {growth:.3f} s per step; {what} of {delay:.3f} s belongs to another part"
+
+
+def lateness_of_rank_1(epochs: list[dict], fault_epoch: int, base_epoch: int) -> float:
+    """How much later rank 1 came to the reduction in each step of fault_epoch, as it measured itself:
+    its compute's growth per step. At least the injected sleep, and on a loaded machine more (a sleep
+    overshoots, the core is shared), which its peers waited for too: their wait is compared with this,
+    not with the nominal delay. Never more than its steps grew by the epoch clock (with the margin
+    assert_not_grown allows another part's noise)."""
+    late = per_step_growth(epochs, 1, "compute_s", fault_epoch, base_epoch)
+    clock = per_step_growth(epochs, 1, "epoch_time_s", fault_epoch, base_epoch)
+    assert late >= 0.6 * DELAY_S, f"rank 1's compute grew {late:.3f} s per step for a delay of {DELAY_S} s"
+    assert late <= clock + 0.4 * late, f"rank 1's compute grew {late:.3f} s per step, its steps {clock:.3f} s"
+    return late
+
+
+def assert_others_waited_for_rank_1(epochs: list[dict], fault_epoch: int, base_epoch: int, ranks: int = 2) -> None:
+    """Rank 1 came DELAY_S late to every reduction of fault_epoch (a late reduction or a straggler's
+    compute), and counted it as compute; every other rank waited for it inside its reduction
+    (exposed communication) as long as rank 1 was late, its own compute unchanged; the critical path
+    is rank 1's, so the lateness is imbalance there, and the communication the critical rank waited
+    for did not grow (each part measured against the lateness: a part that took it grows by about
+    all of it)."""
+    late = lateness_of_rank_1(epochs, fault_epoch, base_epoch)
+    what = "rank 1's lateness"
+    for rank in set(range(ranks)) - {1}:
+        assert_about(per_step_growth(epochs, rank, "comm_exposed_s", fault_epoch, base_epoch), late, what)
+        assert_not_grown(per_step_growth(epochs, rank, "compute_s", fault_epoch, base_epoch), late, what)
+    assert_not_grown(per_step_growth(epochs, 1, "comm_exposed_s", fault_epoch, base_epoch), late, what)
+    assert step_split.critical_path(epochs[fault_epoch - 1])["critical_rank"] == 1
+    assert_about(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), late, what)
+    assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), late, what)
 
 
 def assert_late_reduction_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
     """Rank 1 handed its gradients to the reduction DELAY_S late in every step of fault_epoch. On every
     rank alike in both frameworks: rank 1 had not finished its gradients (compute), rank 0 waited for it
-    inside its reduction (exposed communication); the critical path is rank 1's, so the delay is
-    imbalance there, and the communication the critical rank waited for did not grow."""
-    assert_about(per_step_growth(epochs, 0, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
-    assert_not_grown(per_step_growth(epochs, 0, "compute_s", fault_epoch, base_epoch), DELAY_S)
-    assert_about(per_step_growth(epochs, 1, "compute_s", fault_epoch, base_epoch), DELAY_S)
-    assert_not_grown(per_step_growth(epochs, 1, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
-    assert step_split.critical_path(epochs[fault_epoch - 1])["critical_rank"] == 1
-    assert_about(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), DELAY_S)
-    assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), DELAY_S)
+    inside its reduction (exposed communication)."""
+    assert_others_waited_for_rank_1(epochs, fault_epoch, base_epoch)
 
 
 def assert_slow_network_found(epochs: list[dict], fault_epoch: int, base_epoch: int, ranks: int = 2) -> None:
@@ -129,14 +153,8 @@ def assert_straggler_found(epochs: list[dict], run: dict, fault_epoch: int, base
     the others waited for it inside their reduction; the critical path calls it imbalance."""
     epoch = epochs[fault_epoch - 1]
     assert (epoch["straggler_rank"], epoch["straggler_host"]) == (1, run["rank_hosts"][1])
-    assert_about(per_step_growth(epochs, 1, "compute_s", fault_epoch, base_epoch), DELAY_S)
     assert epoch["compute_spread"] > epochs[base_epoch - 1]["compute_spread"]
-    for rank in set(range(ranks)) - {1}:
-        assert_about(per_step_growth(epochs, rank, "comm_exposed_s", fault_epoch, base_epoch), DELAY_S)
-        assert_not_grown(per_step_growth(epochs, rank, "compute_s", fault_epoch, base_epoch), DELAY_S)
-    assert step_split.critical_path(epoch)["critical_rank"] == 1
-    assert_about(path_growth(epochs, "imbalance_s", fault_epoch, base_epoch), DELAY_S)
-    assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), DELAY_S)
+    assert_others_waited_for_rank_1(epochs, fault_epoch, base_epoch, ranks)
     assert_not_grown(path_growth(epochs, "compute_typical_s", fault_epoch, base_epoch), DELAY_S)
 
 
@@ -325,34 +343,42 @@ def stalled_cell(settings: dict, data: Path, out: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def checkpoint_tensors(out: Path, framework: str) -> dict[str, np.ndarray]:
-    """The model's and optimizer's state in a cell's checkpoint (not the loop's records, which hold timings)."""
+def checkpoint_tensors(outs: list[Path], framework: str) -> list[dict[str, np.ndarray]]:
+    """The model's and optimizer's state in each cell's checkpoint (not the loop's records, which hold
+    timings), read in one process of the framework (its import is most of the cost)."""
     code = (
-        "import sys, torch, numpy; state = torch.load(sys.argv[1], weights_only=False); "
-        "flat = {f'model.{k}': v for k, v in state['model'].items()}; "
-        "flat.update({f'optimizer.{i}.{k}': v for i, s in state['optimizer']['state'].items() for k, v in s.items()}); "
-        "numpy.savez(sys.argv[2], **{k: v.numpy() for k, v in flat.items() if torch.is_tensor(v)})"
+        "import sys, torch, numpy\nfor source, target in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+        "    state = torch.load(source, weights_only=False)\n"
+        "    flat = {f'model.{k}': v for k, v in state['model'].items()}\n"
+        "    flat.update({f'optimizer.{i}.{k}': v for i, s in state['optimizer']['state'].items() for k, v in s.items()})\n"
+        "    numpy.savez(target, **{k: v.numpy() for k, v in flat.items() if torch.is_tensor(v)})"
         if framework == "torch"
-        else "import sys, numpy, tensorflow as tf; r = tf.train.load_checkpoint(sys.argv[1]); "
-        "numpy.savez(sys.argv[2], **{k: r.get_tensor(k) for k in r.get_variable_to_shape_map() if 'meta' not in k})"
+        else "import sys, numpy, tensorflow as tf\nfor source, target in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+        "    r = tf.train.load_checkpoint(source)\n"
+        "    numpy.savez(target, **{k: r.get_tensor(k) for k in r.get_variable_to_shape_map() if 'meta' not in k})"
     )
-    source = out / "checkpoint.pt" if framework == "torch" else out / "checkpoint" / "ckpt-2"
-    target = out / "tensors.npz"
-    subprocess.run([sys.executable, "-c", code, str(source), str(target)], check=True, capture_output=True)
-    with np.load(target) as tensors:
-        return {key: tensors[key] for key in tensors.files}
+    paths = [
+        (out / "checkpoint.pt" if framework == "torch" else out / "checkpoint" / "ckpt-2", out / "tensors.npz")
+        for out in outs
+    ]
+    arguments = [str(path) for pair in paths for path in pair]
+    subprocess.run([sys.executable, "-c", code, *arguments], check=True, capture_output=True)
+    found = []
+    for _, target in paths:
+        with np.load(target) as tensors:
+            found.append({key: tensors[key] for key in tensors.files})
+    return found
 
 
 @pytest.mark.parametrize(("framework", "backend"), [("torch", "native"), ("torch", "fsdp"), ("tensorflow", "native")])
 def test_measuring_the_split_changes_nothing_that_is_trained(framework, backend, prepared_data, tmp_path):
-    cells = {}
-    for split in (True, False):
-        settings = cell_settings(framework, backend, 2, epochs=3, eval_every=1, step_split=split)
-        out = tmp_path / f"split-{split}"
-        stalled_cell(settings, prepared_data, out)
-        epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-        cells[split] = (epochs, checkpoint_tensors(out, framework))
-    (measured, tensors), (unmeasured, reference) = cells[True], cells[False]
+    outs = [tmp_path / f"split-{split}" for split in (True, False)]
+    for split, out in zip((True, False), outs):
+        stalled_cell(cell_settings(framework, backend, 2, epochs=3, eval_every=1, step_split=split), prepared_data, out)
+    measured, unmeasured = (
+        [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] for out in outs
+    )
+    tensors, reference = checkpoint_tensors(outs, framework)
     assert [e["epoch"] for e in measured] == [1, 2] == [e["epoch"] for e in unmeasured]
     assert [(e["loss"], e["val_loss"], e["val_iou"]) for e in measured] == [
         (e["loss"], e["val_loss"], e["val_iou"]) for e in unmeasured

@@ -1,0 +1,46 @@
+"""Cells trained once per test run and read by every test that asks for the same settings.
+
+A cell is named by a hash of its settings, so two tests share a cell only where they would have
+trained exactly the same one (same framework, backend, ranks and training section): the tests that
+compare two modes (test_data_placement, test_compiled_steps) and the tests that read what any cell
+of those settings records (test_collectives, test_observed_steps) train it once between them. Each
+test still asserts on its own, and alone (`pytest path::name`) it trains the cell itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from conftest import cell_settings, launch_cell, made_once
+
+# the collective benchmark of the multi-rank cells that test_collectives reads: a short one, with room
+# for FSDP's three operations at the gradient's size
+COLLECTIVES = {"budget_s": 1.5, "max_bytes": 2**20, "iterations": 3, "warmup": 1}
+# a rate that changes between epochs (test_observed_steps), for every one-rank PyTorch cell here
+SCHEDULE = {"epochs": 2, "decay_every": 1, "decay_factor": 0.5}
+
+
+def placed(framework: str, backend: str, gpus: int, placement: str, **training: object) -> dict:
+    """A cell of test_data_placement: two epochs, validation after each, the samples at `placement`
+    (with `training`'s other keys: test_compiled_steps' compiled TensorFlow cells)."""
+    loader = {"workers": 0, "placement": placement}
+    return cell_settings(
+        framework, backend, gpus, epochs=2, eval_every=1, loader=loader, collectives=COLLECTIVES, **training
+    )
+
+
+def trained_once(tmp_path_factory: pytest.TempPathFactory, settings: dict, data: Path, timeout: float = 600) -> Path:
+    """The folder of the cell of `settings`, trained on `data` as the train rule runs it, once per run."""
+    text = json.dumps({"settings": settings, "data": str(data)}, sort_keys=True)
+    cell, digest = settings["cell"], hashlib.sha256(text.encode()).hexdigest()[:12]
+    name = f"cell-{cell['framework']}-{cell['backend']}-g{cell['gpus']}-{digest}"
+
+    def make(folder: Path) -> None:
+        (folder / "settings.json").write_text(text)
+        result = launch_cell(settings, data, folder / "out", timeout=timeout)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return made_once(tmp_path_factory, name, make) / "out"
