@@ -244,6 +244,8 @@ def slurm_snakemake(
         "5",
         *args,
     )
+    # the plugin's status checks at a steady 2 s, not 10 s longer after each (snakemake_steady_checks.py)
+    command[:1] = [sys.executable, str(Path(__file__).with_name("snakemake_steady_checks.py"))]
     # sbatch exports this environment to the jobs, and srun to the ranks
     full_env = {**tool_env(), **partition_variables(cluster), "SLURM_CONF": str(cluster.conf), **(env or {})}
     full_env.pop("SCALEBENCH_EXECUTOR", None)

@@ -42,6 +42,7 @@ def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_pat
     are SLURM jobs; the rest of the matrix is left out, and the report says which and why."""
     pairs = implemented_backends(("fsdp", "dp", "mirrored"))
     config = cluster_config(frameworks=sorted({f for f, _ in pairs}), backends=sorted({b for _, b in pairs}))
+    config["training"]["epochs"] = 2  # nothing here counts epochs: a first and a steady one
     cells = sb_config.cells(sb_config.validate(config, single_node_schema()))
     result = run_slurm_snakemake(single_node, with_data(tmp_path, data), config, INCOMPLETE, timeout=1200)
     assert result.returncode == 0, describe(result, tmp_path)
