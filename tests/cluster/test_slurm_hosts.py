@@ -1,10 +1,9 @@
 """Slow nodes on a real SLURM cluster (three nodes of the test cluster): a study of 2-rank cells, one
 rank on each of two nodes, with one node made slow (SCALEBENCH_FAULT=slow_host) names that node with
 the injected delay inside its interval, and prints a command that reruns its cells without it
-(dry-run here, on the third node); the same study without the fault names no node. Each of those
-two tests has the machine to itself (alone): other tests' ranks on the same cores would make a node
-look slow. An exclusion SLURM does not know is refused before any job (a dry run: it shares the
-machine)."""
+(dry-run here, on the third node); the same study without the fault names no node. An exclusion
+SLURM does not know is refused before any job. Each test has the machine to itself (alone): other
+tests' ranks on the same cores would make a node look slow."""
 
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ from .conftest import (
     with_data,
 )
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.alone]
 
 DELAY_S = 0.1  # seconds more per step on the slow node (the second), every step of every epoch
 SEEDS = (1, 2, 3)
@@ -77,7 +76,6 @@ def injected_ratio(workdir, slow: str) -> float:
     return math.exp(sum(ratios) / len(ratios))
 
 
-@pytest.mark.alone
 def test_a_slow_node_is_named_with_its_delay_inside_the_interval_and_its_rerun_command_works(
     three_nodes, tmp_path, data
 ):
@@ -121,12 +119,13 @@ def test_a_slow_node_is_named_with_its_delay_inside_the_interval_and_its_rerun_c
     )
 
 
-@pytest.mark.alone
-def test_without_the_fault_no_node_is_named(three_nodes, tmp_path, data):
+def test_without_the_fault_no_node_is_named_and_an_unknown_exclusion_is_refused_before_any_job(
+    three_nodes, tmp_path, data
+):
     with_data(tmp_path, data)
     result = run_slurm_snakemake(three_nodes, tmp_path, study_config(), HOSTS_TABLE, *ONE_AT_A_TIME, timeout=1200)
     assert result.returncode == 0, describe(result, tmp_path)
-    first, second, _ = three_nodes.nodes
+    first, second, third = three_nodes.nodes
     hosts = table(tmp_path, "hosts")
     assert {row["host"] for row in hosts} == {first, second}
     assert not [row for row in hosts if row["slow_node"] == "True"], hosts
@@ -134,17 +133,9 @@ def test_without_the_fault_no_node_is_named(three_nodes, tmp_path, data):
     compute = [row["verdict"] for row in hosts if row["measure"] == "compute"]
     assert compute == ["no different", "no different"], hosts
 
-
-@pytest.fixture
-def three_nodes_shared(request):  # no data: the dry run is refused before it would read any
-    yield from nodes_for(request, 3)
-
-
-def test_an_unknown_exclusion_is_refused_before_any_job(three_nodes_shared, tmp_path):
-    first, second, third = three_nodes_shared.nodes
     config = study_config()
     config["cluster"]["exclude"] = [hostlist([second, third]), "sbnode9"]
-    refused = run_slurm_snakemake(three_nodes_shared, tmp_path, config, "-n", timeout=300)
+    refused = run_slurm_snakemake(three_nodes, tmp_path / "refused", config, "-n", timeout=300)
     assert refused.returncode != 0
     said = refused.stdout + refused.stderr
     assert (
