@@ -244,6 +244,8 @@ def slurm_snakemake(
         "5",
         *args,
     )
+    # the plugin's status checks at a steady 2 s, not 10 s longer after each (snakemake_steady_checks.py)
+    command[:1] = [sys.executable, str(Path(__file__).with_name("snakemake_steady_checks.py"))]
     # sbatch exports this environment to the jobs, and srun to the ranks
     full_env = {**tool_env(), **partition_variables(cluster), "SLURM_CONF": str(cluster.conf), **(env or {})}
     full_env.pop("SCALEBENCH_EXECUTOR", None)
@@ -276,19 +278,25 @@ def slurm_jobs(workdir: Path) -> dict[str, list[str]]:
     return {key: sorted(ids, key=int) for key, ids in jobs.items()}
 
 
-def cluster_data(slurm: SlurmCluster, tmp_path_factory, count: int = 40) -> Path:
-    """cluster_config()'s prepared dataset (of `count` synthetic pairs), made once per test run by the
-    local executor: for tests about the train jobs, which copy it into their study (with_data)
-    instead of running the data jobs on SLURM."""
+def cluster_data(
+    slurm: SlurmCluster, tmp_path_factory, count: int = 40, image_size: tuple[int, int] | None = None
+) -> Path:
+    """cluster_config()'s prepared dataset (of `count` synthetic pairs, at `image_size` where given),
+    made once per test run by the local executor: for tests about the train jobs, which copy it into
+    their study (with_data) instead of running the data jobs on SLURM (two jobs, each two Snakemake
+    starts; test_slurm_every_backend.py runs them on SLURM)."""
 
     def make(folder: Path) -> None:
         config = cluster_config()
         config["dataset"]["synthetic"]["count"] = count
+        if image_size:
+            config["dataset"]["image_size"] = list(image_size)
         result = run_snakemake(folder, config, "--cores", "2", "prepared_data", timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
 
+    name = f"prepared-{count}" + (f"-{image_size[0]}x{image_size[1]}" if image_size else "")
     with quiet(slurm.root, alone=False):  # it computes: not while a test that must be alone runs
-        return made_once(tmp_path_factory, f"prepared-{count}", make) / "results" / "data"
+        return made_once(tmp_path_factory, name, make) / "results" / "data"
 
 
 def with_data(workdir: Path, data: Path) -> Path:

@@ -245,7 +245,9 @@ class SlurmCluster:
             "OverTimeLimit=0",
             "InactiveLimit=0",
             "SlurmctldTimeout=30",
-            "SlurmdTimeout=60",
+            # a node whose slurmd stops answering is DOWN after this (slurmctld pings every third of it):
+            # the lost-node test waits for that; a live slurmd answers a ping within a second, even here
+            "SlurmdTimeout=30",
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
         ]

@@ -44,6 +44,7 @@ def every_backend_study(slurm, tmp_path_factory) -> Study:
     config = cluster_config(
         frameworks=sorted({f for f, _ in PER_RANK}), backends=sorted({b for _, b in PER_RANK}), ranks_per_node=1
     )
+    config["training"]["epochs"] = 2  # a steady epoch after the first, as the report's tables need (tiny_study_config)
 
     def make(folder: Path) -> None:
         with partition(slurm, 2, "every backend's study") as nodes:

@@ -42,6 +42,7 @@ def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_pat
     are SLURM jobs; the rest of the matrix is left out, and the report says which and why."""
     pairs = implemented_backends(("fsdp", "dp", "mirrored"))
     config = cluster_config(frameworks=sorted({f for f, _ in pairs}), backends=sorted({b for _, b in pairs}))
+    config["training"]["epochs"] = 2  # nothing here counts epochs: a first and a steady one
     cells = sb_config.cells(sb_config.validate(config, single_node_schema()))
     result = run_slurm_snakemake(single_node, with_data(tmp_path, data), config, INCOMPLETE, timeout=1200)
     assert result.returncode == 0, describe(result, tmp_path)
@@ -103,7 +104,9 @@ def test_two_cells_on_one_node_at_once_use_different_ports_and_cores(single_node
     assert len(ports) == 2, ports
 
 
-def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(single_node, tmp_path):
+def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(
+    slurm, single_node, tmp_path, tmp_path_factory
+):
     """matrix.seeds {initial: 2, max: 3}: two backends of the same speed whose odd seeds are slower (the
     fault hooks' sleeps: tests/integration/test_seed_rounds.py) leave their comparison open after the
     first seeds; the round adds seed 3 of both, each a SLURM job with the priority of the order
@@ -112,6 +115,7 @@ def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(si
     config["matrix"]["seeds"] = {"initial": 2, "max": 3}
     config["dataset"]["image_size"] = [16, 16]
     config["training"].update(epochs=4, steps_per_epoch=2)
+    with_data(tmp_path, cluster_data(slurm, tmp_path_factory, image_size=(16, 16)))
     faults = ("slow_cell:*/g1/*:1.0", "slow_cell:*/s1:0.2", "slow_cell:*/s3:0.2")
     answer = ("results/summary/answer.json", "results/report/landing.rst")
     result = run_slurm_snakemake(single_node, tmp_path, config, *answer, env={"SCALEBENCH_FAULT": ",".join(faults)})

@@ -1,6 +1,6 @@
-"""The workflow on two nodes of a real SLURM cluster (two slurmd on this host). Each study starts from
-the run's prepared dataset and builds only its cell (every backend across two nodes:
-test_slurm_every_backend.py)."""
+"""The workflow on two nodes of a real SLURM cluster (two slurmd on this host), and a cell's time-out
+(on one node). Each study starts from the run's prepared dataset and builds only its cell (every
+backend across two nodes: test_slurm_every_backend.py)."""
 
 from __future__ import annotations
 
@@ -20,15 +20,16 @@ def data(slurm, tmp_path_factory):
     return cluster_data(slurm, tmp_path_factory)
 
 
-def test_cell_over_its_time_limit_is_retried_longer_and_resumes(two_nodes, tmp_path, data):
+def test_cell_over_its_time_limit_is_retried_longer_and_resumes(single_node, tmp_path, data):
+    # a 1-rank cell: one node is all it uses (a second would only keep another test waiting for nodes)
     # The first attempt stalls at epoch 3 (a test hook; only a run that did not resume stalls), so it
     # is killed at its 1-minute limit however fast the machine is; each retry doubles the limit and
     # resumes from the checkpoint of epoch 2, so the cell finishes however loaded the machine is.
     config = cluster_config(gpus=(1,), time={"base_min": 0, "per_epoch_min": 0, "floor_min": 1, "retry_factor": 2})
-    config["training"].update(epochs=6, checkpoint_every=1)
+    config["training"].update(epochs=4, checkpoint_every=1)  # the retry trains epochs 3 and 4: it resumed
     with_data(tmp_path, data)
     result = run_slurm_snakemake(
-        two_nodes,
+        single_node,
         tmp_path,
         config,
         f"{CELL}/run.json",
