@@ -33,8 +33,9 @@ echo "== pytest"
 if [[ $# -gt 0 ]]; then
     exec python -m pytest "$@"
 fi
-# The slowest tests are listed at the end of each part, so the suite's growth is visible in every
-# CI log. The SLURM cluster tests run after the others: one SLURM test cluster per run, each test on
+# The slowest tests are listed at the end of each part, and the 25 that used the most CPU (their
+# subprocesses' included: tests/cpu_time.py), so the suite's growth is visible in every CI log: on
+# two busy cores a test's wall time depends on its neighbours, its CPU time does not. The SLURM cluster tests run after the others: one SLURM test cluster per run, each test on
 # nodes of its own, several tests at once (tests/cluster/conftest.py); those marked alone compare
 # nodes by speed, so they run first, one at a time, with the machine to themselves. One cluster per
 # host at a time (the host's munge socket and /run/slurm): the host-wide lock waits for another's.

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = REPO / "workflow" / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
+import cpu_time  # noqa: E402
 from scalebench import config as sb_config  # noqa: E402
 from scalebench.data import pairing, preprocess, synthetic  # noqa: E402
 from scalebench.launch import launcher as sb_launch  # noqa: E402
@@ -29,6 +30,10 @@ BIN = Path(sys.executable).parent
 
 
 TIERS = ("unit", "integration", "cluster", "gpu")  # the folders under tests/, each its own marker
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(cpu_time, "scalebench-cpu-time")  # each test's CPU time (tests/cpu_time.py)
 
 
 @pytest.hookimpl(tryfirst=True)
