@@ -6,7 +6,7 @@
 #                                  # no training, no workflow run, no cluster; about a minute
 #   ./run_tests.sh -m "not cluster" tests/integration   # a subset: pytest's own arguments
 # SCALEBENCH_TEST_WORKERS sets pytest-xdist's worker count (default 2; 0 runs in this process);
-# SCALEBENCH_CLUSTER_WORKERS the cluster tests' (default 3: they wait for SLURM much of the time).
+# SCALEBENCH_CLUSTER_WORKERS the cluster tests' (default 4: they wait for SLURM much of the time).
 set -euo pipefail
 cd "$(dirname "$0")"
 BIN=.venv/bin
@@ -48,6 +48,8 @@ echo "== pytest: the SLURM cluster tests"
 exec 9>/tmp/scalebench-slurm.lock
 flock 9
 python -m pytest tests/cluster -m "cluster and alone" --durations=25 || status=$?
-python -m pytest tests/cluster -m "cluster and not alone" -n "${SCALEBENCH_CLUSTER_WORKERS:-3}" --dist worksteal \
+# The shared part hands out its tests in order, longest first (tests/cluster/conftest.py): stealing
+# would split the two tests of one study over two workers, one of them idle while the other makes it.
+python -m pytest tests/cluster -m "cluster and not alone" -n "${SCALEBENCH_CLUSTER_WORKERS:-4}" --dist load \
     --durations=25 || status=$?
 exit $status

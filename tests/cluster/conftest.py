@@ -41,8 +41,20 @@ from . import slurm_cluster
 from .slurm_cluster import ClusterError, Partition, SlurmCluster
 
 CPUS_PER_NODE = 4  # the machine has 2 cores; slurmd is told 4 (config_overrides) so two 2-rank cells fit one node
-# Room for the tests that run at once: three of two nodes (the cluster tier's workers, run_tests.sh).
-NODES = [f"sbnode{i}" for i in range(1, 7)]
+# Room for the tests that run at once: four of two nodes (the cluster tier's four workers, run_tests.sh).
+NODES = [f"sbnode{i}" for i in range(1, 9)]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The cluster tests that wait longest for SLURM (marked waits(seconds)) first, the longest first,
+    the others after them in their order: the tier's workers (run_tests.sh: `--dist load`) take
+    tests in this order, two at a time, so a long test does not start last while the others idle,
+    and the two tests of one made_once study (same seconds) go to one worker, where the second
+    reads what the first made instead of holding a worker of its own while it waits."""
+    places = [i for i, item in enumerate(items) if item.get_closest_marker("cluster") is not None]
+    waits = lambda item: -(item.get_closest_marker("waits").args[0] if item.get_closest_marker("waits") else 0)  # noqa: E731
+    for place, item in zip(places, sorted((items[i] for i in places), key=waits), strict=True):
+        items[place] = item
 
 
 def fail_or_skip(message: str) -> None:

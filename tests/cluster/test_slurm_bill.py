@@ -50,6 +50,7 @@ def asked(cluster, job: str) -> dict[str, str]:
     return dict(re.findall(r"(\S+?)=(\S*)", shown.stdout))
 
 
+@pytest.mark.waits(80)
 def test_a_held_cell_waits_in_one_cpu_and_the_cells_after_ask_limits_from_what_was_measured(
     single_node, tmp_path, data
 ):

@@ -58,6 +58,7 @@ def every_backend_study(slurm, tmp_path_factory) -> Study:
     return Study(folder, json.loads((folder / "nodes.json").read_text()), slurm.root)
 
 
+@pytest.mark.waits(220)
 def test_demo_matrix_runs_as_slurm_jobs_to_the_report(every_backend_study):
     study = every_backend_study.folder
     # data preparation and every cell ran as SLURM jobs; the analysis rules are local rules
@@ -86,6 +87,7 @@ def slurm_rules(study: Path) -> list[str]:
     return sorted(path.name.removeprefix("rule_") for path in (study / ".snakemake" / "slurm_logs").glob("rule_*"))
 
 
+@pytest.mark.waits(220)
 def test_two_rank_cell_of_each_backend_puts_one_rank_on_each_node(every_backend_study):
     study, nodes = every_backend_study.folder, every_backend_study.nodes
     for framework, backend in PER_RANK:

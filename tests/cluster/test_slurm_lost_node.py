@@ -53,6 +53,7 @@ def job_state(cluster, job: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.waits(80)
 def test_a_cell_that_loses_a_node_fails_fast_resumes_from_its_checkpoint_and_the_other_cell_is_untouched(
     two_nodes, tmp_path, data
 ):

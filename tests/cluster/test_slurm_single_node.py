@@ -36,6 +36,7 @@ def data(slurm, tmp_path_factory):
     return cluster_data(slurm, tmp_path_factory)
 
 
+@pytest.mark.waits(70)
 def test_sharded_and_one_process_backends_run_as_slurm_jobs(single_node, tmp_path, data):
     """fsdp, dp and mirrored on the CPU cluster (gpus_per_node 0, 2 ranks per node): the cells each can
     run there (fsdp from 2 ranks, dp on 1 device, mirrored on a node's 2 ranks as logical CPU devices)
@@ -104,6 +105,7 @@ def test_two_cells_on_one_node_at_once_use_different_ports_and_cores(single_node
     assert len(ports) == 2, ports
 
 
+@pytest.mark.waits(140)
 def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(
     slurm, single_node, tmp_path, tmp_path_factory
 ):

@@ -182,6 +182,7 @@ def file_digests(folder, dates: bool = True) -> dict[str, tuple]:
     }
 
 
+@pytest.mark.waits(140)
 def test_a_full_disk_ends_the_cell_naming_the_file_and_leaves_other_cells_and_the_last_checkpoint(
     single_node, tmp_path, data
 ):

@@ -20,6 +20,7 @@ def data(slurm, tmp_path_factory):
     return cluster_data(slurm, tmp_path_factory)
 
 
+@pytest.mark.waits(100)
 def test_cell_over_its_time_limit_is_retried_longer_and_resumes(single_node, tmp_path, data):
     # a 1-rank cell: one node is all it uses (a second would only keep another test waiting for nodes)
     # The first attempt stalls at epoch 3 (a test hook; only a run that did not resume stalls), so it
@@ -51,6 +52,7 @@ def test_cell_over_its_time_limit_is_retried_longer_and_resumes(single_node, tmp
     assert "runtime=1," in output and "runtime=2," in output, output[-3000:]
 
 
+@pytest.mark.waits(60)
 def test_tensorflow_workers_use_the_chosen_interface_and_slurm_s_unaccounted_figures_stay_empty(
     two_nodes, tmp_path, data
 ):
