@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -484,22 +485,39 @@ def train_in_process(framework_name: str, backend: str, data: Path, out: Path, *
 FRESH = "SCALEBENCH_TEST_FRESH_PROCESS"
 
 
-def in_fresh_process(request, tmp_path) -> bool:
-    """Run this test again in a process of its own, and say so (the caller then returns).
+def in_fresh_process(request: pytest.FixtureRequest, tmp_path_factory, keyword: str = "") -> bool:
+    """Run this test again in a pytest process of its own, and say so (the caller then returns): its
+    outcome there is this test's.
 
     TensorFlow fixes its threads and devices at its first operation, and a rank sets them
     (runtime.configure) as it starts; another test of this session may have run TensorFlow first.
+    With `keyword`, the tests of this test's module that pytest's `-k keyword` selects share one such
+    process, made once per run (made_once): they need the same TensorFlow, and a cold import costs
+    seconds. Alone (`pytest path::name`) a test still runs its process itself.
     """
     if os.environ.get(FRESH) == "1":
         return False
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'inner'}"]
-    result = subprocess.run(
-        [*command, request.node.nodeid],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=tool_env(**{FRESH: "1"}),
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    selection = ["-k", keyword, str(request.node.path)] if keyword else [request.node.nodeid]
+    group = f"{request.node.path.stem}-{keyword}" if keyword else request.node.nodeid
+
+    def make(folder: Path) -> None:
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={folder / 'inner'}"]
+        command += [f"--junitxml={folder / 'results.xml'}", *selection]
+        done = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=600, env=tool_env(**{FRESH: "1"})
+        )
+        (folder / "output.txt").write_text(done.stdout + done.stderr)
+
+    folder = made_once(tmp_path_factory, "fresh-" + re.sub(r"[^\w.-]+", "_", group), make)
+    output = (folder / "output.txt").read_text()
+    results = folder / "results.xml"
+    assert results.exists(), output[-3000:]
+    cases = [case for case in ElementTree.parse(results).iter("testcase") if case.get("name") == request.node.name]
+    assert cases, f"{request.node.name} did not run in its own process:\n{output[-3000:]}"
+    for outcome in ("failure", "error"):
+        found = cases[0].find(outcome)
+        assert found is None, f"{found.get('message')}\n{(found.text or '')[-3000:]}"
+    skipped = cases[0].find("skipped")
+    if skipped is not None:
+        pytest.skip(skipped.get("message", "skipped in its own process"))
     return True

@@ -4,48 +4,12 @@ their mean gradient with the real Horovod backend, one rank through the real loo
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import xml.etree.ElementTree as ElementTree
-from pathlib import Path
-
 import numpy as np
 import pytest
-from conftest import FRESH, REPO, made_once, tool_env, train_in_process
+from conftest import in_fresh_process, train_in_process
 from scalebench.train.accumulation import optimizer_steps
 
 pytestmark = pytest.mark.integration
-
-
-def ran_in_tensorflows_process(request, tmp_path_factory) -> bool:
-    """Run this module's TensorFlow tests together in one process of their own, once per test run,
-    and say whether this test ran there (the caller then returns); its outcome is this test's.
-
-    TensorFlow fixes its threads and devices at its first operation, and a rank sets them
-    (runtime.configure) as it starts; another test of this session may have run TensorFlow first.
-    One process for both tests: a cold TensorFlow import costs seconds."""
-    if os.environ.get(FRESH) == "1":
-        return False
-
-    def make(folder: Path) -> None:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={folder / 'inner'}"]
-        command += [f"--junitxml={folder / 'results.xml'}", "-k", "tensorflow", str(request.node.path)]
-        done = subprocess.run(
-            command, cwd=REPO, capture_output=True, text=True, timeout=600, env=tool_env(**{FRESH: "1"})
-        )
-        (folder / "output.txt").write_text(done.stdout + done.stderr)
-
-    folder = made_once(tmp_path_factory, "accumulation-steps-in-tensorflow", make)
-    output = (folder / "output.txt").read_text()
-    results = folder / "results.xml"
-    assert results.exists(), output[-3000:]
-    cases = [case for case in ElementTree.parse(results).iter("testcase") if case.get("name") == request.node.name]
-    assert cases, f"{request.node.name} did not run in TensorFlow's process:\n{output[-3000:]}"
-    for outcome in ("failure", "error"):
-        found = cases[0].find(outcome)
-        assert found is None, f"{found.get('message')}\n{(found.text or '')[-3000:]}"
-    return True
 
 
 def train_one_epoch(framework_name: str, data, out, batch: int, passes: int):
@@ -79,7 +43,7 @@ def weights_and_steps(loop, framework: str) -> tuple[list[np.ndarray], int]:
 def test_two_accumulated_batches_step_like_one_batch_of_both(
     framework_name, prepared_data, tmp_path, tmp_path_factory, request
 ):
-    if framework_name == "tensorflow" and ran_in_tensorflows_process(request, tmp_path_factory):
+    if framework_name == "tensorflow" and in_fresh_process(request, tmp_path_factory, "tensorflow"):
         return
     # 28 training pairs: 14 batches of 2 in 7 steps of 2 against 7 batches of 4, the same pairs in
     # the same order; each step's mean gradient is the same, so the same Adam steps follow
@@ -100,7 +64,7 @@ def test_two_accumulated_batches_step_like_one_batch_of_both(
 def test_an_epoch_not_a_multiple_of_the_passes_steps_on_its_remainder(
     framework_name, prepared_data, tmp_path, tmp_path_factory, request
 ):
-    if framework_name == "tensorflow" and ran_in_tensorflows_process(request, tmp_path_factory):
+    if framework_name == "tensorflow" and in_fresh_process(request, tmp_path_factory, "tensorflow"):
         return
     loop = train_one_epoch(framework_name, prepared_data, tmp_path / "cell", batch=4, passes=3)
     _, steps = weights_and_steps(loop, framework_name)

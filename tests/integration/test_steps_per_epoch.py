@@ -27,8 +27,10 @@ def step_images(loop, framework: str, epoch: int) -> list[float]:
     return sums
 
 
-def test_both_frameworks_take_the_steps_and_see_the_same_samples_in_the_same_order(prepared_data, tmp_path, request):
-    if in_fresh_process(request, tmp_path):  # TensorFlow sets its threads at its first operation
+def test_both_frameworks_take_the_steps_and_see_the_same_samples_in_the_same_order(
+    prepared_data, tmp_path, tmp_path_factory, request
+):
+    if in_fresh_process(request, tmp_path_factory):  # TensorFlow sets its threads at its first operation
         return
     orders = {}
     for name in ("torch", "tensorflow"):

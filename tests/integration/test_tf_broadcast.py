@@ -11,8 +11,10 @@ from conftest import in_fresh_process
 pytestmark = pytest.mark.integration
 
 
-def test_a_broadcast_sets_every_replica_to_replica_0_and_is_traced_once_for_the_same_variables(request, tmp_path):
-    if in_fresh_process(request, tmp_path):  # TensorFlow fixes its devices at its first operation
+def test_a_broadcast_sets_every_replica_to_replica_0_and_is_traced_once_for_the_same_variables(
+    request, tmp_path_factory
+):
+    if in_fresh_process(request, tmp_path_factory):  # TensorFlow fixes its devices at its first operation
         return
     import tensorflow as tf
 
