@@ -30,7 +30,11 @@ from scalebench.timing import step_split
 
 pytestmark = pytest.mark.integration
 
-DELAY_S = 0.4  # per step: a late reduction, a straggler's compute
+# per step: a late reduction, a straggler's compute. Each part is measured as its growth against an
+# epoch without the delay, and on a loaded 2-core machine that epoch's compute has moved by 0.17-0.26 s
+# per step (the clean-clone check of 2026-11-27 saw Horovod's rank 1 grow 0.23 s for a delay of 0.4):
+# the delay is three times that noise, so every bound below, a share of the delay, stands clear of it.
+DELAY_S = 0.8
 LOADER_S = 0.1  # per batch
 # 7 steps an epoch on each of 2 ranks (28 training pairs x 2 / 2 ranks / batch 4); no checkpoint between
 # epochs: rank 0 writing one while rank 1 starts the next epoch would hide a delay in that epoch's first step
@@ -91,8 +95,7 @@ def path_growth(epochs: list[dict], name: str, fault_epoch: int, base_epoch: int
 
 def assert_about(growth: float, delay: float, what: str = "the delay") -> None:
     """The split grew by about `delay`: not nothing, not double (a loaded 2-core machine has moved one
-    step's compute by 0.26 s against the epoch without the delay: the upper bound stays below twice
-    the delay with that margin)."""
+    step's compute by 0.26 s against the epoch without the delay: both bounds clear it, DELAY_S)."""
     assert 0.6 * delay <= growth <= 1.6 * delay + 0.05, f"grew {growth:.3f} s per step for {what} of {delay:.3f} s"
 
 
