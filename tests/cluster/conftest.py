@@ -51,9 +51,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     tests in this order, two at a time, so a long test does not start last while the others idle,
     and the two tests of one made_once study (same seconds) go to one worker, where the second
     reads what the first made instead of holding a worker of its own while it waits."""
+
+    def longest_first(item: pytest.Item) -> float:
+        marker = item.get_closest_marker("waits")
+        return -marker.args[0] if marker else 0
+
     places = [i for i, item in enumerate(items) if item.get_closest_marker("cluster") is not None]
-    waits = lambda item: -(item.get_closest_marker("waits").args[0] if item.get_closest_marker("waits") else 0)  # noqa: E731
-    for place, item in zip(places, sorted((items[i] for i in places), key=waits), strict=True):
+    for place, item in zip(places, sorted((items[i] for i in places), key=longest_first), strict=True):
         items[place] = item
 
 
