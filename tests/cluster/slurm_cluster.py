@@ -59,10 +59,17 @@ def install_packages() -> None:
             raise ClusterError(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_ports(count: int) -> list[int]:
+    """`count` different ports free now. Each is free only once its socket closes, so asked one at a time
+    the kernel may hand out one twice (a slurmd given the controller's port failed to start)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 @dataclass
@@ -212,7 +219,7 @@ class SlurmCluster:
         return decoded.returncode == 0
 
     def _write_config(self) -> None:
-        self.ctld_port = free_port()
+        self.ctld_port, *node_ports = free_ports(1 + len(self.nodes))
         host = socket.gethostname()
         lines = [
             "ClusterName=scalebench",
@@ -251,9 +258,9 @@ class SlurmCluster:
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
         ]
-        for node in self.nodes:
+        for node, port in zip(self.nodes, node_ports, strict=True):
             lines.append(
-                f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname={host} Port={free_port()} "
+                f"NodeName={node} NodeAddr=127.0.0.1 NodeHostname={host} Port={port} "
                 f"CPUs={self.cpus} RealMemory={self.mem_mb} State=UNKNOWN"
             )
         # inactive where each test has a partition of its own: a job that names none is refused, not run
@@ -342,11 +349,13 @@ class SlurmCluster:
         if self._pid("slurmctld") is not None:
             subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True, timeout=30, env=self.env())
             self._wait_gone_jobs(15)
-        for name in [f"slurmd.{node}" for node in self.nodes] + ["slurmctld", "munged"]:
-            pid = self._pid(name) if name != "munged" else self.pids.get(name)
-            self.pids.pop(name, None)
-            if pid is not None:
-                self._terminate(pid)
+        # every slurmd at once (each takes about 2 s to go: one at a time, eight of them were 16 of the
+        # run's last seconds), then the controller they report to, then munge that both authenticate with
+        for names in ([f"slurmd.{node}" for node in self.nodes], ["slurmctld"], ["munged"]):
+            pids = [self._pid(name) if name != "munged" else self.pids.get(name) for name in names]
+            for name in names:
+                self.pids.pop(name, None)
+            self._terminate([pid for pid in pids if pid is not None])
         # slurmd's configless mode links /run/slurm/conf to its cache in our folder
         if CLIENT_CONFIG_LINK.is_symlink() and str(self.root) in os.readlink(CLIENT_CONFIG_LINK):
             CLIENT_CONFIG_LINK.unlink()
@@ -361,22 +370,24 @@ class SlurmCluster:
             time.sleep(0.5)
 
     @staticmethod
-    def _terminate(pid: int, timeout_s: float = 15) -> None:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+    def _terminate(pids: list[int], timeout_s: float = 15) -> None:
+        """SIGTERM to each of `pids`, then SIGKILL to any still there after `timeout_s`."""
+        waiting = []
+        for pid in pids:
             try:
-                os.kill(pid, 0)
+                os.kill(pid, signal.SIGTERM)
+                waiting.append(pid)
             except ProcessLookupError:
-                return
-            time.sleep(0.2)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+                pass
+        deadline = time.monotonic() + timeout_s
+        while waiting and time.monotonic() < deadline:
+            time.sleep(0.1)
+            waiting = [pid for pid in waiting if _alive(pid)]
+        for pid in waiting:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _alive(pid: int) -> bool:
