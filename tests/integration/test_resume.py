@@ -11,7 +11,7 @@ of its workers in test_tf_training.py.
 The uninterrupted reference of each cell is the one test_data_placement trains anyway (its
 device cell, paired_cells.placed: two epochs with a checkpoint after each, as here), read once per
 test run (paired_cells.trained_once); the PyTorch DDP cell, which writes curves and never times out a
-collective, trains its own, which test_tensorboard.py reads too. Both attempts of the interrupted
+collective, trains its own, which test_tensorboard.py and test_steps_per_epoch.py read too. Both attempts of the interrupted
 cell run with the other framework unimportable, and test_framework_isolation.py reads the resumed
 cell: the isolation check costs no training of its own.
 """
@@ -44,8 +44,9 @@ pytestmark = pytest.mark.integration
 # that cannot load the checkpoint: a rank left waiting would hang the test past that limit instead
 # of failing it by timeout, so only the agreement check can end it.
 NEVER = {"collective_timeout_s": 3600}
-# the PyTorch DDP cell writes curves with validation each epoch: test_tensorboard.py reads its reference
-CURVES = {"tensorboard": True, "eval_every": 1, **NEVER}
+# the PyTorch DDP cell writes curves with validation each epoch (test_tensorboard.py reads its
+# reference), in ten steps per epoch, more than a pass over a rank's shard of 14 pairs (test_steps_per_epoch.py)
+CURVES = {"tensorboard": True, "eval_every": 1, "steps_per_epoch": 10, **NEVER}
 # (framework, backend, gpus, extra training settings): the smallest cell of each backend that
 # has several ranks or replicas where the CPU allows (dp drives one device without GPUs); extra
 # None: test_data_placement's device cell (paired_cells.placed), whose reference it trains anyway

@@ -32,9 +32,11 @@ pytestmark = pytest.mark.integration
 # Two compute threads per worker: what the mirrored backend's one process gives each of its two
 # replicas, so that its run and the MultiWorkerMirrored reference sum alike (oneDNN's CPU kernels
 # sum in an order that depends on the intra-op thread count: 1 against 2 threads moves the fourth
-# epoch's loss by percents) and one pair of reference runs serves every test of this module. The
-# curves with validation each epoch: test_tensorboard.py reads the first reference run's.
-LEARN = {"epochs": 4, "dataset_repeat": 4, "threads_per_rank": 2, "eval_every": 1, "tensorboard": True}
+# epoch's loss by percents) and one pair of reference runs serves every test of this module. Each
+# epoch 14 steps, four passes over a worker's shard of 14 pairs (long enough to interrupt between two
+# checkpoints), cycled in its seeded order: test_steps_per_epoch.py reads that two workers took them.
+# The curves with validation each epoch: test_tensorboard.py reads the first reference run's.
+LEARN = {"epochs": 4, "steps_per_epoch": 14, "threads_per_rank": 2, "eval_every": 1, "tensorboard": True}
 
 
 @functools.cache
@@ -57,7 +59,8 @@ def foreground_iou(data: Path) -> float:
 def multiworker_references(tmp_path_factory, data: Path) -> dict[str, Path]:
     """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
     test run for the tests that read them (the horovod and mirrored backends' reference, the
-    resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's), whichever xdist
+    resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's, test_steps_per_epoch.py's
+    steps), whichever xdist
     worker runs each (a module-scoped fixture would train them again in every worker)."""
     settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
 
