@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from conftest import in_fresh_process, read_records, train_in_process
 from scalebench.train.tf import data as tf_data
-from test_resume import CELLS, uninterrupted_run
-from test_tf_training import multiworker_references
+from test_tensorboard import two_rank_native_cell
 
 pytestmark = pytest.mark.integration
 
@@ -54,11 +53,7 @@ def test_both_frameworks_take_the_steps_and_see_the_same_samples_in_the_same_ord
 def test_two_ranks_take_as_many_steps_per_epoch_as_one(prepared_data, tmp_path_factory, framework):
     # two-rank cells trained anyway, once per run: test_resume.py's DDP reference (ten steps per epoch),
     # test_tf_training.py's MultiWorkerMirrored reference (14)
-    if framework == "torch":
-        out = uninterrupted_run(tmp_path_factory, prepared_data, CELLS[0])
-    else:
-        out = multiworker_references(tmp_path_factory, prepared_data)["a"]
-    epochs, final, run = read_records(out)
+    epochs, final, run = read_records(two_rank_native_cell(tmp_path_factory, prepared_data, framework))
     steps = run["training"]["steps_per_epoch"]
     assert (run["backend"], run["processes"]) == ("native", 2) and steps * BATCH > 14  # a rank's shard: 14 pairs
     # that many steps per replica (a pass would be three and a half): both replicas' images, and

@@ -8,6 +8,8 @@ uninterrupted reference, TensorFlow MultiWorkerMirrored's test_tf_training.py's 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import assert_curves_equal_records, read_records
 from test_resume import CELLS, uninterrupted_run
@@ -16,12 +18,17 @@ from test_tf_training import multiworker_references
 pytestmark = pytest.mark.integration
 
 
+def two_rank_native_cell(tmp_path_factory, data: Path, framework: str) -> Path:
+    """The folder of the framework's two-rank native cell with curves, validation and steps_per_epoch
+    that another test trains anyway, once per run (test_steps_per_epoch.py reads them too)."""
+    if framework == "torch":
+        return uninterrupted_run(tmp_path_factory, data, CELLS[0])
+    return multiworker_references(tmp_path_factory, data)["a"]
+
+
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_rank_0_of_a_two_rank_cell_writes_one_curve_per_record_field(prepared_data, tmp_path_factory, framework):
-    if framework == "torch":
-        out = uninterrupted_run(tmp_path_factory, prepared_data, CELLS[0])
-    else:
-        out = multiworker_references(tmp_path_factory, prepared_data)["a"]
+    out = two_rank_native_cell(tmp_path_factory, prepared_data, framework)
     epochs, final, run = read_records(out)
     training = run["training"]
     assert (run["backend"], run["gpus"], run["processes"]) == ("native", 2, 2)
