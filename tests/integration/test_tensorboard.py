@@ -32,7 +32,7 @@ def test_rank_0_of_a_two_rank_cell_writes_one_curve_per_record_field(prepared_da
     epochs, final, run = read_records(out)
     training = run["training"]
     assert (run["backend"], run["gpus"], run["processes"]) == ("native", 2, 2)
-    assert training["tensorboard"] is True and training["eval_every"] == 1
+    assert run["settings"]["training"]["tensorboard"] is True and training["eval_every"] == 1
     assert final["status"] == "ok" and [e["epoch"] for e in epochs] == list(range(1, training["epochs"] + 1))
     event_files = list((out / "tensorboard").iterdir())
     # one file: the earlier run's, which the cell was trained over (a retrained cell starts fresh), is gone
