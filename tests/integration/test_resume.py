@@ -6,7 +6,7 @@ stops for good at the start of its last epoch (SCALEBENCH_FAULT=stall), after th
 before it, and is interrupted as SLURM does at a time limit (SIGTERM to the launcher, which passes
 it on to the ranks), so it cannot finish first however fast the machine is. FSDP's resume (whole
 tensors in its checkpoint) is in test_torch_backends.py, MultiWorkerMirrored's after a hard kill
-of its workers in test_tf_training.py.
+of one worker (the other failing on its own) in test_tf_training.py.
 
 The uninterrupted reference of each cell is the one test_data_placement trains anyway (its
 device cell, paired_cells.placed: two epochs with a checkpoint after each, as here), read once per
