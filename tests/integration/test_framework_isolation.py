@@ -1,7 +1,8 @@
 """A rank of one framework never imports the other: each cell trains with the other one unimportable.
 
-The cells launched as the train rule launches them are test_resume.py's uninterrupted references,
-trained once per test run with the other framework blocked, for every backend that test resumes.
+The cells launched as the train rule launches them are test_resume.py's interrupted cells, both
+attempts (the first from the start to its checkpoint, the resumed one to the end) with the other
+framework blocked, trained once per test run for every backend that test resumes.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import subprocess
 
 import pytest
 from conftest import cell_settings, rank_command, read_records, tool_env
-from test_resume import CELL_IDS, CELLS, blocked_path, uninterrupted_run
+from test_resume import CELL_IDS, CELLS, blocked_path, resumed_run
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +21,9 @@ def test_cell_trains_with_the_other_framework_unimportable(
     prepared_data, tmp_path_factory, framework, backend, gpus, extra
 ):
     # torchrun and horovodrun import neither framework's training code; the ranks inherit PYTHONPATH
-    out = uninterrupted_run(tmp_path_factory, prepared_data, framework, backend, gpus, extra)
-    assert "is blocked for this test" not in (out.parent / "launch.txt").read_text()
+    out = resumed_run(tmp_path_factory, prepared_data, (framework, backend, gpus, extra))
+    for attempt in ("first-attempt.txt", "launch.txt"):
+        assert "is blocked for this test" not in (out.parent / attempt).read_text(), attempt
     _, final, run = read_records(out)
     assert final["status"] == "ok" and run["status"] == "ok"
 

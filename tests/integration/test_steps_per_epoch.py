@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import cell_settings, in_fresh_process, launch_cell, read_records, train_in_process
+from conftest import in_fresh_process, read_records, train_in_process
 from scalebench.train.tf import data as tf_data
+from test_tensorboard import two_rank_native_cell
 
 pytestmark = pytest.mark.integration
 
@@ -49,12 +50,15 @@ def test_both_frameworks_take_the_steps_and_see_the_same_samples_in_the_same_ord
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
-def test_two_ranks_take_as_many_steps_per_epoch_as_one(prepared_data, tmp_path, framework):
-    settings = cell_settings(framework, "native", 2, epochs=1, steps_per_epoch=STEPS, eval_every=1, predictions=0)
-    result = launch_cell(settings, prepared_data, tmp_path)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    epochs, final, _ = read_records(tmp_path)
-    # ten steps per replica (a pass would be three): both replicas' images, and evaluation as always
-    assert epochs[0]["optimizer_steps"] == STEPS and epochs[0]["steps"] == 2 * STEPS
-    assert epochs[0]["images"] == 2 * STEPS * BATCH
-    assert epochs[0]["val_iou"] is not None and final["status"] == "ok"
+def test_two_ranks_take_as_many_steps_per_epoch_as_one(prepared_data, tmp_path_factory, framework):
+    # two-rank cells trained anyway, once per run: test_resume.py's DDP reference (ten steps per epoch),
+    # test_tf_training.py's MultiWorkerMirrored reference (14)
+    epochs, final, run = read_records(two_rank_native_cell(tmp_path_factory, prepared_data, framework))
+    steps = run["training"]["steps_per_epoch"]
+    assert (run["backend"], run["processes"]) == ("native", 2) and steps * BATCH > 14  # a rank's shard: 14 pairs
+    # that many steps per replica (a pass would be three and a half): both replicas' images, and
+    # evaluation as always
+    assert [(e["optimizer_steps"], e["steps"], e["images"]) for e in epochs] == [
+        (steps, 2 * steps, 2 * steps * BATCH)
+    ] * len(epochs)
+    assert all(e["val_iou"] is not None for e in epochs) and final["status"] == "ok"

@@ -1,26 +1,41 @@
 """training.tensorboard: real cells of both frameworks write their epoch records as TensorBoard
-curves, read back here with TensorBoard's own reader."""
+curves, read back here with TensorBoard's own reader.
+
+The cells are two-rank cells other tests train anyway, with curves and validation each epoch, each
+over an earlier run's event file, once per test run: PyTorch DDP's is test_resume.py's
+uninterrupted reference, TensorFlow MultiWorkerMirrored's test_tf_training.py's first reference run.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
-from conftest import assert_curves_equal_records, cell_settings, launch_cell, read_records
+from conftest import assert_curves_equal_records, read_records
+from test_resume import CELLS, uninterrupted_run
+from test_tf_training import multiworker_references
 
 pytestmark = pytest.mark.integration
 
 
+def two_rank_native_cell(tmp_path_factory, data: Path, framework: str) -> Path:
+    """The folder of the framework's two-rank native cell with curves, validation and steps_per_epoch
+    that another test trains anyway, once per run (test_steps_per_epoch.py reads them too)."""
+    if framework == "torch":
+        return uninterrupted_run(tmp_path_factory, data, CELLS[0])
+    return multiworker_references(tmp_path_factory, data)["a"]
+
+
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
-def test_rank_0_of_a_two_rank_cell_writes_one_curve_per_record_field(prepared_data, tmp_path, framework):
-    out = tmp_path / framework
-    stale = out / "tensorboard" / "events.out.tfevents.1.an-earlier-run"  # a retrained cell starts fresh
-    stale.parent.mkdir(parents=True)
-    stale.write_bytes(b"")
-    settings = cell_settings(framework, "native", 2, epochs=2, eval_every=1, tensorboard=True)
-    result = launch_cell(settings, prepared_data, out)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    epochs, final, _ = read_records(out)
-    assert final["status"] == "ok" and [e["epoch"] for e in epochs] == [1, 2]
+def test_rank_0_of_a_two_rank_cell_writes_one_curve_per_record_field(prepared_data, tmp_path_factory, framework):
+    out = two_rank_native_cell(tmp_path_factory, prepared_data, framework)
+    epochs, final, run = read_records(out)
+    training = run["training"]
+    assert (run["backend"], run["gpus"], run["processes"]) == ("native", 2, 2)
+    assert run["settings"]["training"]["tensorboard"] is True and training["eval_every"] == 1
+    assert final["status"] == "ok" and [e["epoch"] for e in epochs] == list(range(1, training["epochs"] + 1))
     event_files = list((out / "tensorboard").iterdir())
+    # one file: the earlier run's, which the cell was trained over (a retrained cell starts fresh), is gone
     assert len(event_files) == 1 and event_files[0].name.startswith("events.out.tfevents."), event_files
-    assert not stale.exists()
+    assert event_files[0].name != "events.out.tfevents.1.an-earlier-run"
     assert_curves_equal_records(out / "tensorboard", epochs)

@@ -25,14 +25,18 @@ from conftest import (
 )
 from scalebench import config as sb_config
 from scalebench.launch import launcher as sb_launch
+from test_resume import stale_curves
 
 pytestmark = pytest.mark.integration
 
 # Two compute threads per worker: what the mirrored backend's one process gives each of its two
 # replicas, so that its run and the MultiWorkerMirrored reference sum alike (oneDNN's CPU kernels
 # sum in an order that depends on the intra-op thread count: 1 against 2 threads moves the fourth
-# epoch's loss by percents) and one pair of reference runs serves every test of this module.
-LEARN = {"epochs": 4, "dataset_repeat": 4, "threads_per_rank": 2}
+# epoch's loss by percents) and one pair of reference runs serves every test of this module. Each
+# epoch 14 steps, four passes over a worker's shard of 14 pairs (long enough to interrupt between two
+# checkpoints), cycled in its seeded order: test_steps_per_epoch.py reads that two workers took them.
+# The curves with validation each epoch: test_tensorboard.py reads the first reference run's.
+LEARN = {"epochs": 4, "steps_per_epoch": 14, "threads_per_rank": 2, "eval_every": 1, "tensorboard": True}
 
 
 @functools.cache
@@ -52,21 +56,27 @@ def foreground_iou(data: Path) -> float:
     return float(masks[test].mean())
 
 
-@pytest.fixture
-def reference_runs(prepared_data, tmp_path_factory) -> dict[str, Path]:
+def multiworker_references(tmp_path_factory, data: Path) -> dict[str, Path]:
     """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
     test run for the tests that read them (the horovod and mirrored backends' reference, the
-    resumed run's), whichever xdist worker runs each (a module-scoped fixture would train them
-    again in every worker)."""
+    resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's, test_steps_per_epoch.py's
+    steps), whichever xdist
+    worker runs each (a module-scoped fixture would train them again in every worker)."""
     settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
 
     def make(root: Path) -> None:
+        stale_curves(root / "a")
         for name in ("a", "b"):
-            result = launch_cell(settings, prepared_data, root / name)
+            result = launch_cell(settings, data, root / name)
             assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
     return {"a": root / "a", "b": root / "b", "settings": settings}
+
+
+@pytest.fixture
+def reference_runs(prepared_data, tmp_path_factory) -> dict[str, Path]:
+    return multiworker_references(tmp_path_factory, prepared_data)
 
 
 def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_runs, prepared_data):
@@ -128,34 +138,28 @@ def _start_workers(settings: dict, data: Path, out: Path) -> list[subprocess.Pop
     return workers
 
 
-def test_killed_worker_fails_the_other_within_the_timeout(prepared_data, tmp_path):
-    timeout_s = 20
-    settings = cell_settings("tensorflow", "native", 2, epochs=200, collective_timeout_s=timeout_s)
+def test_a_killed_worker_fails_the_other_within_the_timeout_and_the_cell_resumes_to_identical_results(
+    reference_runs, prepared_data, tmp_path
+):
+    """Worker 1 dies hard once the checkpoint after epoch 2 is in force (a node lost); worker 0 fails
+    on its own, and the cell's next attempt resumes from that checkpoint to the reference's results."""
+    settings = reference_runs["settings"]
+    timeout_s = settings["training"]["collective_timeout_s"]
     survivor, victim = _start_workers(settings, prepared_data, tmp_path)
     try:
-        assert wait_for(lambda: _epochs_done(tmp_path) >= 1, 240), "no epoch finished"
+        assert wait_for(lambda: checkpoint_epoch(tmp_path, "tensorflow") == 2, 300), "no checkpoint"
         victim.kill()
         # the survivor fails on its own, within the collective timeout plus a margin (not by hanging)
-        output, _ = survivor.communicate(timeout=3 * timeout_s + 60)
+        output, _ = survivor.communicate(timeout=timeout_s + 90)
         assert survivor.returncode not in (0, None), output[-3000:]
         assert "rank 0: failed:" in output, output[-3000:]
     finally:
         for worker in (survivor, victim):
             if worker.poll() is None:
                 worker.kill()
+            worker.wait()
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
     assert wait_for(lambda: not rank_pids(tmp_path), 10), "workers left behind"
-
-
-def test_interrupted_run_resumes_to_identical_results(reference_runs, prepared_data, tmp_path):
-    settings = reference_runs["settings"]
-    workers = _start_workers(settings, prepared_data, tmp_path)
-    try:  # interrupt both workers hard once the checkpoint after epoch 2 is in force
-        assert wait_for(lambda: checkpoint_epoch(tmp_path, "tensorflow") == 2, 300), "no checkpoint"
-    finally:
-        for worker in workers:
-            worker.kill()
-            worker.communicate()
     assert _epochs_done(tmp_path) < LEARN["epochs"]
     resumed = launch_cell(settings, prepared_data, tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
@@ -168,15 +172,6 @@ def test_interrupted_run_resumes_to_identical_results(reference_runs, prepared_d
         [final_res["test_loss"], final_res["iou"]], [final_ref["test_loss"], final_ref["iou"]], rtol=0, atol=1e-6
     )
     assert not (tmp_path / "checkpoint").exists()
-
-
-def test_out_of_memory_is_a_benchmark_outcome(prepared_data, tmp_path):
-    result = launch_cell(
-        cell_settings("tensorflow", "native", 1, epochs=3), prepared_data, tmp_path, SCALEBENCH_FAULT="oom:0:2"
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    epochs, final, run = read_records(tmp_path)
-    assert run["status"] == "oom" and final["status"] == "oom" and len(epochs) == 1
 
 
 def test_a_process_count_mismatch_stops_before_the_model(prepared_data, tmp_path):
