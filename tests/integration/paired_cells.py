@@ -44,3 +44,20 @@ def trained_once(tmp_path_factory: pytest.TempPathFactory, settings: dict, data:
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     return made_once(tmp_path_factory, name, make) / "out"
+
+
+def study_data(tmp_path_factory: pytest.TempPathFactory, workdir: Path, config: dict) -> Path:
+    """`config`'s dataset as the workflow prepares it (its dataset jobs, prepared_data), once per run
+    for every study of the same dataset section, copied into `workdir`'s results/data with its files'
+    dates (copy_study): a study of that dataset there finds it up to date, and only trains and analyses."""
+    from conftest import copy_study, run_snakemake, tiny_config
+
+    dataset = {"dataset": config.get("dataset", {})}
+    digest = hashlib.sha256(json.dumps(dataset, sort_keys=True).encode()).hexdigest()[:12]
+
+    def make(folder: Path) -> None:
+        result = run_snakemake(folder, tiny_config(**dataset), "--cores", "1", "prepared_data")
+        assert result.returncode == 0, result.stderr[-3000:]
+
+    made = made_once(tmp_path_factory, f"study-data-{digest}", make)
+    return copy_study(made / "results" / "data", workdir / "results" / "data")

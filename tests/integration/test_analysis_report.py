@@ -9,6 +9,7 @@ import re
 
 import pytest
 from conftest import REPO, read_report, run_snakemake, tiny_config
+from paired_cells import study_data
 from scalebench import backends
 
 pytestmark = pytest.mark.integration
@@ -19,8 +20,8 @@ def job_counts(output: str) -> dict[str, int]:
 
 
 def finished_cell(folder, gpus: int) -> None:
-    """The outputs a finished train job leaves (written after the prepared data and the planner's
-    settings.json, so newer)."""
+    """The outputs a finished train job leaves (written after the prepared data, so newer; the planner
+    dates a finished cell's settings.json before its outputs, config/freshness.py)."""
     folder.mkdir(parents=True, exist_ok=True)
     lines = [
         {
@@ -59,10 +60,9 @@ def finished_cell(folder, gpus: int) -> None:
     (folder / "train.log").write_text("done\n")
 
 
-def test_partial_report_from_the_finished_cells(tmp_path):
+def test_partial_report_from_the_finished_cells(tmp_path_factory, tmp_path):
     config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1, 2, 4], "seeds": [1]})
-    prepared = run_snakemake(tmp_path, config, "--cores", "1", "prepared_data")
-    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     runs = tmp_path / "results" / "runs" / "torch" / "native"
     finished_cell(runs / "g1" / "s1", 1)
     finished_cell(runs / "g2" / "s1", 2)
@@ -100,12 +100,11 @@ def test_partial_report_from_the_finished_cells(tmp_path):
     assert "This is a partial report" in html
 
 
-def test_the_report_lists_the_left_out_cells_and_scales_fsdp_from_its_smallest_count(tmp_path):
+def test_the_report_lists_the_left_out_cells_and_scales_fsdp_from_its_smallest_count(tmp_path_factory, tmp_path):
     config = tiny_config(
         training={"epochs": 2}, matrix={"frameworks": ["torch"], "backends": ["native", "fsdp"], "gpus": [1, 2, 4]}
     )
-    prepared = run_snakemake(tmp_path, config, "--cores", "1", "prepared_data")
-    assert prepared.returncode == 0, prepared.stderr[-3000:]
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     runs = tmp_path / "results" / "runs" / "torch"
     for backend, gpus in (("native", 1), ("native", 2), ("native", 4), ("fsdp", 2), ("fsdp", 4)):
         finished_cell(runs / backend / f"g{gpus}" / "s1", gpus)

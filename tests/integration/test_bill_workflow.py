@@ -10,6 +10,7 @@ from datetime import datetime
 
 import pytest
 from conftest import run_snakemake, tiny_config
+from paired_cells import study_data
 
 CELL = "results/runs/torch/native/g1/s1"
 
@@ -25,9 +26,10 @@ def bill_line(result) -> str:
 
 
 @pytest.mark.integration
-def test_a_dry_run_bills_the_formula_and_a_first_cell_predicts_the_rest(tmp_path):
+def test_a_dry_run_bills_the_formula_and_a_first_cell_predicts_the_rest(tmp_path_factory, tmp_path):
     matrix = {"frameworks": ["torch"], "backends": ["native"], "gpus": [1, 2], "seeds": [1, 2]}
     config = tiny_config(training={"epochs": 2}, matrix=matrix)
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     dry = run_snakemake(tmp_path, config, "-n")
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert bill_line(dry).startswith("bill: 4 cells to run, at most ")

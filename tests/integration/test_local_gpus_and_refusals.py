@@ -14,6 +14,7 @@ from datetime import datetime
 
 import pytest
 from conftest import run_snakemake, tiny_config
+from paired_cells import study_data
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +25,9 @@ def run_json(workdir, cell: str) -> dict:
     return json.loads((workdir / CELLS / cell / "run.json").read_text())
 
 
-def test_one_gpu_cells_take_the_one_gpu_in_turn_and_a_two_gpu_cell_is_left_out(tmp_path):
+def test_one_gpu_cells_take_the_one_gpu_in_turn_and_a_two_gpu_cell_is_left_out(tmp_path_factory, tmp_path):
     config = tiny_config(training={"epochs": 2}, matrix={"gpus": [1, 2], "seeds": [1, 2]})
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     limit = ["--cores", "4", "--resources", "local_gpus=1"]
     one_gpu = {"CUDA_VISIBLE_DEVICES": "0"}
     dry = run_snakemake(tmp_path, config, *limit, "-n", env=one_gpu)
@@ -57,9 +59,10 @@ def test_a_count_above_the_machine_s_gpus_is_refused_naming_both(tmp_path):
     assert refusal in result.stdout + result.stderr
 
 
-def test_a_cell_no_retry_can_fix_ends_refused_at_its_first_attempt_with_the_reason(tmp_path):
+def test_a_cell_no_retry_can_fix_ends_refused_at_its_first_attempt_with_the_reason(tmp_path_factory, tmp_path):
     # training.device cuda where no rank sees a GPU: the default profile's two retries would not help
     config = tiny_config(training={"device": "cuda"}, matrix={"gpus": [1], "seeds": [1]})
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     table = "results/summary/incomplete.csv"  # the cell and collect_runs' tables, not the figures
     limit = ["--resources", "local_gpus=1"]  # last: --resources takes every word up to the next option
     result = run_snakemake(tmp_path, config, "--cores", "2", table, *limit, env={"CUDA_VISIBLE_DEVICES": "0"})

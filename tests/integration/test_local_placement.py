@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, cell_settings, launch_cell, run_snakemake, start_cell, tiny_config
+from paired_cells import study_data
 from scalebench.cluster.cpu_binding import format_cpus
 
 pytestmark = pytest.mark.integration
@@ -132,8 +133,11 @@ def test_with_cpu_binding_none_the_ranks_run_where_the_os_puts_them(tmp_path, pr
     assert run["local_gpu_ids"] is None and "held no GPU" in run["local_gpu_ids_reason"]  # no GPU here
 
 
-def test_with_jobs_alone_a_three_gpu_machine_runs_a_one_and_a_two_gpu_cell_at_once_on_disjoint_ids(tmp_path):
+def test_with_jobs_alone_a_three_gpu_machine_runs_a_one_and_a_two_gpu_cell_at_once_on_disjoint_ids(
+    tmp_path_factory, tmp_path
+):
     config = tiny_config(training={"epochs": 1}, matrix={"gpus": [1, 2, 4], "seeds": [1]})
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     env = {"CUDA_VISIBLE_DEVICES": "0,1,2", "SCALEBENCH_LOCAL_POOL": str(tmp_path / "pool")}
     dry = run_snakemake(tmp_path, config, "-j", "4", "-n", env=env)  # -j alone is a local run's cores
     assert dry.returncode == 0, dry.stderr[-3000:]

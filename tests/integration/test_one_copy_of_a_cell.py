@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 from conftest import kill_if_running, snakemake_command, tiny_config, tool_env, wait_for
+from paired_cells import study_data
 from scalebench import records
 
 pytestmark = pytest.mark.integration
@@ -19,8 +20,9 @@ CELL = "results/runs/torch/native/g1/s1"
 EPOCHS = 2
 
 
-def test_a_second_snakemake_waits_for_the_first_ones_job_and_adopts_its_outcome(tmp_path):
+def test_a_second_snakemake_waits_for_the_first_ones_job_and_adopts_its_outcome(tmp_path_factory, tmp_path):
     config = tiny_config(matrix={"gpus": [1]}, training={"epochs": EPOCHS})
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     gate = tmp_path / "gate"  # the first job's rank 0 waits there before its first epoch (faults.meet)
     env = tool_env(SCALEBENCH_FAULT=f"meet:{gate}:2")
     command = snakemake_command(tmp_path, config, "--cores", "2", f"{CELL}/run.json")

@@ -2,7 +2,8 @@
 
 A study kept in its own config file with --config overrides, run from its own folder as a
 user would; one cell is lost; the partial report prints the command; the command runs as
-printed (from another directory), and nothing else changes.
+printed (from another directory), and nothing else changes. The studies here start from a copy
+of the suite's finished study (conftest.finished_study), whose cells have the settings they ask for.
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ import subprocess
 
 import pytest
 import yaml
-from conftest import BIN, REPO, read_report, tiny_config, tool_env
+from conftest import BIN, REPO, copy_study, read_report, tiny_config, tiny_study_config, tool_env
+from paired_cells import study_data
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.data import keys as sb_keys
 
 pytestmark = pytest.mark.integration
 
-OVERRIDE = 'training={"epochs": 2, "lr_scaling": "sqrt"}'
+# the finished study's training (conftest.tiny_study_config), over a file that says otherwise
+OVERRIDE = 'training={"epochs": 2, "batch_per_gpu": 4}'
 # what the steps before the last read: collect_runs' tables (the cells and the incomplete ones), not the figures
 INCOMPLETE = "results/summary/incomplete.csv"
 
@@ -45,15 +48,14 @@ def incomplete_rows(study) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made_it(tmp_path):
-    study = tmp_path / "my study"
-    study.mkdir()
-    # one epoch in the file, two by the override: the rerun cell must train the override's
-    (study / "study.yaml").write_text(yaml.safe_dump(tiny_config(training={"epochs": 1})))
+def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made_it(finished_study, tmp_path):
+    # the finished study's cells torch/native g1 and g2 of seed 1 (and others this study leaves alone)
+    study = copy_study(finished_study, tmp_path / "my study")
+    # one epoch of two images a step in the file, two of four by the override: the cells kept are the
+    # override's (the partial report below finds none stale), and the rerun cell must train the override's
+    (study / "study.yaml").write_text(yaml.safe_dump(tiny_config(training={"epochs": 1, "batch_per_gpu": 2})))
     # --configfile last, as a study kept in its own file is run: the printed target must not join it
     options = ["--config", OVERRIDE, "--configfile", "study.yaml"]
-    first = snakemake(study, *options, "--cores", "2", INCOMPLETE)
-    assert first.returncode == 0, first.stderr[-3000:]
 
     lost = study / "results" / "runs" / "torch" / "native" / "g2" / "s1"
     shutil.rmtree(lost)
@@ -78,7 +80,7 @@ def test_the_printed_rerun_command_rebuilds_only_the_lost_cell_as_the_study_made
     run = json.loads((lost / "run.json").read_text())
     (prepared,) = (study / "results" / "data" / "prepared").iterdir()
     assert run["status"] == "ok" and run["data_key"] == prepared.name
-    assert run["settings"]["training"]["lr_scaling"] == "sqrt" and run["settings"]["training"]["epochs"] == 2
+    assert run["settings"]["training"]["batch_per_gpu"] == 4 and run["settings"]["training"]["epochs"] == 2
     epochs = [json.loads(line) for line in (lost / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in epochs if r["type"] == "epoch"] == [1, 2]  # the override, not the file's 1
     assert digests(study / "results" / "runs" / "torch" / "native" / "g1") | digests(study / "results" / "data") == kept
@@ -104,10 +106,12 @@ MANY_VALUED = {
 
 
 @pytest.mark.parametrize("last", list(MANY_VALUED))
-def test_a_rerun_command_runs_as_printed_whatever_option_the_study_ended_with(tmp_path, last):
+def test_a_rerun_command_runs_as_printed_whatever_option_the_study_ended_with(tmp_path_factory, tmp_path, last):
     study = tmp_path / "study"
-    study.mkdir()
     config = tiny_config()
+    # the dataset made once (paired_cells.study_data) without its arrays: the command must build them here
+    study_data(tmp_path_factory, study, config)
+    shutil.rmtree(study / "results" / "data" / "prepared")
     (study / "my-study.yaml").write_text(yaml.safe_dump(config))
     argv = [str(BIN / "snakemake"), "-s", str(REPO / "Snakefile"), "--cores", "1"]
     argv += ["--configfile", "my-study.yaml", *MANY_VALUED[last]]
@@ -124,13 +128,14 @@ def test_a_rerun_command_runs_as_printed_whatever_option_the_study_ended_with(tm
     assert (study / target).is_file()
 
 
-def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_path):
-    config = tiny_config(training={"epochs": 1}, matrix={"gpus": [1], "seeds": [1, 2]})
-    first = snakemake(tmp_path, "--configfile", write(tmp_path / "c.yaml", config), "--cores", "2", INCOMPLETE)
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(finished_study, tmp_path):
+    # the finished study's one-rank native cells of two seeds, with the settings it trained them with
+    study = copy_study(finished_study, tmp_path / "study")
+    config = tiny_study_config()
+    config["matrix"].update(backends=["native"], gpus=[1])
     config["training"]["base_lr"] = 0.002
-    changed = write(tmp_path / "c.yaml", config)
-    dry = snakemake(tmp_path, "--configfile", changed, "-n")
+    changed = write(study / "c.yaml", config)
+    dry = snakemake(study, "--configfile", changed, "-n")
     assert dry.returncode == 0, dry.stderr[-3000:]
     for seed in (1, 2):
         assert (
@@ -139,10 +144,10 @@ def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_
         )
     assert dry.stdout.count("rule train:") == 2  # their settings.json is newer than their outputs
     # partial=true reports what exists and retrains nothing: the changed cells are marked stale
-    partial = snakemake(tmp_path, "--configfile", changed, "--config", "partial=true", "--cores", "1", INCOMPLETE)
+    partial = snakemake(study, "--configfile", changed, "--config", "partial=true", "--cores", "1", INCOMPLETE)
     assert partial.returncode == 0, partial.stderr[-3000:]
     assert "rule train:" not in partial.stdout + partial.stderr
-    rows = incomplete_rows(tmp_path)
+    rows = incomplete_rows(study)
     assert [(r["item"], r["status"]) for r in rows] == [
         ("torch/native/g1/s1", "stale"),
         ("torch/native/g1/s2", "stale"),
@@ -150,17 +155,16 @@ def test_changed_settings_are_named_and_the_cells_retrained_or_marked_stale(tmp_
     ]
     assert "training.base_lr: 0.001 -> 0.002" in rows[0]["reason"] and "--force" in rows[0]["rerun"]
     # the study's own run retrains them with the new settings
-    again = snakemake(tmp_path, "--configfile", changed, "--cores", "2", INCOMPLETE)
+    again = snakemake(study, "--configfile", changed, "--cores", "2", INCOMPLETE)
     assert again.returncode == 0, again.stderr[-3000:]
-    run = json.loads((tmp_path / "results" / "runs" / "torch" / "native" / "g1" / "s1" / "run.json").read_text())
-    assert run["settings"]["training"]["base_lr"] == 0.002 and incomplete_rows(tmp_path) == []
+    run = json.loads((study / "results" / "runs" / "torch" / "native" / "g1" / "s1" / "run.json").read_text())
+    assert run["settings"]["training"]["base_lr"] == 0.002 and incomplete_rows(study) == []
 
 
-def test_other_dataset_settings_prepare_beside_and_a_failed_preparation_deletes_nothing(tmp_path):
-    first = snakemake(
-        tmp_path, "--configfile", write(tmp_path / "a.yaml", tiny_config()), "--cores", "1", "prepared_data"
-    )
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_other_dataset_settings_prepare_beside_and_a_failed_preparation_deletes_nothing(tmp_path_factory, tmp_path):
+    # tiny_config()'s arrays, prepared by the workflow once (paired_cells.study_data)
+    study_data(tmp_path_factory, tmp_path, tiny_config())
+    write(tmp_path / "a.yaml", tiny_config())
     prepared = tmp_path / "results" / "data" / "prepared"
     (arrays,) = prepared.iterdir()
     before = digests(arrays)

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from conftest import run_snakemake, tiny_config
+from paired_cells import study_data
 from scalebench.cell import Cell
 from scalebench.config import run_order
 
@@ -23,12 +24,13 @@ def run_record(workdir, cell: Cell) -> dict:
     return json.loads((workdir / cell.folder / "run.json").read_text())
 
 
-def test_one_core_starts_the_cells_in_the_drawn_order(tmp_path):
+def test_one_core_starts_the_cells_in_the_drawn_order(tmp_path_factory, tmp_path):
     order = {"seed": 4, "blocks": False}
     cells = [Cell("torch", "native", 1, seed) for seed in (1, 2, 3)]
     drawn = run_order.run_order(cells, order, [1, 2, 3])
     assert drawn not in (cells, cells[::-1])  # neither the matrix's order nor its reverse
     config = tiny_config(matrix={"gpus": [1], "seeds": [1, 2, 3]}, training={"epochs": 1}, order=order)
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     result = run_snakemake(tmp_path, config, "--cores", "1", "results/summary/order.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     starts = [run_record(tmp_path, cell)["start"] for cell in drawn]
@@ -38,7 +40,7 @@ def test_one_core_starts_the_cells_in_the_drawn_order(tmp_path):
     assert [row["run_order"] for row in rows] == [row["start_order"] for row in rows] == ["1", "2", "3"]
 
 
-def test_in_blocks_no_cell_of_the_second_seed_starts_before_every_cell_of_the_first_ended(tmp_path):
+def test_in_blocks_no_cell_of_the_second_seed_starts_before_every_cell_of_the_first_ended(tmp_path_factory, tmp_path):
     # two cores run two one-rank cells at once: without the blocks' dependency the first to end would
     # hand its core to a cell of seed 2 while the other cell of seed 1 still runs
     config = tiny_config(
@@ -46,6 +48,7 @@ def test_in_blocks_no_cell_of_the_second_seed_starts_before_every_cell_of_the_fi
         training={"epochs": 1},
         order={"seed": 1, "blocks": True},
     )
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     result = run_snakemake(tmp_path, config, "--cores", "2", "results/summary/order.csv")
     assert result.returncode == 0, result.stderr[-3000:]
     rows = order_rows(tmp_path)

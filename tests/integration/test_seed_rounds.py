@@ -18,6 +18,7 @@ import math
 import pandas as pd
 import pytest
 from conftest import run_snakemake, tiny_config
+from paired_cells import study_data
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,8 @@ def summary(workdir, name: str) -> pd.DataFrame:
     return pd.read_csv(workdir / "results" / "summary" / name, dtype={"variant": str, "open_reason": str})
 
 
-def test_a_backend_slower_by_a_fifth_is_decided_by_the_first_seeds_and_no_round_adds_one(tmp_path):
+def test_a_backend_slower_by_a_fifth_is_decided_by_the_first_seeds_and_no_round_adds_one(tmp_path_factory, tmp_path):
+    study_data(tmp_path_factory, tmp_path, study(3, 4))  # the prepared data, made once by the workflow
     # the first round's six cells at once
     result = run_snakemake(tmp_path, study(3, 4), "--cores", "6", *ANSWER, env=slowed(STEP_S, 1.2 * STEP_S))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -72,11 +74,14 @@ def test_a_backend_slower_by_a_fifth_is_decided_by_the_first_seeds_and_no_round_
     assert answer["rounds"]["sentence"] in (tmp_path / "results/report/landing.rst").read_text()
 
 
-def test_equal_backends_whose_seeds_scatter_go_on_to_max_and_a_later_start_goes_on_from_the_last_round(tmp_path):
+def test_equal_backends_whose_seeds_scatter_go_on_to_max_and_a_later_start_goes_on_from_the_last_round(
+    tmp_path_factory, tmp_path
+):
     """Both backends' odd seeds are a fifth slower: the same speeds, so no difference, and an interval
     far wider than the band: every round leaves the comparison open, to 4 seeds."""
     odd = (f"slow_cell:*/s1:{0.2 * STEP_S}", f"slow_cell:*/s3:{0.2 * STEP_S}")
     config, env = study(2, 4), slowed(STEP_S, STEP_S, *odd)
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     cores = ("--cores", "4")  # the first round's four cells at once, then each round's two
     first = run_snakemake(tmp_path, config, *cores, "results/plan/rounds/round-1.json", env=env)
     assert first.returncode == 0, first.stderr[-3000:]

@@ -8,6 +8,7 @@ import re
 import pandas as pd
 import pytest
 from conftest import read_report, run_snakemake, tiny_config
+from paired_cells import study_data
 from scalebench import backends
 
 
@@ -173,7 +174,7 @@ def test_a_variant_outside_the_study_is_refused_naming_its_variants(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_study_with_optional_axes_and_strong_scaling_runs_to_the_report(tmp_path):
+def test_a_study_with_optional_axes_and_strong_scaling_runs_to_the_report(tmp_path_factory, tmp_path):
     config = tiny_config(
         matrix={
             "frameworks": ["torch"],
@@ -184,6 +185,7 @@ def test_a_study_with_optional_axes_and_strong_scaling_runs_to_the_report(tmp_pa
         },
         training={"epochs": 1, "global_batch": 4, "eval_every": 0},
     )
+    study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     # the tables it reads (runs.csv, then scaling.csv), not the figures
     result = run_snakemake(tmp_path, config, "--cores", "2", "results/summary/scaling.csv")
     assert result.returncode == 0, result.stderr[-3000:]
