@@ -41,6 +41,12 @@ def trained_once(tmp_path_factory: pytest.TempPathFactory, settings: dict, data:
     def make(folder: Path) -> None:
         (folder / "settings.json").write_text(text)
         result = launch_cell(settings, data, folder / "out", timeout=timeout)
+        (folder / "output.txt").write_text(result.stdout + result.stderr)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     return made_once(tmp_path_factory, name, make) / "out"
+
+
+def launch_output(out: Path) -> str:
+    """What the launcher and the ranks of the cell trained_once put in `out` printed (stdout, then stderr)."""
+    return (out.parent / "output.txt").read_text()
