@@ -32,6 +32,14 @@ def placed(framework: str, backend: str, gpus: int, placement: str, **training: 
     )
 
 
+def unmeasured_over_loopback() -> dict:
+    """A two-rank DDP cell of one epoch over the loopback interface (cluster.network_interface) with a
+    collective benchmark of no budget: test_network_interface reads how it trained, test_collectives
+    what a budget of nothing records."""
+    training = {"epochs": 1, "checkpoint_every": 0, "predictions": 0, "collectives": {**COLLECTIVES, "budget_s": 0}}
+    return {**cell_settings("torch", "native", 2, **training), "network_interface": "lo"}
+
+
 def trained_once(tmp_path_factory: pytest.TempPathFactory, settings: dict, data: Path, timeout: float = 600) -> Path:
     """The folder of the cell of `settings`, trained on `data` as the train rule runs it, once per run."""
     text = json.dumps({"settings": settings, "data": str(data)}, sort_keys=True)
