@@ -4,7 +4,8 @@ Each cell runs as the train rule runs it (workflow/scripts/launch.py with the de
 torchrun, horovodrun, one process for dp and mirrored), on CPU ranks, once with the samples in
 the ranks' memory (device) and once read through the loader each step (host). Same samples,
 same order, same conversion: the losses, validation and test figures are equal. The cells are
-trained once per run (paired_cells.py): test_collectives reads the device ones' benchmark.
+trained once per run (paired_cells.py): test_collectives reads the device ones' benchmark, and
+test_torch_backends compares FSDP's device cell with DDP's and resumes it.
 """
 
 from __future__ import annotations
