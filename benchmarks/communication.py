@@ -52,9 +52,11 @@ def cpu_backends() -> list[str]:
 
 
 BACKENDS = cpu_backends()
-# The DDP probe and Horovod's timeline: the benchmark's own code paths (the others differ by settings).
+# The DDP probe and Horovod's timeline: the benchmark's own code paths. Every backend's cells run the
+# same code with other settings (Horovod's the timeline on top), so a smoke run trains Horovod's alone
+# and probes DDP beside them.
 SMOKE = {
-    "backends": ["torch_native", "torch_horovod"],
+    "backends": ["torch_horovod"],
     "epochs": 2,
     "size": [32, 48],
     "count": 10,
@@ -306,7 +308,7 @@ def main() -> None:
                     f"{100 * two['negotiate_share']:.1f}% (1 rank: {100 * one.get('negotiate_share', 0):.1f}%)"
                 )
             print(line + f"  load {_common.load_average():.2f}", flush=True)
-        if "torch_native" in options.backends and not options.no_probe:
+        if ("torch_native" in options.backends or options.smoke) and not options.no_probe:
             probe = run_ddp_probe(options, data, root)
             for rank in probe:
                 share = 1 - rank["step_no_sync_s"] / rank["step_sync_s"]

@@ -2,7 +2,8 @@
 train rule runs a cell: each backend's own library, the table and run.json's summary, the budget,
 and a benchmark that fails while the cell trains on. Every multi-rank cell runs the benchmark before
 its first epoch: the tests that read what it measured read test_data_placement's device cells, and
-the one-rank test test_compiled_steps' eager cell, trained once per run (paired_cells.py)."""
+the one-rank test test_compiled_steps' eager cell, the budget of nothing test_network_interface's cell,
+trained once per run (paired_cells.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import BIN, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
-from paired_cells import COLLECTIVES, SCHEDULE, placed, trained_once
+from paired_cells import COLLECTIVES, SCHEDULE, placed, trained_once, unmeasured_over_loopback
 from scalebench.collective_table import TABLE
 from scalebench.train import collectives
 
@@ -28,16 +29,6 @@ def table(out: Path) -> list[dict]:
 
 def number(text: str) -> float | None:
     return float(text) if text else None
-
-
-def trained(data: Path, out: Path, **training) -> dict:
-    """run.json of a two-rank DDP cell of one epoch, trained for the test that asks."""
-    training = {"epochs": 1, "checkpoint_every": 0, "predictions": 0, "collectives": COLLECTIVES, **training}
-    result = launch_cell(cell_settings("torch", "native", 2, **training), data, out)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    epochs, final, run = read_records(out)
-    assert final["status"] == "ok" and run["status"] == "ok", run
-    return run
 
 
 def shared(tmp_path_factory, data: Path, settings: dict) -> tuple[dict, Path]:
@@ -112,9 +103,11 @@ def test_every_backend_measures_through_its_own_library(prepared_data, tmp_path_
     assert run["collectives"]["library"] == library and run["collectives"]["gradient_bytes"]
 
 
-def test_a_budget_of_nothing_records_every_size_as_not_measured_with_the_reason(prepared_data, tmp_path):
-    run = trained(prepared_data, tmp_path, collectives={**COLLECTIVES, "budget_s": 0})
-    rows = table(tmp_path)
+def test_a_budget_of_nothing_records_every_size_as_not_measured_with_the_reason(prepared_data, tmp_path_factory):
+    # a two-rank DDP cell of one epoch, the one test_network_interface reads (over the loopback interface)
+    run, out = shared(tmp_path_factory, prepared_data, unmeasured_over_loopback())
+    assert run["training"]["collectives"]["budget_s"] == 0
+    rows = table(out)
     assert rows and all(not row["latency_us"] and not row["busbw_gbps"] for row in rows)
     assert all("budget" in row["reason"] and "budget_s = 0" in row["reason"] for row in rows)
     assert run["collectives"]["latency_us"] is None and "budget" in run["collectives"]["reason"]

@@ -4,7 +4,8 @@ Each cell runs as the train rule runs it (workflow/scripts/launch.py with the de
 torchrun, horovodrun, one process for dp and mirrored), on CPU ranks, once with the samples in
 the ranks' memory (device) and once read through the loader each step (host). Same samples,
 same order, same conversion: the losses, validation and test figures are equal. The cells are
-trained once per run (paired_cells.py): test_collectives reads the device ones' benchmark.
+trained once per run (paired_cells.py): test_collectives reads the device ones' benchmark, and
+test_torch_backends compares FSDP's device cell with DDP's and resumes it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def test_device_and_host_placement_train_identically(prepared_data, tmp_path_fac
 def test_auto_keeps_samples_on_the_host_when_they_exceed_the_share_and_records_why(
     prepared_data, tmp_path, tmp_path_factory
 ):
-    settings = cell_settings("torch", "native", 2, epochs=2, loader={"workers": 0, "device_memory_share": 1e-9})
+    # one rank and one epoch: the placement is chosen, and recorded, before the first step
+    loader = {"workers": 0, "device_memory_share": 1e-9}
+    settings = cell_settings("torch", "native", 1, epochs=1, checkpoint_every=0, predictions=0, loader=loader)
     result = launch_cell(settings, prepared_data, tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = read_records(tmp_path)[2]

@@ -7,17 +7,17 @@ import json
 
 import pytest
 from conftest import cell_settings, launch_cell
+from paired_cells import launch_output, trained_once, unmeasured_over_loopback
 from scalebench.launch import accounting
 
 pytestmark = pytest.mark.integration
 
 
-def test_a_cell_trains_over_the_interface_and_records_it(prepared_data, tmp_path):
-    settings = {**cell_settings("torch", "native", 2, epochs=1), "network_interface": "lo"}
-    result = launch_cell(settings, prepared_data, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "--master-addr=127.0.0.1" in result.stdout
-    run = json.loads((tmp_path / "run.json").read_text())
+def test_a_cell_trains_over_the_interface_and_records_it(prepared_data, tmp_path_factory):
+    # the cell test_collectives reads for a benchmark of no budget, trained once per run (paired_cells.py)
+    out = trained_once(tmp_path_factory, unmeasured_over_loopback(), prepared_data)
+    assert "--master-addr=127.0.0.1" in launch_output(out)
+    run = json.loads((out / "run.json").read_text())
     assert run["status"] == "ok" and run["network_interface"] == "lo"
     # a local run has no SLURM accounting: empty with the reason, never 0
     assert (run["alloc_gpu_hours"], run["step_energy_j"]) == (None, None)

@@ -1,7 +1,9 @@
 """PyTorch fsdp and dp trained for real on the CPU, each rank through the rank entry (workflow/scripts/train.py).
 
 The ranks of a multi-rank cell are started by torchrun directly, as the torch_native launcher
-template does, with the cell's settings switched to the backend under test.
+template does, with the cell's settings switched to the backend under test. The uninterrupted FSDP
+and DDP cells the parity and the resume compare with are test_data_placement's, trained once per run
+through launch.py (paired_cells.py).
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ from conftest import (
     assert_refused,
     cell_settings,
     checkpoint_epoch,
-    made_once,
     rank_command,
     rank_pids,
     read_records,
     tool_env,
     wait_for,
 )
+from paired_cells import launch_output, placed, trained_once
 from scalebench.cluster.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -62,28 +64,24 @@ def losses(out: Path) -> list[float]:
     return [e["loss"] for e in epochs] + [final["test_loss"], final["iou"]]
 
 
-# the FSDP cell of both tests below: evaluated and checkpointed after each epoch (its second trains
-# after the evaluation of a sharded model, and resumes from the first one's checkpoint)
-FSDP_CELL = {"epochs": 2, "eval_every": 1, "checkpoint_every": 1}
+# FSDP's and DDP's cells of both tests below are test_data_placement's device cells, trained once per
+# run through launch.py (paired_cells.py): two epochs, evaluated and checkpointed after each (FSDP's
+# second trains after the evaluation of a sharded model, and the resume starts from the first one's
+# checkpoint), the ranks' output kept beside each
+def fsdp_cell() -> dict:
+    return placed("torch", "fsdp", 2, "device")
 
 
 @pytest.fixture
 def fsdp_run(prepared_data, tmp_path_factory) -> Path:
-    """FSDP_CELL trained without interruption, once per test run for both tests (the parity's FSDP
-    side, the resume's reference); its ranks' output in output.txt."""
-
-    def make(folder: Path) -> None:
-        result = train(settings_for("fsdp", 2, **FSDP_CELL), prepared_data, folder / "cell")
-        (folder / "output.txt").write_text(result.stdout)
-        assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-
-    return made_once(tmp_path_factory, "fsdp-two-ranks", make) / "cell"
+    """The FSDP cell trained without interruption: the parity's FSDP side, the resume's reference."""
+    assert fsdp_cell()["training"]["checkpoint_every"] == 1
+    return trained_once(tmp_path_factory, fsdp_cell(), prepared_data)
 
 
-def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path, fsdp_run):
-    result = train(settings_for("native", 2, **FSDP_CELL), prepared_data, tmp_path / "native")
-    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    np.testing.assert_allclose(losses(fsdp_run), losses(tmp_path / "native"), **PARITY)
+def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path_factory, fsdp_run):
+    native = trained_once(tmp_path_factory, placed("torch", "native", 2, "device"), prepared_data)
+    np.testing.assert_allclose(losses(fsdp_run), losses(native), **PARITY)
     epochs, final, run = read_records(fsdp_run)
     assert epochs[1]["val_iou"] is not None and final["status"] == "ok"  # evaluation of a sharded model
     assert run["status"] == "ok" and (run["replicas"], run["processes"]) == (2, 2)
@@ -91,7 +89,7 @@ def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path, fsdp
     assert "FSDP2" in run["versions"]["distributed"] and run["training"]["fsdp"]["reshard_after_forward"]
     assert run["training"]["global_batch"] == 2 * 4
     # parameters are sharded: each rank holds part of them, together all
-    output = (fsdp_run.parent / "output.txt").read_text()
+    output = launch_output(fsdp_run)
     held = re.findall(r"rank (\d)/2: FSDP holds (\d+) of the model's (\d+) parameters", output)
     assert sorted(rank for rank, _, _ in held) == ["0", "1"], output
     assert {int(total) for _, _, total in held} == {UNET_PARAMETERS}
@@ -99,13 +97,11 @@ def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path, fsdp
     assert all(int(count) < UNET_PARAMETERS * 0.6 for _, count, _ in held)
     # rank 0 predicts with the whole model the final evaluation gathered
     for name in ("test_00004.png", "test_00005.png"):
-        assert (fsdp_run / "predictions" / name).read_bytes() == (
-            tmp_path / "native" / "predictions" / name
-        ).read_bytes()
+        assert (fsdp_run / "predictions" / name).read_bytes() == (native / "predictions" / name).read_bytes()
 
 
 def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tmp_path, fsdp_run):
-    settings = settings_for("fsdp", 2, **FSDP_CELL)
+    settings = fsdp_cell()
     # the first run stops for good at the start of epoch 2, after epoch 1's checkpoint
     out = tmp_path / "interrupted"
     command = rank_processes(settings, prepared_data, out)

@@ -24,6 +24,7 @@ from conftest import (
     start_cell,
     wait_for,
 )
+from paired_cells import launch_output, trained_once
 from scalebench.analysis import collect
 
 pytestmark = pytest.mark.integration
@@ -68,18 +69,27 @@ def test_two_rank_ddp_is_deterministic_and_learns(prepared_data, tmp_path):
     assert len(list((tmp_path / "a" / "predictions").glob("test_*.png"))) == 2
 
 
-def test_records_follow_the_contract(prepared_data, tmp_path):
-    result = launch_cell(cell_settings("torch", "native", 1, epochs=2, eval_every=1), prepared_data, tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "launch (local): torchrun" in result.stdout
-    epochs, final, run = read_records(tmp_path)
+# a one-rank cell of two evaluated epochs whose target it never reaches: it trains and records every
+# epoch as any cell does (the contract below), and the last test here reads what it says of the
+# target; trained once per run for both (paired_cells.py)
+NEVER_REACHED = {"epochs": 2, "eval_every": 1, "stop_at_target": True, "target_iou": 1.0}
+
+
+def never_reached(data: Path, tmp_path_factory) -> Path:
+    return trained_once(tmp_path_factory, cell_settings("torch", "native", 1, **NEVER_REACHED), data)
+
+
+def test_records_follow_the_contract(prepared_data, tmp_path_factory):
+    out = never_reached(prepared_data, tmp_path_factory)
+    assert "launch (local): torchrun" in launch_output(out)
+    epochs, final, run = read_records(out)
     assert [e["epoch"] for e in epochs] == [1, 2]
     for record in epochs:
         assert record["epoch_time_s"] > 0 and record["images_per_s"] > 0 and record["data_wait_s"] >= 0
         assert 0 <= record["val_iou"] <= 1 and record["peak_mem_mb"] > 0
         assert record["model_tflops"] > 0 and record["mfu"] is None  # no peak is known for a CPU
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1 and final["setup_s"] > 0
-    assert not (tmp_path / "tensorboard").exists(), "TensorBoard curves are off by default"
+    assert not (out / "tensorboard").exists(), "TensorBoard curves are off by default"
     assert final["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
     # the cost: GPU-hours over the epochs' time; energy only where a counter is read, else empty
     # with the reason (never 0): the test machine may or may not expose RAPL to this user
@@ -154,14 +164,13 @@ def test_a_cell_stops_once_its_validation_iou_reaches_the_target(prepared_data, 
     assert row["time_to_target_s"] == pytest.approx(final["train_time_s"])
 
 
-def test_a_target_never_reached_trains_every_epoch_and_leaves_time_to_target_empty(prepared_data, tmp_path):
-    training = {"epochs": 2, "eval_every": 1, "stop_at_target": True, "target_iou": 1.0}
-    result = launch_cell(cell_settings("torch", "native", 1, **training), prepared_data, tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    epochs, final, run = read_records(tmp_path)
+def test_a_target_never_reached_trains_every_epoch_and_leaves_time_to_target_empty(prepared_data, tmp_path_factory):
+    out = never_reached(prepared_data, tmp_path_factory)
+    epochs, final, run = read_records(out)
+    assert (run["training"]["stop_at_target"], run["training"]["target_iou"]) == (True, 1.0)
     assert len(epochs) == 2 and all(e["val_iou"] < 1 for e in epochs)
     assert (final["status"], final["stopped_at_target"], run["stopped_at_target"]) == ("ok", False, False)
-    row, _ = collect.read_cell(tmp_path, {"framework": "torch", "backend": "native", "gpus": 1, "seed": 1}, 1.0)
+    row, _ = collect.read_cell(out, {"framework": "torch", "backend": "native", "gpus": 1, "seed": 1}, 1.0)
     assert row["status"] == "ok" and row["stopped_at_target"] is False and math.isnan(row["time_to_target_s"])
     assert row["time_to_target_reason"].startswith("never reached 1 (best 0.")
 
