@@ -3,7 +3,7 @@ left out where a backend cannot compile.
 
 Each cell runs as the train rule runs it (workflow/scripts/launch.py), on CPU ranks: PyTorch DDP
 with torch.compile (inductor: the first epoch compiles for a minute or more here), TensorFlow's
-MultiWorkerMirrored (one worker) and Mirrored (two replicas) with XLA.
+MultiWorkerMirrored and Mirrored with XLA.
 """
 
 from __future__ import annotations
@@ -17,25 +17,21 @@ from paired_cells import SCHEDULE, placed, trained_once
 
 pytestmark = pytest.mark.integration
 
-# TensorFlow's native backend at one rank: XLA compiles each replica's forward and backward pass,
-# and the reduction stays outside it (train/tf/compiled.py), so a second worker adds no compiled
-# path; Mirrored's two replicas in one process are the ones that trace the step more than once
-CELLS = [("torch", "native", 1), ("tensorflow", "native", 1), ("tensorflow", "mirrored", 2)]
+CELLS = [("torch", "native", 1), ("tensorflow", "native", 2), ("tensorflow", "mirrored", 2)]
 
 
 def trained(framework: str, backend: str, gpus: int, data, tmp_path_factory, compile_steps: bool):
-    """A cell of two epochs, eager or compiled, trained once per run (paired_cells.py). A one-rank
-    cell's eager side is the one-rank cell of SCHEDULE that test_observed_steps reads too (PyTorch's
-    also test_data_placement and test_collectives); Mirrored's is test_data_placement's device cell
-    (deterministic, as an eager CPU cell is by default). A compiled TensorFlow twin differs in
-    compiling and in op determinism alone, which XLA lacks (no deterministic max-pooling gradient:
-    compiled with determinism, the cell is refused)."""
-    compiled = {"compile": True, "deterministic": False} if framework == "tensorflow" else {"compile": True}
-    training = compiled if compile_steps else {}
-    if gpus == 1:
-        settings = cell_settings(framework, backend, gpus, **SCHEDULE, **training)
+    """A cell of two epochs, eager or compiled, trained once per run (paired_cells.py). PyTorch's eager
+    one is the one-rank cell of SCHEDULE that test_observed_steps and test_data_placement read too;
+    TensorFlow's is test_data_placement's device cell (deterministic, as an eager CPU cell is by
+    default), and its compiled twin differs in compiling and in op determinism alone, which XLA
+    lacks (no deterministic max-pooling gradient: compiled with determinism, the cell is refused)."""
+    if framework == "torch":
+        settings = cell_settings(framework, backend, gpus, **SCHEDULE, compile=compile_steps)
+    elif compile_steps:
+        settings = placed(framework, backend, gpus, "device", compile=True, deterministic=False)
     else:
-        settings = placed(framework, backend, gpus, "device", **training)
+        settings = placed(framework, backend, gpus, "device")
     epochs, final, run = read_records(trained_once(tmp_path_factory, settings, data, timeout=1200))
     assert run["status"] == "ok", run.get("reason")  # compile asked and nothing compiled: refused
     return epochs, final, run
