@@ -130,8 +130,10 @@ def test_without_the_fault_no_node_is_named_and_an_unknown_exclusion_is_refused_
     assert {row["host"] for row in hosts} == {first, second}
     assert not [row for row in hosts if row["slow_node"] == "True"], hosts
     assert all(row["rerun"] == "" for row in hosts)
+    # both nodes are this machine: a few percent apart under load is noise, so any "no different"
+    # verdict (straddling 1, inside the 5% margin, or under 1% of an epoch) is right; a named node is not
     compute = [row["verdict"] for row in hosts if row["measure"] == "compute"]
-    assert compute == ["no different", "no different"], hosts
+    assert len(compute) == 2 and all(v.startswith("no different") for v in compute), hosts
 
     config = study_config()
     config["cluster"]["exclude"] = [hostlist([second, third]), "sbnode9"]
