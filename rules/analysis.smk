@@ -6,16 +6,14 @@
 
 
 # Reading records and drawing figures takes seconds: run them where Snakemake
-# runs instead of queueing a SLURM job for each.
+# runs instead of queueing a SLURM job for each (the plot rules say so themselves,
+# localrule below, so a drawing group added to figures.py is local too).
 localrules:
     collect_runs,
     collect_collectives,
     derive_scaling,
     derive_answer,
     render_tables,
-    plot_scaling,
-    plot_training,
-    plot_predictions,
     compare_baseline,
     analyse_hosts,
     derive_cost,
@@ -189,7 +187,8 @@ rule render_tables:
 
 
 # One rule per drawing group of scalebench/report/figures.py (plot_scaling, plot_training,
-# plot_predictions): its figures, each filed in the report with its caption report/<name>.rst.
+# plot_predictions, plot_collectives, plot_hosts: RULE_INPUTS): its figures, each filed in the
+# report with its caption report/<name>.rst.
 for drawing in sb_figures.RULE_INPUTS:
 
     rule:
@@ -209,6 +208,7 @@ for drawing in sb_figures.RULE_INPUTS:
             },
         log:
             f"results/logs/plot_{drawing}.log",
+        localrule: True
         conda:
             "../envs/pipeline.yaml"
         params:
