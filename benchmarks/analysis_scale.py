@@ -23,16 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402  (puts workflow/scripts on sys.path)
-from scalebench.analysis import scaling  # noqa: E402
-from scalebench.analysis import study as summary  # noqa: E402
-from scalebench.analysis.summary_csv import read_epochs, read_runs  # noqa: E402
 from scalebench.cell import Cell  # noqa: E402
-from scalebench.report import scaling_figures as plots  # noqa: E402
-from scalebench.report import training_figures as plots_training  # noqa: E402
-from scalebench.report.predictions import picture_panel  # noqa: E402
-from scalebench.report.style import save_figure  # noqa: E402
-from scalebench.report.time_split_figures import time_split_figure  # noqa: E402
-from scalebench.rerun import Invocation  # noqa: E402
 
 FRAMEWORKS = ["torch", "tensorflow"]
 BACKENDS = ["native", "horovod"]
@@ -165,6 +156,18 @@ def generate(root: Path, cells: list[dict], epochs: int) -> list[dict]:
 
 
 def run(root: Path, cells: list[dict], legacy: list[dict]) -> dict[str, float]:
+    # Imported here, before the clocks start (pandas, scipy, matplotlib, plotnine: seconds): a
+    # --parse-only, or pipeline_scale.py's use of this module's generator, does without them.
+    from scalebench.analysis import scaling
+    from scalebench.analysis import study as summary
+    from scalebench.analysis.summary_csv import read_epochs, read_runs
+    from scalebench.report import scaling_figures as plots
+    from scalebench.report import training_figures as plots_training
+    from scalebench.report.predictions import picture_panel
+    from scalebench.report.style import save_figure
+    from scalebench.report.time_split_figures import time_split_figure
+    from scalebench.rerun import Invocation
+
     out = root / "out"
     out.mkdir()
     timings = {}

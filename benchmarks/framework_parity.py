@@ -35,7 +35,7 @@ CONFIGURATIONS = {
     "tensorflow deterministic": ("tensorflow-bare", {"determinism": True}, {}),
 }
 DEFAULT = ["torch", "tensorflow", "torch NCHW", "tensorflow oneDNN off"]
-# The two the ratio is of (their bare loops are harness_overhead.py's, which its own smoke run runs too).
+# The two the ratio is of (their bare loops are harness_overhead.py's; its smoke run trains torch's alone).
 SMOKE = {"rounds": 1, "epochs": 2, "size": [32, 48], "count": 10, "batch": 2, "only": ["torch", "tensorflow"]}
 
 

@@ -18,17 +18,14 @@ import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import _common  # noqa: E402  (puts workflow/scripts on sys.path)
 import numpy as np
-import pandas as pd
-from scalebench.analysis.drift import drift_table, order_table  # noqa: E402
-from scalebench.analysis.hosts import host_table  # noqa: E402
-from scalebench.analysis.ranks import collect_ranks, read_ranks  # noqa: E402
 from scalebench.cell import OWN_SOURCE, Cell  # noqa: E402
-from scalebench.report.host_figures import drift_figure, hosts_figure  # noqa: E402
-from scalebench.report.style import save_figure  # noqa: E402
-from scalebench.rerun import Invocation  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 GPUS = [1, 2, 4, 8, 16, 32, 64, 128]
 NODES = [f"gpu{i:03d}" for i in range(64)]
@@ -39,6 +36,8 @@ SMOKE = {"gpus": [1, 8], "seeds": 3, "epochs": 3}  # 2 GPU counts x 3 seeds x 4 
 
 def write_study(root: Path, epochs: int, gpus: list[int] = GPUS, seeds: int = 5) -> tuple[list[dict], pd.DataFrame]:
     """The cells' folders (metrics.jsonl with per-rank rows, run.json) and their runs.csv rows."""
+    import pandas as pd
+
     rng = np.random.default_rng(0)
     frameworks, backends = ("torch", "tensorflow"), ("native", "horovod")
     cells = [Cell(f, b, g, s) for f in frameworks for b in backends for g in gpus for s in range(1, seeds + 1)]
@@ -79,6 +78,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5, help="seeds per GPU count (default 5)")
     parser.add_argument("--out", help="folder for the study and the outputs (default: a temporary one, removed)")
     args = _common.parse_options(parser, SMOKE)
+    # Imported once the options are parsed (pandas, scipy, matplotlib: seconds a --parse-only spares).
+    from scalebench.analysis.drift import drift_table, order_table
+    from scalebench.analysis.hosts import host_table
+    from scalebench.analysis.ranks import collect_ranks, read_ranks
+    from scalebench.report.host_figures import drift_figure, hosts_figure
+    from scalebench.report.style import save_figure
+    from scalebench.rerun import Invocation
+
     root = Path(args.out or tempfile.mkdtemp(prefix="hosts_scale_"))
     root.mkdir(parents=True, exist_ok=True)
     print(_common.machine_line(), flush=True)

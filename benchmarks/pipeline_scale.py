@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import re
 import subprocess
@@ -170,7 +171,7 @@ def main() -> None:
     parser.add_argument("--skip-report", action="store_true")
     parser.add_argument("--workdir", help="keep the work folders here (default: a temporary folder)")
     options = _common.parse_options(parser, SMOKE)
-    version = subprocess.run([SNAKEMAKE, "--version"], capture_output=True, text=True).stdout.strip()
+    version = importlib.metadata.version("snakemake")  # what `snakemake --version` prints, without its start
     with _common.workspace(options.workdir, "pipeline_scale_", f"  snakemake {version}") as root:
         for cells in options.sizes:
             workdir = new_workdir(root, f"dry_{cells}", study_config(cells, options.epochs))

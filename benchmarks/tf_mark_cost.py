@@ -20,24 +20,32 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402  (puts workflow/scripts on the path)
-import tensorflow as tf  # noqa: E402
-from scalebench.train.tf import step_timing  # noqa: E402
+
+# TensorFlow is imported where it runs, after the options are parsed: a --parse-only (the docs'
+# commands, tests/integration/test_benchmarks_smoke.py) then costs no TensorFlow start.
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 MARKS = 4  # a, b, c, d of every step
 SMOKE = {"rounds": 1, "calls": 5, "size": 8}
 
 
 def py_function_stamp(tensors: list, gpu: bool) -> tf.Tensor:
+    import tensorflow as tf
+
     with tf.control_dependencies(tensors):
         return tf.py_function(time.perf_counter, [], tf.float64)
 
 
 def marked_step(stamp):
     """A step of three ops with a mark before, between and after them (none where stamp is None)."""
+    import tensorflow as tf
+    from scalebench.train.tf import step_timing
 
     def step(x):
         if stamp is None:
@@ -60,6 +68,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500, help="calls per round (default 500)")
     parser.add_argument("--size", type=int, default=64, help="the square matrix's side (default 64)")
     options = _common.parse_options(parser, SMOKE)
+    import tensorflow as tf
+    from scalebench.train.tf import step_timing
+
     print(_common.machine_line(), flush=True)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
