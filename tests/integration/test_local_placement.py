@@ -57,6 +57,15 @@ class Output:
         return "".join(self.seen)
 
 
+# what these tests' cells train: one epoch, with no checkpoint, no prediction images and no collective
+# benchmark, none of which they read (each costs a rank CPU; the benchmark spins its whole budget)
+TRAINING = {"epochs": 1, "checkpoint_every": 0, "predictions": 0, "collectives": {"budget_s": 0}}
+
+
+def cell(gpus: int, seed: int = 1) -> dict:
+    return cell_settings("torch", "native", gpus, seed, **TRAINING)
+
+
 def run_json(out: Path) -> dict:
     return json.loads((out / "run.json").read_text())
 
@@ -74,11 +83,11 @@ def test_running_cells_hold_disjoint_gpu_ids_and_a_third_waits_for_one_a_killed_
         "SCALEBENCH_FAULT": f"meet:{meet}:3",  # the two-GPU and one-GPU cells wait for each other and the test
     }
     outs = {name: tmp_path / name for name in ("two", "one", "third")}
-    two = Output(start_cell(cell_settings("torch", "native", 2, epochs=1), prepared_data, outs["two"], **env))
+    two = Output(start_cell(cell(2), prepared_data, outs["two"], **env))
     assert "GPU(s) 0,1 of this machine, held for this cell" in two.wait_for("held for this cell")
-    one = Output(start_cell(cell_settings("torch", "native", 1, epochs=1), prepared_data, outs["one"], **env))
+    one = Output(start_cell(cell(1), prepared_data, outs["one"], **env))
     assert "GPU(s) 2 of this machine, held for this cell" in one.wait_for("held for this cell")
-    third = Output(start_cell(cell_settings("torch", "native", 1, 2, epochs=1), prepared_data, outs["third"], **env))
+    third = Output(start_cell(cell(1, 2), prepared_data, outs["third"], **env))
     third.wait_for("launch: waiting for 1 of GPUs 0,1,2: other cells hold them")
     (meet / "the-test").parent.mkdir(exist_ok=True)
     (meet / "the-test").touch()  # the two running cells go on, end, and give their ids back
@@ -105,7 +114,7 @@ def test_a_cell_takes_the_cores_nearest_its_gpu_and_records_the_site(tmp_path, p
         "SCALEBENCH_LOCAL_POOL": str(tmp_path / "pool"),
         "NCCL_IB_DISABLE": "1",
     }
-    result = launch_cell(cell_settings("torch", "native", 1, epochs=1), prepared_data, tmp_path / "cell", **env)
+    result = launch_cell(cell(1), prepared_data, tmp_path / "cell", **env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = run_json(tmp_path / "cell")
     assert run["local_gpu_ids"] == ["0"] and run["rank_cpus"] == ["1"]
@@ -118,13 +127,13 @@ def test_a_cell_takes_the_cores_nearest_its_gpu_and_records_the_site(tmp_path, p
 
 
 def test_with_cpu_binding_none_the_ranks_run_where_the_os_puts_them(tmp_path, prepared_data):
-    settings = cell_settings("torch", "native", 2, epochs=1)
+    settings = cell(1)  # one rank: bound, it would hold one core of the two (as in the test above)
     settings["cpu_binding"] = "none"
     env = {"SCALEBENCH_LOCAL_POOL": str(tmp_path / "pool")}
     result = launch_cell(settings, prepared_data, tmp_path / "cell", **env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = run_json(tmp_path / "cell")
-    assert run["rank_cpus"] == [format_cpus(CORES)] * 2  # every core this process may use
+    assert run["rank_cpus"] == [format_cpus(CORES)]  # every core this process may use
     assert (run["cpu_binding"], run["cpu_bound_by"], run["cpu_binding_reason"]) == (
         "none",
         None,
@@ -136,7 +145,7 @@ def test_with_cpu_binding_none_the_ranks_run_where_the_os_puts_them(tmp_path, pr
 def test_with_jobs_alone_a_three_gpu_machine_runs_a_one_and_a_two_gpu_cell_at_once_on_disjoint_ids(
     tmp_path_factory, tmp_path
 ):
-    config = tiny_config(training={"epochs": 1}, matrix={"gpus": [1, 2, 4], "seeds": [1]})
+    config = tiny_config(training=TRAINING, matrix={"gpus": [1, 2, 4], "seeds": [1]})
     study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     env = {"CUDA_VISIBLE_DEVICES": "0,1,2", "SCALEBENCH_LOCAL_POOL": str(tmp_path / "pool")}
     dry = run_snakemake(tmp_path, config, "-j", "4", "-n", env=env)  # -j alone is a local run's cores

@@ -22,19 +22,29 @@ def with_width(framework: str, backend: str, gpus: int, width: int, **training) 
     return settings
 
 
+# what the tests read of the widths study: its tables and the two figures of the regimes (the drawing
+# rules plot_collectives and plot_scaling), not the training curves, predictions, hosts or bill
+WIDTHS_READ = (
+    "results/summary/epochs.csv",
+    "results/tables/collectives.html",
+    "results/figures/collective_bandwidth.png",
+    "results/figures/efficiency_gradient.png",
+)
+
+
 def widths_study(tmp_path_factory) -> Path:
     """A study over matrix.model_width [1, 2] on torch's 1 and 2 ranks with fixed steps, run by the
-    workflow to its tables and figures once per test run, for the tests that read it (made_once)."""
+    workflow to the tables and figures the tests read (WIDTHS_READ) once per test run, for the tests that read it (made_once)."""
 
     def make(folder: Path) -> None:
-        # one epoch: the tables and figures need no more
+        # one epoch, no checkpoint and no prediction images: the tables and figures read none of them
         config = tiny_config(
             matrix={"frameworks": ["torch"], "backends": ["native"], "gpus": [1, 2], "model_width": [1, 2]},
-            training={"epochs": 1, "steps_per_epoch": 4, "eval_every": 0},
+            training={"epochs": 1, "steps_per_epoch": 4, "eval_every": 0, "checkpoint_every": 0, "predictions": 0},
             cluster={"link_gbps": {"intra_node": 50}},
         )
         study_data(tmp_path_factory, folder, config)  # the prepared data, made once by the workflow
-        result = run_snakemake(folder, config, "--cores", "2")
+        result = run_snakemake(folder, config, "--cores", "2", *WIDTHS_READ)
         assert result.returncode == 0, result.stderr[-3000:]
 
     return made_once(tmp_path_factory, "model-width-study", make)

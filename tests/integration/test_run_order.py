@@ -15,6 +15,16 @@ from scalebench.config import run_order
 pytestmark = pytest.mark.integration
 
 
+def study(**sections) -> dict:
+    """One-rank cells of one epoch that save no checkpoint and no prediction images, each rank
+    started by the launcher's Python itself, as dp's are (rank 0 of 1: rank_env.detect), not by
+    torchrun: what these tests read is when Snakemake started each cell, which neither changes."""
+    training = {"epochs": 1, "checkpoint_every": 0, "predictions": 0}
+    config = tiny_config(training=training, **sections)
+    config["launchers"] = {"local": {"torch_native": "{python} {program}"}}
+    return config
+
+
 def order_rows(workdir) -> list[dict]:
     with open(workdir / "results" / "summary" / "order.csv") as handle:
         return list(csv.DictReader(handle))
@@ -29,7 +39,7 @@ def test_one_core_starts_the_cells_in_the_drawn_order(tmp_path_factory, tmp_path
     cells = [Cell("torch", "native", 1, seed) for seed in (1, 2, 3)]
     drawn = run_order.run_order(cells, order, [1, 2, 3])
     assert drawn not in (cells, cells[::-1])  # neither the matrix's order nor its reverse
-    config = tiny_config(matrix={"gpus": [1], "seeds": [1, 2, 3]}, training={"epochs": 1}, order=order)
+    config = study(matrix={"gpus": [1], "seeds": [1, 2, 3]}, order=order)
     study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     result = run_snakemake(tmp_path, config, "--cores", "1", "results/summary/order.csv")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -43,11 +53,7 @@ def test_one_core_starts_the_cells_in_the_drawn_order(tmp_path_factory, tmp_path
 def test_in_blocks_no_cell_of_the_second_seed_starts_before_every_cell_of_the_first_ended(tmp_path_factory, tmp_path):
     # two cores run two one-rank cells at once: without the blocks' dependency the first to end would
     # hand its core to a cell of seed 2 while the other cell of seed 1 still runs
-    config = tiny_config(
-        matrix={"gpus": [1], "seeds": [1, 2], "batch_per_gpu": [2, 4]},
-        training={"epochs": 1},
-        order={"seed": 1, "blocks": True},
-    )
+    config = study(matrix={"gpus": [1], "seeds": [1, 2], "batch_per_gpu": [2, 4]}, order={"seed": 1, "blocks": True})
     study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     result = run_snakemake(tmp_path, config, "--cores", "2", "results/summary/order.csv")
     assert result.returncode == 0, result.stderr[-3000:]
