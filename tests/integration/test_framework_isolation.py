@@ -1,7 +1,7 @@
 """A rank of one framework never imports the other: each cell trains with the other one unimportable.
 
-The cells launched as the train rule launches them are test_resume.py's interrupted cells, both
-attempts (the first from the start to its checkpoint, the resumed one to the end) with the other
+The cells launched as the train rule launches them are test_resume.py's interrupted cells
+(paired_cells.RESUMED_CELLS), both attempts (the first from the start to its checkpoint, the resumed one to the end) with the other
 framework blocked, trained once per test run for every backend that test resumes.
 """
 
@@ -11,12 +11,12 @@ import subprocess
 
 import pytest
 from conftest import cell_settings, rank_command, read_records, tool_env
-from test_resume import CELL_IDS, CELLS, blocked_path, resumed_run
+from paired_cells import RESUMED_CELLS, RESUMED_IDS, blocked_path, resumed_run
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.parametrize(("framework", "backend", "gpus", "extra"), CELLS, ids=CELL_IDS)
+@pytest.mark.parametrize(("framework", "backend", "gpus", "extra"), RESUMED_CELLS, ids=RESUMED_IDS)
 def test_cell_trains_with_the_other_framework_unimportable(
     prepared_data, tmp_path_factory, framework, backend, gpus, extra
 ):

@@ -16,27 +16,20 @@ from conftest import (
     cell_settings,
     checkpoint_epoch,
     launch_cell,
-    made_once,
     rank_command,
     rank_pids,
     read_records,
     tool_env,
     wait_for,
 )
+from paired_cells import LEARN, multiworker_references
 from scalebench import config as sb_config
 from scalebench.launch import launcher as sb_launch
-from test_resume import stale_curves
 
 pytestmark = pytest.mark.integration
 
-# Two compute threads per worker: what the mirrored backend's one process gives each of its two
-# replicas, so that its run and the MultiWorkerMirrored reference sum alike (oneDNN's CPU kernels
-# sum in an order that depends on the intra-op thread count: 1 against 2 threads moves the fourth
-# epoch's loss by percents) and one pair of reference runs serves every test of this module. Each
-# epoch 14 steps, four passes over a worker's shard of 14 pairs (long enough to interrupt between two
-# checkpoints), cycled in its seeded order: test_steps_per_epoch.py reads that two workers took them.
-# The curves with validation each epoch: test_tensorboard.py reads the first reference run's.
-LEARN = {"epochs": 4, "steps_per_epoch": 14, "threads_per_rank": 2, "eval_every": 1, "tensorboard": True}
+# LEARN (paired_cells.py): the settings of the MultiWorkerMirrored reference runs, which the horovod and
+# mirrored backends' runs here take too, with the reasons for each
 
 
 @functools.cache
@@ -54,24 +47,6 @@ def foreground_iou(data: Path) -> float:
     masks = np.load(data / "masks.npy")
     test = json.loads((data / "manifest.json").read_text())["test"]
     return float(masks[test].mean())
-
-
-def multiworker_references(tmp_path_factory, data: Path) -> dict[str, Path]:
-    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
-    test run for the tests that read them (the horovod and mirrored backends' reference, the
-    resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's, test_steps_per_epoch.py's
-    steps), whichever xdist
-    worker runs each (a module-scoped fixture would train them again in every worker)."""
-    settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
-
-    def make(root: Path) -> None:
-        stale_curves(root / "a")
-        for name in ("a", "b"):
-            result = launch_cell(settings, data, root / name)
-            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-    root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
-    return {"a": root / "a", "b": root / "b", "settings": settings}
 
 
 @pytest.fixture
