@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,10 +31,12 @@ from conftest import (
     copy_study,
     launch_cell,
     made_once,
+    rank_command,
     rank_pids,
     run_snakemake,
     start_cell,
     tiny_config,
+    tool_env,
     wait_for,
 )
 
@@ -150,7 +153,8 @@ def stale_curves(out: Path) -> Path:
 def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tuple) -> Path:
     """The cell of RESUMED_CELLS trained to its end without interruption, once per test run for every
     test that asks: test_data_placement's cell where it is one, else test_resume.py's own, trained over
-    an earlier run's curves (test_tensorboard.py reads that they are gone)."""
+    an earlier run's curves (test_tensorboard.py reads that they are gone) with the other framework
+    unimportable."""
     framework, backend, gpus, extra = cell
     settings = resumable_settings(*cell)
     if extra is None:
@@ -158,7 +162,10 @@ def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, data: Path, cell
 
     def make(folder: Path) -> None:
         stale_curves(folder / "cell")
-        result = launch_cell(settings, data, folder / "cell")
+        # with the other framework unimportable, as both attempts of the interrupted cell: torch's
+        # curve writer loads TensorFlow where it can, seconds of a rank's start for nothing here
+        blocked = blocked_path(folder / "blocked", framework)
+        result = launch_cell(settings, data, folder / "cell", PYTHONPATH=blocked)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     return made_once(tmp_path_factory, f"uninterrupted-{framework}-{backend}-{gpus}", make) / "cell"
@@ -262,3 +269,25 @@ def two_rank_native_cell(tmp_path_factory: pytest.TempPathFactory, data: Path, f
     if framework == "torch":
         return uninterrupted_run(tmp_path_factory, data, RESUMED_CELLS[0])
     return multiworker_references(tmp_path_factory, data)["a"]
+
+
+# --- a one-rank TensorFlow cell started as srun starts it, without torch
+
+
+def bf16_rank_without_torch(tmp_path_factory: pytest.TempPathFactory, data: Path, placement: str) -> Path:
+    """The folder of a one-rank TensorFlow native cell of two epochs in bf16 with its samples at
+    `placement`, its rank started directly, as srun starts it (the local launcher of native cells is
+    torchrun, which is torch itself), with torch unimportable; its output in output.txt beside it.
+    Once per run: test_tf_training.py's bf16 test reads both placements, test_framework_isolation.py
+    the device one (a TensorFlow rank of its own would cost it seconds of import and tracing)."""
+    loader = {"placement": placement}
+    settings = cell_settings("tensorflow", "native", 1, precision="bf16", epochs=2, loader=loader)
+
+    def make(folder: Path) -> None:
+        env = tool_env(PYTHONPATH=blocked_path(folder / "blocked", "tensorflow"))
+        command = rank_command(settings, data, folder / "cell")
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+        (folder / "output.txt").write_text(result.stdout + result.stderr)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return made_once(tmp_path_factory, f"tf-native-bf16-{placement}-without-torch", make) / "cell"

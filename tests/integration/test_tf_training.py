@@ -22,7 +22,7 @@ from conftest import (
     tool_env,
     wait_for,
 )
-from paired_cells import LEARN, multiworker_references
+from paired_cells import LEARN, bf16_rank_without_torch, multiworker_references
 from scalebench import config as sb_config
 from scalebench.launch import launcher as sb_launch
 
@@ -215,14 +215,13 @@ def test_mirrored_refuses_a_launcher_that_starts_a_process_per_gpu(prepared_data
     assert_refused(result, tmp_path, message)
 
 
-def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_path):
-    # fp16 needs a GPU (and is refused on CPUs, test_config); bf16 runs on the CPU here, on both placements
-    runs = {}
-    for placement in ("device", "host"):
-        settings = cell_settings("tensorflow", "native", 1, precision="bf16", epochs=2, loader={"placement": placement})
-        result = launch_cell(settings, prepared_data, tmp_path / placement)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        runs[placement] = read_records(tmp_path / placement)
+def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_path_factory):
+    # fp16 needs a GPU (and is refused on CPUs, test_config); bf16 runs on the CPU here, on both placements:
+    # one-rank cells started as srun starts them, without torch (test_framework_isolation reads one too)
+    runs = {
+        placement: read_records(bf16_rank_without_torch(tmp_path_factory, prepared_data, placement))
+        for placement in ("device", "host")
+    }
     epochs, final, run = runs["device"]
     assert run["status"] == "ok", run.get("reason")  # a mismatch refuses the cell, naming both
     assert run["precision"] == "bf16" and run["training"]["precision"] == "bf16"
