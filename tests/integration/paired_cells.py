@@ -6,16 +6,39 @@ compare two modes (test_data_placement, test_compiled_steps, test_torch_backends
 and the tests that read what any cell of those settings records (test_collectives,
 test_observed_steps, test_network_interface, test_torch_training) train it once between them. Each
 test still asserts on its own, and alone (`pytest path::name`) it trains the cell itself.
+
+The trainings that tests of several modules read live here too, so that no test module imports
+another (pytest would collect the imported module's tests and fixtures a second time in the
+importer's namespace): test_resume.py's interrupted and resumed cells (RESUMED_CELLS, read by
+test_framework_isolation.py, its DDP reference by test_tensorboard.py and test_steps_per_epoch.py)
+and test_tf_training.py's MultiWorkerMirrored reference runs (read by the same two).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import cell_settings, copy_study, launch_cell, made_once, run_snakemake, tiny_config
+from conftest import (
+    cell_settings,
+    checkpoint_epoch,
+    copy_study,
+    launch_cell,
+    made_once,
+    rank_command,
+    rank_pids,
+    run_snakemake,
+    start_cell,
+    tiny_config,
+    tool_env,
+    wait_for,
+)
 
 # the collective benchmark of the multi-rank cells that test_collectives reads: a short one, with room
 # for FSDP's three operations at the gradient's size
@@ -74,3 +97,197 @@ def study_data(tmp_path_factory: pytest.TempPathFactory, workdir: Path, config: 
 
     made = made_once(tmp_path_factory, f"study-data-{digest}", make)
     return copy_study(made / "results" / "data", workdir / "results" / "data")
+
+
+# --- test_resume.py's cells, interrupted after a checkpoint and resumed
+
+# A collective timeout far beyond launch_cell's limit, for the cells whose next attempt has a rank
+# that cannot load the checkpoint: a rank left waiting would hang the test past that limit instead
+# of failing it by timeout, so only the agreement check can end it.
+NEVER = {"collective_timeout_s": 3600}
+# the PyTorch DDP cell writes curves with validation each epoch (test_tensorboard.py reads its
+# reference), in ten steps per epoch, more than a pass over a rank's shard of 14 pairs (test_steps_per_epoch.py)
+CURVES = {"tensorboard": True, "eval_every": 1, "steps_per_epoch": 10, **NEVER}
+# (framework, backend, gpus, extra training settings): the smallest cell of each backend that
+# has several ranks or replicas where the CPU allows (dp drives one device without GPUs); extra
+# None: test_data_placement's device cell (placed), whose reference it trains anyway
+RESUMED_CELLS = [
+    # the resumed run rewrites the curves too; its first attempt serves the agreement test as well
+    ("torch", "native", 2, CURVES),
+    ("torch", "horovod", 2, None),
+    ("torch", "dp", 1, None),
+    ("tensorflow", "horovod", 2, None),
+    ("tensorflow", "mirrored", 2, None),
+]
+RESUMED_IDS = [f"{f}-{b}" for f, b, _, _ in RESUMED_CELLS]
+EPOCHS = 2
+OTHER_FRAMEWORK = {"torch": ["tensorflow", "tf_keras"], "tensorflow": ["torch"]}
+
+
+def resumable_settings(framework: str, backend: str, gpus: int, extra: dict | None) -> dict:
+    """EPOCHS epochs with a checkpoint after each (placed's cells: two, and the default checkpoint_every)."""
+    if extra is None:
+        settings = placed(framework, backend, gpus, "device")
+    else:
+        settings = cell_settings(framework, backend, gpus, epochs=EPOCHS, checkpoint_every=1, **extra)
+    assert (settings["training"]["epochs"], settings["training"]["checkpoint_every"]) == (EPOCHS, 1)
+    return settings
+
+
+def blocked_path(folder: Path, framework: str) -> str:
+    """A folder that shadows the other framework's packages with ones that refuse to import."""
+    for package in OTHER_FRAMEWORK[framework]:
+        (folder / package).mkdir(parents=True)
+        (folder / package / "__init__.py").write_text(f"raise ImportError('{package} is blocked for this test')\n")
+    return str(folder)
+
+
+def stale_curves(out: Path) -> Path:
+    """An earlier run's event file in the folder of a cell about to train (a retrained cell starts fresh)."""
+    stale = out / "tensorboard" / "events.out.tfevents.1.an-earlier-run"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"")
+    return stale
+
+
+def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tuple) -> Path:
+    """The cell of RESUMED_CELLS trained to its end without interruption, once per test run for every
+    test that asks: test_data_placement's cell where it is one, else test_resume.py's own, trained over
+    an earlier run's curves (test_tensorboard.py reads that they are gone) with the other framework
+    unimportable."""
+    framework, backend, gpus, extra = cell
+    settings = resumable_settings(*cell)
+    if extra is None:
+        return trained_once(tmp_path_factory, settings, data)
+
+    def make(folder: Path) -> None:
+        stale_curves(folder / "cell")
+        # with the other framework unimportable, as both attempts of the interrupted cell: torch's
+        # curve writer loads TensorFlow where it can, seconds of a rank's start for nothing here
+        blocked = blocked_path(folder / "blocked", framework)
+        result = launch_cell(settings, data, folder / "cell", PYTHONPATH=blocked)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return made_once(tmp_path_factory, f"uninterrupted-{framework}-{backend}-{gpus}", make) / "cell"
+
+
+def isolated(framework: str, backend: str) -> bool:
+    """Whether the cell's launcher runs with the other framework unimportable (TensorFlow's native
+    launcher is torchrun, which is torch itself)."""
+    return (framework, backend) != ("tensorflow", "native")
+
+
+def first_attempt(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tuple, out: Path) -> None:
+    """A copy in `out` of the cell's first attempt, interrupted at the start of its last epoch after
+    the checkpoint before it, with the other framework unimportable (launchers and ranks inherit
+    PYTHONPATH) where the launcher allows: made once per test run for every test that takes the
+    cell on from there (the copy keeps the made one as it was); its output in first-attempt.txt
+    beside `out`."""
+    framework, backend, gpus, _ = cell
+
+    def make(folder: Path) -> None:
+        env = {"PYTHONPATH": blocked_path(folder / "blocked", framework)} if isolated(framework, backend) else {}
+        output = interrupt_after_checkpoint(
+            resumable_settings(*cell), data, folder / "cell", framework, EPOCHS - 1, **env
+        )
+        (folder / "launch.txt").write_text(output)
+
+    made = made_once(tmp_path_factory, f"first-attempt-{framework}-{backend}-{gpus}", make)
+    shutil.copytree(made / "cell", out, symlinks=True)
+    shutil.copy(made / "launch.txt", out.parent / "first-attempt.txt")
+
+
+def resumed_run(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tuple) -> Path:
+    """The cell of RESUMED_CELLS taken on from its first attempt to its end, once per test run for
+    every test that asks (test_resume.py's, test_framework_isolation.py's), with the other framework
+    unimportable: the cell's folder, both attempts' output in first-attempt.txt and launch.txt."""
+    framework, backend, gpus, _ = cell
+
+    def make(folder: Path) -> None:
+        first_attempt(tmp_path_factory, data, cell, folder / "cell")
+        blocked = blocked_path(folder / "blocked", framework)
+        result = launch_cell(resumable_settings(*cell), data, folder / "cell", PYTHONPATH=blocked)
+        (folder / "launch.txt").write_text(result.stdout + result.stderr)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return made_once(tmp_path_factory, f"resumed-{framework}-{backend}-{gpus}", make) / "cell"
+
+
+def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework: str, epoch: int, **env: str) -> str:
+    """A first attempt that stops at the start of epoch `epoch` + 1, after `epoch`'s checkpoint,
+    ended by SIGTERM to its launcher; no rank is left behind. Its output."""
+    process = start_cell(settings, data, out, SCALEBENCH_FAULT=f"stall:{epoch + 1}", **env)
+    try:  # (a cell that ends before its checkpoint ends the wait: its output says why)
+        wait_for(lambda: checkpoint_epoch(out, framework) == epoch or process.poll() is not None, 300)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            output, _ = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert checkpoint_epoch(out, framework) == epoch, f"no checkpoint after epoch {epoch}:\n{output[-3000:]}"
+    assert process.returncode != 0
+    assert wait_for(lambda: not rank_pids(out), 30), "ranks left behind"
+    return output
+
+
+# --- test_tf_training.py's MultiWorkerMirrored reference runs
+
+# Two compute threads per worker: what the mirrored backend's one process gives each of its two
+# replicas, so that its run and the MultiWorkerMirrored reference sum alike (oneDNN's CPU kernels
+# sum in an order that depends on the intra-op thread count: 1 against 2 threads moves the fourth
+# epoch's loss by percents) and one pair of reference runs serves every test of test_tf_training.py.
+# Each epoch 14 steps, four passes over a worker's shard of 14 pairs (long enough to interrupt between
+# two checkpoints), cycled in its seeded order: test_steps_per_epoch.py reads that two workers took
+# them. The curves with validation each epoch: test_tensorboard.py reads the first reference run's.
+LEARN = {"epochs": 4, "steps_per_epoch": 14, "threads_per_rank": 2, "eval_every": 1, "tensorboard": True}
+
+
+def multiworker_references(tmp_path_factory: pytest.TempPathFactory, data: Path) -> dict:
+    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
+    test run for the tests that read them (the horovod and mirrored backends' reference, the
+    resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's, test_steps_per_epoch.py's
+    steps), whichever xdist worker runs each (a module-scoped fixture would train them again in every
+    worker)."""
+    settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
+
+    def make(root: Path) -> None:
+        stale_curves(root / "a")
+        for name in ("a", "b"):
+            result = launch_cell(settings, data, root / name)
+            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
+    return {"a": root / "a", "b": root / "b", "settings": settings}
+
+
+def two_rank_native_cell(tmp_path_factory: pytest.TempPathFactory, data: Path, framework: str) -> Path:
+    """The folder of the framework's two-rank native cell with curves, validation and steps_per_epoch
+    that another test trains anyway, once per run (test_tensorboard.py and test_steps_per_epoch.py
+    read it): test_resume.py's uninterrupted DDP reference, or MultiWorkerMirrored's reference run a."""
+    if framework == "torch":
+        return uninterrupted_run(tmp_path_factory, data, RESUMED_CELLS[0])
+    return multiworker_references(tmp_path_factory, data)["a"]
+
+
+# --- a one-rank TensorFlow cell started as srun starts it, without torch
+
+
+def bf16_rank_without_torch(tmp_path_factory: pytest.TempPathFactory, data: Path, placement: str) -> Path:
+    """The folder of a one-rank TensorFlow native cell of two epochs in bf16 with its samples at
+    `placement`, its rank started directly, as srun starts it (the local launcher of native cells is
+    torchrun, which is torch itself), with torch unimportable; its output in output.txt beside it.
+    Once per run: test_tf_training.py's bf16 test reads both placements, test_framework_isolation.py
+    the device one (a TensorFlow rank of its own would cost it seconds of import and tracing)."""
+    loader = {"placement": placement}
+    settings = cell_settings("tensorflow", "native", 1, precision="bf16", epochs=2, loader=loader)
+
+    def make(folder: Path) -> None:
+        env = tool_env(PYTHONPATH=blocked_path(folder / "blocked", "tensorflow"))
+        command = rank_command(settings, data, folder / "cell")
+        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+        (folder / "output.txt").write_text(result.stdout + result.stderr)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return made_once(tmp_path_factory, f"tf-native-bf16-{placement}-without-torch", make) / "cell"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import in_fresh_process, read_records, train_in_process
+from paired_cells import two_rank_native_cell
 from scalebench.train.tf import data as tf_data
-from test_tensorboard import two_rank_native_cell
 
 pytestmark = pytest.mark.integration
 

@@ -8,22 +8,11 @@ uninterrupted reference, TensorFlow MultiWorkerMirrored's test_tf_training.py's 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from conftest import assert_curves_equal_records, read_records
-from test_resume import CELLS, uninterrupted_run
-from test_tf_training import multiworker_references
+from paired_cells import two_rank_native_cell
 
 pytestmark = pytest.mark.integration
-
-
-def two_rank_native_cell(tmp_path_factory, data: Path, framework: str) -> Path:
-    """The folder of the framework's two-rank native cell with curves, validation and steps_per_epoch
-    that another test trains anyway, once per run (test_steps_per_epoch.py reads them too)."""
-    if framework == "torch":
-        return uninterrupted_run(tmp_path_factory, data, CELLS[0])
-    return multiworker_references(tmp_path_factory, data)["a"]
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])

@@ -16,27 +16,20 @@ from conftest import (
     cell_settings,
     checkpoint_epoch,
     launch_cell,
-    made_once,
     rank_command,
     rank_pids,
     read_records,
     tool_env,
     wait_for,
 )
+from paired_cells import LEARN, bf16_rank_without_torch, multiworker_references
 from scalebench import config as sb_config
 from scalebench.launch import launcher as sb_launch
-from test_resume import stale_curves
 
 pytestmark = pytest.mark.integration
 
-# Two compute threads per worker: what the mirrored backend's one process gives each of its two
-# replicas, so that its run and the MultiWorkerMirrored reference sum alike (oneDNN's CPU kernels
-# sum in an order that depends on the intra-op thread count: 1 against 2 threads moves the fourth
-# epoch's loss by percents) and one pair of reference runs serves every test of this module. Each
-# epoch 14 steps, four passes over a worker's shard of 14 pairs (long enough to interrupt between two
-# checkpoints), cycled in its seeded order: test_steps_per_epoch.py reads that two workers took them.
-# The curves with validation each epoch: test_tensorboard.py reads the first reference run's.
-LEARN = {"epochs": 4, "steps_per_epoch": 14, "threads_per_rank": 2, "eval_every": 1, "tensorboard": True}
+# LEARN (paired_cells.py): the settings of the MultiWorkerMirrored reference runs, which the horovod and
+# mirrored backends' runs here take too, with the reasons for each
 
 
 @functools.cache
@@ -45,33 +38,20 @@ def horovod_tf_available() -> bool:
     return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
 
 
-# a string: evaluated when a test that needs Horovod is set up, not when every worker collects the
-# module (the probe starts TensorFlow in a process of its own)
-needs_horovod = pytest.mark.skipif("not horovod_tf_available()", reason="Horovod without TensorFlow (run ./install.sh)")
+def skip_unless_horovod_ran(result: subprocess.CompletedProcess, out: Path) -> None:
+    """Skip a Horovod cell that did not train because Horovod lacks TensorFlow (run ./install.sh).
+    Probed only then: the probe starts TensorFlow in a process of its own (seconds), where an
+    installed Horovod has just trained the cell."""
+    run = out / "run.json"
+    trained = result.returncode == 0 and run.exists() and json.loads(run.read_text())["status"] == "ok"
+    if not trained and not horovod_tf_available():
+        pytest.skip("Horovod without TensorFlow (run ./install.sh)")
 
 
 def foreground_iou(data: Path) -> float:
     masks = np.load(data / "masks.npy")
     test = json.loads((data / "manifest.json").read_text())["test"]
     return float(masks[test].mean())
-
-
-def multiworker_references(tmp_path_factory, data: Path) -> dict[str, Path]:
-    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
-    test run for the tests that read them (the horovod and mirrored backends' reference, the
-    resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's, test_steps_per_epoch.py's
-    steps), whichever xdist
-    worker runs each (a module-scoped fixture would train them again in every worker)."""
-    settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
-
-    def make(root: Path) -> None:
-        stale_curves(root / "a")
-        for name in ("a", "b"):
-            result = launch_cell(settings, data, root / name)
-            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-    root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
-    return {"a": root / "a", "b": root / "b", "settings": settings}
 
 
 @pytest.fixture
@@ -96,9 +76,9 @@ def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_r
     assert len(list((reference_runs["a"] / "predictions").glob("test_*.png"))) == 2
 
 
-@needs_horovod
 def test_two_rank_horovod_learns_the_same_losses_as_multiworker(reference_runs, prepared_data, tmp_path):
     result = launch_cell(cell_settings("tensorflow", "horovod", 2, seed=3, **LEARN), prepared_data, tmp_path)
+    skip_unless_horovod_ran(result, tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "launch (local): horovodrun" in result.stdout
     epochs, final, run = read_records(tmp_path)
@@ -240,14 +220,13 @@ def test_mirrored_refuses_a_launcher_that_starts_a_process_per_gpu(prepared_data
     assert_refused(result, tmp_path, message)
 
 
-def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_path):
-    # fp16 needs a GPU (and is refused on CPUs, test_config); bf16 runs on the CPU here, on both placements
-    runs = {}
-    for placement in ("device", "host"):
-        settings = cell_settings("tensorflow", "native", 1, precision="bf16", epochs=2, loader={"placement": placement})
-        result = launch_cell(settings, prepared_data, tmp_path / placement)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-        runs[placement] = read_records(tmp_path / placement)
+def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_path_factory):
+    # fp16 needs a GPU (and is refused on CPUs, test_config); bf16 runs on the CPU here, on both placements:
+    # one-rank cells started as srun starts them, without torch (test_framework_isolation reads one too)
+    runs = {
+        placement: read_records(bf16_rank_without_torch(tmp_path_factory, prepared_data, placement))
+        for placement in ("device", "host")
+    }
     epochs, final, run = runs["device"]
     assert run["status"] == "ok", run.get("reason")  # a mismatch refuses the cell, naming both
     assert run["precision"] == "bf16" and run["training"]["precision"] == "bf16"
