@@ -228,21 +228,29 @@ def row_of(out: Path, framework: str, backend: str, gpus: int = 2) -> dict:
     return row
 
 
-def test_ddp_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network_and_traces_a_window(
-    prepared_data, tmp_path_factory
-):
-    out = faulted_once(tmp_path_factory, "torch", prepared_data)
+def every_delay_found(tmp_path_factory: pytest.TempPathFactory, framework: str, data: Path) -> tuple[Path, list, dict]:
+    """The folder and records of NATIVE_CELLS' cell of `framework` (faulted_once), each of its delays
+    found where it was put, on every one of its ranks."""
+    out = faulted_once(tmp_path_factory, framework, data)
     epochs, _, run = checked_records(out, NATIVE_RANKS)
-    late, straggler, network, base = NATIVE_EPOCHS["torch"]
+    late, straggler, network, base = NATIVE_EPOCHS[framework]
     assert_late_reduction_found(epochs, late, base, NATIVE_RANKS)
     assert_slow_loader_found(epochs, late, base, NATIVE_RANKS)
     assert_straggler_found(epochs, run, straggler, base, NATIVE_RANKS)
     assert_slow_network_found(epochs, network, base, NATIVE_RANKS)
+    return out, epochs, run
+
+
+def test_ddp_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network_and_traces_a_window(
+    prepared_data, tmp_path_factory
+):
+    out, epochs, run = every_delay_found(tmp_path_factory, "torch", prepared_data)
     # DDP's timed hook: the allreduces' own time, and how much of it the backward hid
     for epoch in epochs:
         for rank in epoch["ranks"]:
             assert 0 < rank["comm_total_s"] and 0 <= rank["comm_overlap"] <= 1
     # the straggler's rank 0 waited for it in DDP's buffer broadcast and its reduction: exposed, not compute
+    _, straggler, _, base = NATIVE_EPOCHS["torch"]
     assert per_step_growth(epochs, 0, "comm_exposed_s", straggler, base) > 0.6 * DELAY_S
     # the profile window: epoch 2's first steps on every rank, Perfetto/TensorBoard's trace format
     assert [e["profiled"] for e in epochs] == [False, True, False, False, False, False]
@@ -288,13 +296,7 @@ def test_fsdp_and_horovod_find_a_late_reduction(backend, prepared_data, tmp_path
 def test_multiworker_mirrored_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network(
     prepared_data, tmp_path_factory
 ):
-    out = faulted_once(tmp_path_factory, "tensorflow", prepared_data)
-    epochs, _, run = checked_records(out, NATIVE_RANKS)
-    late, straggler, network, base = NATIVE_EPOCHS["tensorflow"]
-    assert_late_reduction_found(epochs, late, base, NATIVE_RANKS)
-    assert_slow_loader_found(epochs, late, base, NATIVE_RANKS)
-    assert_straggler_found(epochs, run, straggler, base, NATIVE_RANKS)
-    assert_slow_network_found(epochs, network, base, NATIVE_RANKS)
+    out, epochs, run = every_delay_found(tmp_path_factory, "tensorflow", prepared_data)
     assert all(e["comm_total_s"] is None and "TensorFlow's collectives" in e["comm_total_reason"] for e in epochs)
     # TensorFlow's profiler, for TensorBoard's profile plugin; rank 0 alone in a MultiWorkerMirrored job
     # (two workers tracing at once crash one: tf/native.py), which the record says of each other rank
@@ -333,8 +335,8 @@ def test_one_slow_rank_among_three_is_imbalance_on_every_rank_not_communication(
 ):
     """The loss waterfall's premise, on real ranks of both frameworks: rank 1 of three computes DELAY_S
     longer in every step of one epoch; ranks 0 and 2 wait for it inside their reductions; the critical
-    path (typical compute, imbalance, exposed communication) gives the delay to imbalance. The native
-    cell of three ranks that the test of each framework's every delay reads (NATIVE_CELLS)."""
+    path (typical compute, imbalance, exposed communication) gives the delay to imbalance. Read from
+    each framework's native cell of three ranks (NATIVE_CELLS), which the test of its every delay reads too."""
     epochs, _, run = checked_records(faulted_once(tmp_path_factory, framework, prepared_data), NATIVE_RANKS)
     _, straggler, _, base = NATIVE_EPOCHS[framework]
     assert_straggler_found(epochs, run, straggler, base, ranks=3)
