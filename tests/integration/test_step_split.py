@@ -7,10 +7,15 @@ the warm-up, so the comparison is epoch against epoch of the same cell on the sa
 delays are large against the steps of the tiny data (0.4 s per step, about twice a step), and the
 bounds generous, so a loaded machine does not decide a test (a CI machine running two cells at once
 varied a rank's compute by 0.1 s per step); a split that missed the delay would be off by all of it.
+
+Each framework's native cell has three ranks and carries every delay its test looks for, a straggler
+among them: the test of one slow rank among three reads the same cell (trained once per run,
+faulted_once), so the two tests cost one cell of each framework, not two.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -22,7 +27,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import allreduce_counts, cell_settings, launch_cell, rank_pids, read_records, start_cell, wait_for
+from conftest import (
+    allreduce_counts,
+    cell_settings,
+    launch_cell,
+    made_once,
+    rank_pids,
+    read_records,
+    start_cell,
+    wait_for,
+)
 from scalebench import backends
 from scalebench.analysis import collect
 from scalebench.records import REST_TOLERANCE_S, REST_TOLERANCE_SHARE
@@ -36,9 +50,32 @@ pytestmark = pytest.mark.integration
 # the delay is three times that noise, so every bound below, a share of the delay, stands clear of it.
 DELAY_S = 0.8
 LOADER_S = 0.1  # per batch
-# 7 steps an epoch on each of 2 ranks (28 training pairs x 2 / 2 ranks / batch 4); no checkpoint between
-# epochs: rank 0 writing one while rank 1 starts the next epoch would hide a delay in that epoch's first step
+# 7 steps an epoch on each of 2 ranks (28 training pairs x 2 / 2 ranks / batch 4), 4 on each of 3; no
+# checkpoint between epochs: rank 0 writing one while rank 1 starts the next epoch would hide a delay in
+# that epoch's first step
 FAULT_CELL = {"dataset_repeat": 2, "checkpoint_every": 0, "predictions": 0}
+
+# The native cell of each framework: three ranks, epoch 1 the warm-up, a window traced, then an epoch
+# without a delay, and one for each delay, one kind an epoch (their parts would mix): a late reduction
+# with a slow loader, a slow reduction on every rank, and last a straggler (rank 1 of three computes
+# DELAY_S longer), where the three-rank test had it: a critical path that took the rank of the longest
+# epoch, not of the longest own work, was caught there in the last epoch and passed in a middle one.
+# (fault, training overrides) for faulted_once.
+NATIVE_RANKS = 3
+NATIVE_CELLS = {
+    # epoch 2 profiled, 3 without a delay, 4 a late reduction and a slow loader, 5 a slow network, 6 a straggler
+    "torch": (
+        f"slow_reduce:1:{DELAY_S}:4,slow_loader:{LOADER_S}:4,slow_comm:{DELAY_S}:5,slow_compute:1:{DELAY_S}:6",
+        {"epochs": 6, "profile": {"epoch": 2, "steps": 3}},
+    ),
+    # epoch 1 profiled too, 2 without a delay, 3 a late reduction and a slow loader, 4 a slow network, 5 a straggler
+    "tensorflow": (
+        f"slow_reduce:1:{DELAY_S}:3,slow_loader:{LOADER_S}:3,slow_comm:{DELAY_S}:4,slow_compute:1:{DELAY_S}:5",
+        {"epochs": 5, "profile": {"epoch": 1, "steps": 2}},
+    ),
+}
+# (the epoch of the late reduction and slow loader, of the straggler, of the slow network, without a delay)
+NATIVE_EPOCHS = {"torch": (4, 6, 5, 3), "tensorflow": (3, 5, 4, 2)}
 
 
 def horovod_has(framework: str) -> bool:
@@ -53,6 +90,27 @@ def run_cell(
         cell_settings(framework, backend, gpus, **{**FAULT_CELL, **training}), data, out, SCALEBENCH_FAULT=fault
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return checked_records(out, gpus)
+
+
+def faulted_once(tmp_path_factory: pytest.TempPathFactory, framework: str, data: Path) -> Path:
+    """The folder of NATIVE_CELLS' cell of `framework`, trained with its delays as the train rule runs
+    it, once per run for every test that reads it (made_once; alone, a test trains it itself)."""
+    fault, training = NATIVE_CELLS[framework]
+    settings = cell_settings(framework, "native", NATIVE_RANKS, **{**FAULT_CELL, **training})
+    text = json.dumps({"settings": settings, "data": str(data), "fault": fault}, sort_keys=True)
+    name = f"step-split-{framework}-native-g{NATIVE_RANKS}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+    def make(folder: Path) -> None:
+        (folder / "settings.json").write_text(text)
+        result = launch_cell(settings, data, folder / "out", SCALEBENCH_FAULT=fault)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    return made_once(tmp_path_factory, name, make) / "out"
+
+
+def checked_records(out: Path, gpus: int) -> tuple[list, dict, dict]:
+    """The records of the cell in `out`: it ended ok, and its parts add up on every rank."""
     epochs, final, run = read_records(out)
     assert run["status"] == "ok"
     assert_parts_add_up(epochs, gpus)
@@ -134,11 +192,11 @@ def assert_others_waited_for_rank_1(epochs: list[dict], fault_epoch: int, base_e
     assert_not_grown(path_growth(epochs, "comm_exposed_critical_s", fault_epoch, base_epoch), late, what)
 
 
-def assert_late_reduction_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
+def assert_late_reduction_found(epochs: list[dict], fault_epoch: int, base_epoch: int, ranks: int = 2) -> None:
     """Rank 1 handed its gradients to the reduction DELAY_S late in every step of fault_epoch. On every
-    rank alike in both frameworks: rank 1 had not finished its gradients (compute), rank 0 waited for it
-    inside its reduction (exposed communication)."""
-    assert_others_waited_for_rank_1(epochs, fault_epoch, base_epoch)
+    rank alike in both frameworks: rank 1 had not finished its gradients (compute), the others waited
+    for it inside their reduction (exposed communication)."""
+    assert_others_waited_for_rank_1(epochs, fault_epoch, base_epoch, ranks)
 
 
 def assert_slow_network_found(epochs: list[dict], fault_epoch: int, base_epoch: int, ranks: int = 2) -> None:
@@ -161,45 +219,50 @@ def assert_straggler_found(epochs: list[dict], run: dict, fault_epoch: int, base
     assert_not_grown(path_growth(epochs, "compute_typical_s", fault_epoch, base_epoch), DELAY_S)
 
 
-def assert_slow_loader_found(epochs: list[dict], fault_epoch: int, base_epoch: int) -> None:
-    for rank in (0, 1):
+def assert_slow_loader_found(epochs: list[dict], fault_epoch: int, base_epoch: int, ranks: int = 2) -> None:
+    for rank in range(ranks):
         assert_about(per_step_growth(epochs, rank, "data_wait_s", fault_epoch, base_epoch), LOADER_S)
     assert_about(path_growth(epochs, "data_wait_critical_s", fault_epoch, base_epoch), LOADER_S)
 
 
-def row_of(out: Path, framework: str, backend: str) -> dict:
-    row, _ = collect.read_cell(out, {"framework": framework, "backend": backend, "gpus": 2, "seed": 1})
+def row_of(out: Path, framework: str, backend: str, gpus: int = 2) -> dict:
+    row, _ = collect.read_cell(out, {"framework": framework, "backend": backend, "gpus": gpus, "seed": 1})
     return row
 
 
+def every_delay_found(tmp_path_factory: pytest.TempPathFactory, framework: str, data: Path) -> tuple[Path, list, dict]:
+    """The folder and records of NATIVE_CELLS' cell of `framework` (faulted_once), each of its delays
+    found where it was put, on every one of its ranks."""
+    out = faulted_once(tmp_path_factory, framework, data)
+    epochs, _, run = checked_records(out, NATIVE_RANKS)
+    late, straggler, network, base = NATIVE_EPOCHS[framework]
+    assert_late_reduction_found(epochs, late, base, NATIVE_RANKS)
+    assert_slow_loader_found(epochs, late, base, NATIVE_RANKS)
+    assert_straggler_found(epochs, run, straggler, base, NATIVE_RANKS)
+    assert_slow_network_found(epochs, network, base, NATIVE_RANKS)
+    return out, epochs, run
+
+
 def test_ddp_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network_and_traces_a_window(
-    prepared_data, tmp_path
+    prepared_data, tmp_path_factory
 ):
-    # epoch 1 warm-up, 2 profiled, 3 without a delay, 4 a late reduction and a slow loader, 5 a straggler,
-    # 6 a slow reduction on every rank
-    fault = f"slow_reduce:1:{DELAY_S}:4,slow_loader:{LOADER_S}:4,slow_compute:1:{DELAY_S}:5,slow_comm:{DELAY_S}:6"
-    epochs, _, run = run_cell(
-        "torch", "native", tmp_path, prepared_data, fault, epochs=6, profile={"epoch": 2, "steps": 3}
-    )
-    assert_late_reduction_found(epochs, 4, 3)
-    assert_slow_loader_found(epochs, 4, 3)
-    assert_straggler_found(epochs, run, 5, 3)
-    assert_slow_network_found(epochs, 6, 3)
+    out, epochs, run = every_delay_found(tmp_path_factory, "torch", prepared_data)
     # DDP's timed hook: the allreduces' own time, and how much of it the backward hid
     for epoch in epochs:
         for rank in epoch["ranks"]:
             assert 0 < rank["comm_total_s"] and 0 <= rank["comm_overlap"] <= 1
     # the straggler's rank 0 waited for it in DDP's buffer broadcast and its reduction: exposed, not compute
-    assert per_step_growth(epochs, 0, "comm_exposed_s", 5, 3) > 0.6 * DELAY_S
+    _, straggler, _, base = NATIVE_EPOCHS["torch"]
+    assert per_step_growth(epochs, 0, "comm_exposed_s", straggler, base) > 0.6 * DELAY_S
     # the profile window: epoch 2's first steps on every rank, Perfetto/TensorBoard's trace format
     assert [e["profiled"] for e in epochs] == [False, True, False, False, False, False]
     assert (epochs[1]["profile_trace"], epochs[1]["profile_reason"]) == ("profile", None)
-    for rank in (0, 1):
-        trace = json.loads((tmp_path / "profile" / f"rank{rank}.pt.trace.json").read_text())
+    for rank in range(NATIVE_RANKS):
+        trace = json.loads((out / "profile" / f"rank{rank}.pt.trace.json").read_text())
         names = {event.get("name") for event in trace["traceEvents"]}
         assert "gloo:all_reduce" in names and "aten::convolution_backward" in names
     # runs.csv: the steady figures leave the profiled epoch out, the split's columns are there
-    row = row_of(tmp_path, "torch", "native")
+    row = row_of(out, "torch", "native", NATIVE_RANKS)
     assert row["steady_epoch_s"] == pytest.approx(statistics.median(e["epoch_time_s"] for e in epochs[2:]))
     assert row["profiled_epoch"] == 2 and row["profile_trace"] == "profile"
     medians = [e["comm_exposed_s"] for e in epochs[2:]]
@@ -233,21 +296,17 @@ def test_fsdp_and_horovod_find_a_late_reduction(backend, prepared_data, tmp_path
 
 
 def test_multiworker_mirrored_finds_a_late_reduction_a_slow_loader_a_straggler_and_a_slow_network(
-    prepared_data, tmp_path
+    prepared_data, tmp_path_factory
 ):
-    fault = f"slow_reduce:1:{DELAY_S}:3,slow_loader:{LOADER_S}:3,slow_compute:1:{DELAY_S}:4,slow_comm:{DELAY_S}:5"
-    epochs, _, run = run_cell(
-        "tensorflow", "native", tmp_path, prepared_data, fault, epochs=5, profile={"epoch": 1, "steps": 2}
-    )
-    assert_late_reduction_found(epochs, 3, 2)
-    assert_slow_loader_found(epochs, 3, 2)
-    assert_straggler_found(epochs, run, 4, 2)
-    assert_slow_network_found(epochs, 5, 2)
+    out, epochs, run = every_delay_found(tmp_path_factory, "tensorflow", prepared_data)
     assert all(e["comm_total_s"] is None and "TensorFlow's collectives" in e["comm_total_reason"] for e in epochs)
     # TensorFlow's profiler, for TensorBoard's profile plugin; rank 0 alone in a MultiWorkerMirrored job
-    # (two workers tracing at once crash one: tf/native.py), which the record says
-    assert list((tmp_path / "profile" / "rank0" / "plugins" / "profile").glob("*/*.xplane.pb"))
-    assert not (tmp_path / "profile" / "rank1").exists() and epochs[0]["profile_trace"] == "profile"
+    # (two workers tracing at once crash one: tf/native.py), which the record says of each other rank
+    assert list((out / "profile" / "rank0" / "plugins" / "profile").glob("*/*.xplane.pb"))
+    assert epochs[0]["profile_trace"] == "profile"
+    for rank in range(1, NATIVE_RANKS):
+        assert not (out / "profile" / f"rank{rank}").exists()
+        assert f"rank {rank}: not traced: TensorFlow's profiler crashes" in epochs[0]["profile_reason"]
     assert epochs[0]["profile_reason"].startswith("rank 1: not traced: TensorFlow's profiler crashes")
 
 
@@ -273,12 +332,16 @@ def test_tensorflow_horovod_finds_a_late_reduction_and_keeps_a_cell_whose_trace_
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
-def test_one_slow_rank_among_three_is_imbalance_on_every_rank_not_communication(framework, prepared_data, tmp_path):
+def test_one_slow_rank_among_three_is_imbalance_on_every_rank_not_communication(
+    framework, prepared_data, tmp_path_factory
+):
     """The loss waterfall's premise, on real ranks of both frameworks: rank 1 of three computes DELAY_S
-    longer in every step of epoch 3; ranks 0 and 2 wait for it inside their reductions; the critical
-    path (typical compute, imbalance, exposed communication) gives the delay to imbalance."""
-    epochs, _, run = run_cell(framework, "native", tmp_path, prepared_data, f"slow_compute:1:{DELAY_S}:3", 3, epochs=3)
-    assert_straggler_found(epochs, run, 3, 2, ranks=3)
+    longer in every step of one epoch; ranks 0 and 2 wait for it inside their reductions; the critical
+    path (typical compute, imbalance, exposed communication) gives the delay to imbalance. Read from
+    each framework's native cell of three ranks (NATIVE_CELLS), which the test of its every delay reads too."""
+    epochs, _, run = checked_records(faulted_once(tmp_path_factory, framework, prepared_data), NATIVE_RANKS)
+    _, straggler, _, base = NATIVE_EPOCHS[framework]
+    assert_straggler_found(epochs, run, straggler, base, ranks=3)
 
 
 def one_process_cell(framework: str, backend: str, gpus: int, data: Path, out: Path, fault: str) -> list[dict]:
