@@ -6,7 +6,8 @@ from pathlib import Path
 sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from scalebench.analysis.summary_csv import read_epochs, read_runs
-from scalebench.report.figures import FigureInputs, figures_of, save_figure
+from scalebench.report.figures import FigureInputs, figures_of
+from scalebench.report.saving import save_figure
 
 given, params = snakemake.input, snakemake.params
 

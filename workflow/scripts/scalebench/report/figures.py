@@ -10,7 +10,6 @@ function it calls when it draws.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -328,15 +327,3 @@ def figures_of(rule: str) -> list[Figure]:
     if rule not in RULE_INPUTS:
         raise KeyError(f"no drawing rule {rule!r}; the rules are {', '.join(RULE_INPUTS)}")
     return [figure for figure in FIGURES if figure.rule == rule]
-
-
-def save_figure(figure, path: str | Path, dpi: int = 120) -> None:
-    """Save a plotnine figure (plotnine's notes about dropped NaN rows are expected here) or a
-    matplotlib one (the picture panel)."""
-    if hasattr(figure, "savefig"):
-        figure.savefig(path, dpi=dpi)
-        return
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(Removed|removed).*")
-        warnings.filterwarnings("ignore", message=".*only one observation.*")  # a single GPU count
-        figure.save(path, dpi=dpi, verbose=False)
