@@ -33,7 +33,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from scalebench.analysis.baseline_tables import KEY, missing_columns
 from scalebench.analysis.collect import flat_settings
@@ -41,6 +40,7 @@ from scalebench.analysis.scaling import LEVEL, unpaired_speedup, usable
 from scalebench.analysis.summary_csv import TEXT
 from scalebench.analysis.tables import RUNS, runs_frame
 from scalebench.cell import OWN_SOURCE
+from scalebench.distributions import t_quantile
 
 CELL = ["framework", "backend", "variant", "gpus"]
 SERIES = ["framework", "backend", "variant"]
@@ -102,7 +102,7 @@ def log_ratio_interval(ratio: float, parts: list[tuple[float, int]]) -> tuple[fl
     if total == 0:
         return ratio, ratio
     dof = total**2 / sum(v**2 / (n - 1) for v, n in parts if v > 0)
-    half = stats.t.ppf(0.5 + LEVEL / 2, dof) * math.sqrt(total)
+    half = t_quantile(0.5 + LEVEL / 2, dof) * math.sqrt(total)
     return ratio * math.exp(-half), ratio * math.exp(half)
 
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from scalebench.analysis.hosts import LEVEL, MATERIAL, difference, left_out, percent
 from scalebench.analysis.tables import KEYS
 from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config import run_order
+from scalebench.distributions import t_quantile
 
 CONFIGURATION = ["framework", "backend", "variant", "gpus"]  # a cell without its seed
 MIN_DOF = 2  # a line with fewer degrees of freedom left gives no interval worth reading
@@ -180,7 +180,7 @@ def drift_row(measure: str, used: pd.DataFrame, tested: int, share: float) -> di
     fit = line(used, measure)
     if not math.isfinite(fit.slope):
         return row | {"verdict": "each configuration's cells started at the same time: no drift to tell"}
-    half = stats.t.ppf(1 - (1 - LEVEL) / (2 * tested), fit.dof) * fit.stderr
+    half = t_quantile(1 - (1 - LEVEL) / (2 * tested), fit.dof) * fit.stderr
     change, low, high = (math.exp(b * hours) for b in (fit.slope, fit.slope - half, fit.slope + half))
     row |= {"change": change, "low": low, "high": high}
     span = f"over {duration(hours)}, {cells} cells"

@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from scalebench.analysis.completeness import cell_target
 from scalebench.analysis.tables import KEYS
 from scalebench.cell import OWN_SOURCE
+from scalebench.distributions import t_quantile
 from scalebench.rerun import Invocation
 
 LEVEL = 0.95
@@ -160,7 +160,7 @@ def pooled(per_cell: pd.DataFrame, compared_hosts: int) -> Pooled:
     low = high = math.nan
     if n >= MIN_CELLS:
         spread = values.std(ddof=1) / math.sqrt(n)
-        half = stats.t.ppf(1 - (1 - LEVEL) / (2 * max(compared_hosts, 1)), n - 1) * spread
+        half = t_quantile(1 - (1 - LEVEL) / (2 * max(compared_hosts, 1)), n - 1) * spread
         low, high = math.exp(mean - half), math.exp(mean + half)
     return Pooled(
         math.exp(mean), low, high, n, int(per_cell["rank_epochs"].sum()), float(per_cell["excess_share"].mean())

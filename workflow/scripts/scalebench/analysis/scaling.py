@@ -44,8 +44,8 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
+from scalebench.distributions import t_quantile
 from scalebench.timing.scaling_model import (
     GROUP,
     MODEL_COLUMNS,
@@ -69,7 +69,7 @@ def t_interval(values: np.ndarray) -> tuple[float, float, float]:
     mean = float(values.mean()) if len(values) else math.nan
     if len(values) < 2:
         return mean, math.nan, math.nan
-    half = stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
+    half = t_quantile(0.5 + LEVEL / 2, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values))
     return mean, mean - half, mean + half
 
 
@@ -91,7 +91,7 @@ def unpaired_speedup(base: np.ndarray, cell: np.ndarray) -> tuple[float, float, 
     if se == 0:
         return ratio, ratio, ratio
     dof = (var_b + var_c) ** 2 / (var_b**2 / (len(base) - 1) + var_c**2 / (len(cell) - 1))
-    half = stats.t.ppf(0.5 + LEVEL / 2, dof) * se
+    half = t_quantile(0.5 + LEVEL / 2, dof) * se
     return ratio, ratio * math.exp(-half), ratio * math.exp(half)
 
 

@@ -15,8 +15,8 @@ Comparisons, each within one source (this study, or one imported study) and GPU 
   did on each side.
 
 Cells enter as scaling.csv's do (status ok, timings known). Each pair is tested with Welch's t on the
-log of the values (scipy.stats.ttest_ind, unequal variances: a few seeds per side, a ratio rather than
-a difference), so ``ratio`` is the ratio of the geometric means, always written as the faster over the
+log of the values (scipy.stats.ttest_ind's, as scalebench/distributions.py computes it, unequal
+variances: a few seeds per side, a ratio rather than a difference), so ``ratio`` is the ratio of the geometric means, always written as the faster over the
 slower (a's speed over b's: throughput a / b, or time to target b / a), with its 95% interval (``low``,
 ``high``). The p-values of every comparison of the study are corrected together with Holm's method
 (``p_holm``; an imported study's over its own): the more pairs a study compares, the more of them
@@ -41,10 +41,10 @@ from itertools import combinations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from scalebench.analysis.scaling import LEVEL, usable
 from scalebench.analysis.tables import VERDICTS
+from scalebench.distributions import welch
 
 ALPHA = 0.05
 EQUIVALENCE = 0.02  # verdicts.equivalence's default
@@ -59,12 +59,11 @@ FASTER = {"throughput": "faster", "epoch_time": "faster per epoch", "time_to_tar
 
 def welch_log(faster: np.ndarray, slower: np.ndarray) -> tuple[float, float, float, float]:
     """(ratio, low, high, p) of two sides' log speeds: exp of the difference of their means."""
-    result = stats.ttest_ind(faster, slower, equal_var=False)
+    p, low, high = welch(faster, slower, LEVEL)
     ratio = math.exp(float(np.mean(faster) - np.mean(slower)))
-    if math.isnan(result.pvalue):  # no spread on either side: exact values
+    if math.isnan(p):  # no spread on either side: exact values
         return ratio, ratio, ratio, 0.0 if ratio != 1 else 1.0
-    interval = result.confidence_interval(LEVEL)
-    return ratio, math.exp(interval.low), math.exp(interval.high), float(result.pvalue)
+    return ratio, math.exp(low), math.exp(high), p
 
 
 def percent(ratio: float) -> str:

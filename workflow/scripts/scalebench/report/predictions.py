@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from scalebench.cell import OWN_SOURCE, cell_path
-from scalebench.report.style import backend_label
+from scalebench.report.legend import backend_label
 
 
 def chosen_cells(runs: pd.DataFrame, runs_root: str | Path) -> list[tuple[str, Path]]:

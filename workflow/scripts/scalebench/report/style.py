@@ -9,8 +9,6 @@ shape and line type by source (own runs vs imported studies), a log2 GPU axis, t
 from __future__ import annotations
 
 import textwrap
-import warnings
-from pathlib import Path
 
 import pandas as pd
 from plotnine import (
@@ -35,23 +33,11 @@ from plotnine import (
     theme_void,
 )
 
-from scalebench import backends
 from scalebench.analysis.scaling import GROUP
 from scalebench.cell import OWN_SOURCE
-
-# The legend's name and colour of each backend come from its registry entry (scalebench/backends.py);
-# native is DDP in PyTorch's panel and MultiWorkerMirroredStrategy in TensorFlow's.
-
-
-def backend_label(name: str) -> str:
-    """The legend's name of backend `name` (the name itself for one the registry lacks)."""
-    return backends.legend().get(name, (name, ""))[0]
-
-
-def backend_label_colours() -> dict[str, str]:
-    """Each registered backend's legend label and its colour."""
-    return dict(backends.legend().values())
-
+from scalebench.report.legend import backend_label as backend_label
+from scalebench.report.legend import backend_label_colours
+from scalebench.report.saving import save_figure as save_figure
 
 # backends with a variant of the optional axes (batch8_bf16, ...): a colour each, after the plain ones
 VARIANT_COLOURS = ["#66a61e", "#e6ab02", "#a6761d", "#666666", "#a6cee3", "#fb9a99", "#cab2d6", "#b2df8a", "#fdbf6f"]
@@ -172,15 +158,3 @@ def per_cell_figure(
         + labs(x="GPUs (ranks)", y=ylab, title=title, caption=wrap(caption))
         + figure_theme()
     )
-
-
-def save_figure(figure, path: str | Path, dpi: int = 120) -> None:
-    """Save a plotnine figure (plotnine's notes about dropped NaN rows are expected here) or a
-    matplotlib one (the picture panel)."""
-    if hasattr(figure, "savefig"):
-        figure.savefig(path, dpi=dpi)
-        return
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*(Removed|removed).*")
-        warnings.filterwarnings("ignore", message=".*only one observation.*")  # a single GPU count
-        figure.save(path, dpi=dpi, verbose=False)

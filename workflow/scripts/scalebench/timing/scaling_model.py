@@ -94,7 +94,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+
+from scalebench.distributions import f_tail, t_quantile
 
 # one series per backend and variant of the optional axes ('' without them)
 GROUP = ["source", "framework", "backend", "variant"]
@@ -171,7 +172,7 @@ class Fit:
         return float(self.params[i]), float(self.params[i] - half), float(self.params[i] + half)
 
     def _quantile(self) -> float:
-        return stats.t.ppf(0.5 + LEVEL / 2, self.dof) if self.dof > 0 else math.nan
+        return t_quantile(0.5 + LEVEL / 2, self.dof) if self.dof > 0 else math.nan
 
     def _x(self, gpus: int, nodes: int, only: tuple[str, ...] | None = None) -> np.ndarray:
         x = regressors(np.array([gpus]), np.array([nodes]), self.terms, self.form)[0]
@@ -365,7 +366,7 @@ def judge(points: pd.DataFrame, merged: pd.DataFrame, y: np.ndarray, w: np.ndarr
         p_value = 0.0 if ss_lack > 0 else 1.0
     else:
         f_stat = (ss_lack / (m - p)) / (ss_pure / (n - m))
-        p_value = float(stats.f.sf(f_stat, m - p, n - m))
+        p_value = float(f_tail(f_stat, m - p, n - m))
     return far and p_value < POOR_P, f"{text}; lack-of-fit test p = {p_value:.3g}"
 
 
