@@ -128,6 +128,11 @@ MUTANTS = (
         (
             Site(
                 f"{PACKAGE}/analysis/scaling.py",
+                "t_quantile(0.5 + LEVEL / 2, len(values) - 1)",
+                "t_quantile(0.5 + LEVEL / 2, len(values))",
+            ),
+            Site(
+                f"{PACKAGE}/analysis/scaling.py",
                 "stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1)",
                 "stats.t.ppf(0.5 + LEVEL / 2, len(values))",
             ),
