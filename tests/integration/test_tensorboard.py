@@ -8,8 +8,11 @@ uninterrupted reference, TensorFlow MultiWorkerMirrored's test_tf_training.py's 
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
-from conftest import assert_curves_equal_records, read_records
+from conftest import SCRIPTS, assert_curves_equal_records, read_curves, read_records, tool_env
 from paired_cells import two_rank_native_cell
 
 pytestmark = pytest.mark.integration
@@ -28,3 +31,23 @@ def test_rank_0_of_a_two_rank_cell_writes_one_curve_per_record_field(prepared_da
     assert len(event_files) == 1 and event_files[0].name.startswith("events.out.tfevents."), event_files
     assert event_files[0].name != "events.out.tfevents.1.an-earlier-run"
     assert_curves_equal_records(out / "tensorboard", epochs)
+
+
+def test_torch_s_curve_writer_never_imports_tensorflow(tmp_path):
+    """A torch rank never imports TensorFlow (train/entry.py), curves on or off: TensorBoard's writer
+    would import it, where it is installed as here, only for its file I/O (train/torch/summaries.py)."""
+    code = f"""
+import importlib.util, sys
+assert importlib.util.find_spec("tensorflow"), "TensorFlow is installed: the writer could import it"
+from scalebench.train.torch.summaries import TorchEpochWriter
+writer = TorchEpochWriter({str(tmp_path)!r})
+writer.write({{"loss/train": 0.5}}, 1)
+writer.close()
+print("tensorflow imported:", "tensorflow" in sys.modules)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=tool_env(PYTHONPATH=str(SCRIPTS))
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "tensorflow imported: False", done.stdout[-2000:]
+    assert read_curves(tmp_path) == {"loss/train": [(1, 0.5)]}

@@ -13,7 +13,7 @@ from scalebench.train.torch.steps import Steps
 
 def open_summaries(folder: Path) -> EpochWriter:
     """torch.utils.tensorboard's writer, imported only where training.tensorboard is on: it needs
-    the tensorboard package, which loads TensorFlow where that is installed."""
+    the tensorboard package (without TensorFlow: summaries.py)."""
     from scalebench.train.torch.summaries import TorchEpochWriter
 
     return TorchEpochWriter(folder)
