@@ -189,7 +189,8 @@ def precision_off() -> bool:
 
 
 def stall(epoch: int, fault: str) -> None:
-    print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})", flush=True)
+    # one write, newline included: every rank prints this into the same pipe
+    print(f"stalling at epoch {epoch + 1} (SCALEBENCH_FAULT={fault})\n", end="", flush=True)
     while True:
         time.sleep(1)
 
