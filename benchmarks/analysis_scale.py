@@ -164,7 +164,7 @@ def run(root: Path, cells: list[dict], legacy: list[dict]) -> dict[str, float]:
     from scalebench.report import scaling_figures as plots
     from scalebench.report import training_figures as plots_training
     from scalebench.report.predictions import picture_panel
-    from scalebench.report.style import save_figure
+    from scalebench.report.saving import save_figure
     from scalebench.report.time_split_figures import time_split_figure
     from scalebench.rerun import Invocation
 

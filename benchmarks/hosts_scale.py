@@ -83,7 +83,7 @@ def main() -> None:
     from scalebench.analysis.hosts import host_table
     from scalebench.analysis.ranks import collect_ranks, read_ranks
     from scalebench.report.host_figures import drift_figure, hosts_figure
-    from scalebench.report.style import save_figure
+    from scalebench.report.saving import save_figure
     from scalebench.rerun import Invocation
 
     root = Path(args.out or tempfile.mkdtemp(prefix="hosts_scale_"))

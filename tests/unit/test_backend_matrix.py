@@ -43,7 +43,7 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     sys.path.insert(0, str(REPO / "tools"))
     import backends_table
     import config_reference
-    from scalebench.report import style
+    from scalebench.report import legend
 
     ring = dataclasses.replace(
         backends.NATIVE_TORCH, name="ring", summary="ring allreduce", label="Ring", colour="#123456"
@@ -57,7 +57,7 @@ def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_
     launchers = config["launchers"]  # DDP's templates: it starts a process per GPU
     assert launchers["local"]["torch_ring"] == launchers["local"]["torch_native"]
     assert launchers["slurm"]["torch_ring"] == launchers["slurm"]["torch_native"]
-    assert style.backend_label("ring") == "Ring" and style.backend_label_colours()["Ring"] == "#123456"
+    assert legend.backend_label("ring") == "Ring" and legend.backend_label_colours()["Ring"] == "#123456"
     assert "| PyTorch | `ring` | Ring | ring allreduce |" in backends.markdown_table()
     assert "| `ring` | PyTorch | PyTorch ring allreduce | each framework's own" in backends.guide_table()
     assert "`launchers.slurm.torch_ring`" in config_reference.table()

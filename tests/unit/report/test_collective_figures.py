@@ -13,7 +13,7 @@ from scalebench.analysis import collectives
 from scalebench.analysis.scaling import scaling
 from scalebench.collective_table import TABLE
 from scalebench.report import collective_figures
-from scalebench.report.style import save_figure
+from scalebench.report.saving import save_figure
 from scalebench.train.collectives import bandwidths, empty_row, write_table
 
 WIDTHS = (1, 4)

@@ -27,7 +27,7 @@ from scalebench.collective_table import TABLE
 from scalebench.report import scaling_figures as plots
 from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figures_of
 from scalebench.report.predictions import picture_panel
-from scalebench.report.style import save_figure
+from scalebench.report.saving import save_figure
 from scalebench.rerun import Invocation
 from scalebench.train.collectives import bandwidths, empty_row, write_table
 
@@ -303,10 +303,10 @@ def test_picture_panel_without_any_ok_cell_says_so(tmp_path):
 
 def test_every_registered_backend_has_its_own_legend_label_and_colour():
     from scalebench import backends
-    from scalebench.report import style
+    from scalebench.report import legend
 
-    labels = {style.backend_label(name) for name in backends.BACKENDS}
-    colours = style.backend_label_colours()
+    labels = {legend.backend_label(name) for name in backends.BACKENDS}
+    colours = legend.backend_label_colours()
     assert set(colours) == labels and len(labels) == len(backends.BACKENDS)
     assert len(set(colours.values())) == len(colours) and all(c.startswith("#") for c in colours.values())
 

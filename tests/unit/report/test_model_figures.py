@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 from scalebench.report.model_figures import model_figure
-from scalebench.report.style import save_figure
+from scalebench.report.saving import save_figure
 
 
 def cells(backend: str, gpus=(1, 2, 4, 8), slow_at: int | None = None, scaling: str = "weak") -> pd.DataFrame:

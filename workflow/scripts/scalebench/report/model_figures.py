@@ -27,7 +27,8 @@ from plotnine import (
 )
 
 from scalebench.cell import OWN_SOURCE
-from scalebench.report.style import backend_label, figure_theme, gpu_axis, placeholder, wrap
+from scalebench.report.legend import backend_label
+from scalebench.report.style import figure_theme, gpu_axis, placeholder, wrap
 from scalebench.timing.scaling_model import FORMULAS, GROUP, METRIC, Backtest, Fit, backtests, curve, series_columns
 
 PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "per-step floor": "#7570b3", "communication": "#d95f02"}

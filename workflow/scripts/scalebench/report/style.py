@@ -35,9 +35,7 @@ from plotnine import (
 
 from scalebench.analysis.scaling import GROUP
 from scalebench.cell import OWN_SOURCE
-from scalebench.report.legend import backend_label as backend_label
-from scalebench.report.legend import backend_label_colours
-from scalebench.report.saving import save_figure as save_figure
+from scalebench.report.legend import backend_label, backend_label_colours
 
 # backends with a variant of the optional axes (batch8_bf16, ...): a colour each, after the plain ones
 VARIANT_COLOURS = ["#66a61e", "#e6ab02", "#a6761d", "#666666", "#a6cee3", "#fb9a99", "#cab2d6", "#b2df8a", "#fdbf6f"]

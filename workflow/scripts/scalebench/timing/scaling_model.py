@@ -172,7 +172,7 @@ class Fit:
         return float(self.params[i]), float(self.params[i] - half), float(self.params[i] + half)
 
     def _quantile(self) -> float:
-        return t_quantile(0.5 + LEVEL / 2, self.dof) if self.dof > 0 else math.nan
+        return t_quantile(0.5 + LEVEL / 2, self.dof)  # NaN without a degree of freedom
 
     def _x(self, gpus: int, nodes: int, only: tuple[str, ...] | None = None) -> np.ndarray:
         x = regressors(np.array([gpus]), np.array([nodes]), self.terms, self.form)[0]
