@@ -11,7 +11,8 @@ The trainings that tests of several modules read live here too, so that no test 
 another (pytest would collect the imported module's tests and fixtures a second time in the
 importer's namespace): test_resume.py's interrupted and resumed cells (RESUMED_CELLS, read by
 test_framework_isolation.py, its DDP reference by test_tensorboard.py and test_steps_per_epoch.py)
-and test_tf_training.py's MultiWorkerMirrored reference runs (read by the same two).
+and test_tf_training.py's MultiWorkerMirrored reference runs (read by the same two) and attempt
+with a killed worker (taken on by test_resume.py's agreement test too).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def study_data(tmp_path_factory: pytest.TempPathFactory, workdir: Path, config: 
 
 # --- test_resume.py's cells, interrupted after a checkpoint and resumed
 
-# A collective timeout far beyond launch_cell's limit, for the cells whose next attempt has a rank
+# A collective timeout far beyond launch_cell's limit, for the DDP cell whose next attempt has a rank
 # that cannot load the checkpoint: a rank left waiting would hang the test past that limit instead
 # of failing it by timeout, so only the agreement check can end it.
 NEVER = {"collective_timeout_s": 3600}
@@ -244,13 +245,18 @@ def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework:
 LEARN = {"epochs": 4, "steps_per_epoch": 14, "threads_per_rank": 2, "eval_every": 1, "tensorboard": True}
 
 
+def multiworker_settings() -> dict:
+    """The settings of the MultiWorkerMirrored reference cell (and of its killed worker's attempt)."""
+    return cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
+
+
 def multiworker_references(tmp_path_factory: pytest.TempPathFactory, data: Path) -> dict:
     """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
     test run for the tests that read them (the horovod and mirrored backends' reference, the
     resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's, test_steps_per_epoch.py's
     steps), whichever xdist worker runs each (a module-scoped fixture would train them again in every
     worker)."""
-    settings = cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
+    settings = multiworker_settings()
 
     def make(root: Path) -> None:
         stale_curves(root / "a")
@@ -260,6 +266,71 @@ def multiworker_references(tmp_path_factory: pytest.TempPathFactory, data: Path)
 
     root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
     return {"a": root / "a", "b": root / "b", "settings": settings}
+
+
+# the checkpoint in force when the killed worker dies: two of LEARN's four epochs
+KILLED_AFTER = 2
+
+
+def start_workers(settings: dict, data: Path, out: Path) -> list[subprocess.Popen]:
+    """Both workers without a supervising launcher (torchrun would kill the survivor itself):
+    what remains to stop the survivor is TensorFlow's own failure detection."""
+    from scalebench.cluster import ports
+
+    port = ports.reserve_local_block()  # held by this test process while the workers run
+    workers = []
+    for rank in range(2):
+        env = tool_env(
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="2",
+            LOCAL_WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            TF_USE_LEGACY_KERAS="1",
+            TF_NUM_INTEROP_THREADS="1",
+            TF_CPP_MIN_LOG_LEVEL="2",
+        )
+        command = rank_command(settings, data, out)
+        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    return workers
+
+
+def killed_worker_attempt(tmp_path_factory: pytest.TempPathFactory, data: Path, out: Path) -> dict:
+    """A copy in `out` of an attempt of the MultiWorkerMirrored reference cell (multiworker_settings)
+    whose worker 1 died hard once the checkpoint after epoch KILLED_AFTER was in force (a node lost),
+    both workers started without a launcher, no worker left behind; made once per test run for
+    test_tf_training.py's killed-worker test (which resumes its copy) and test_resume.py's agreement
+    test (whose next attempt hides that checkpoint from rank 1). What the survivor did, for the test
+    to judge: {"returncode": None where it still ran collective_timeout_s + 90 s after the kill, "output"}."""
+    settings = multiworker_settings()
+    timeout_s = settings["training"]["collective_timeout_s"]
+
+    def make(folder: Path) -> None:
+        cell = folder / "cell"
+        survivor, victim = start_workers(settings, data, cell)
+        returncode = output = None
+        try:
+            assert wait_for(lambda: checkpoint_epoch(cell, "tensorflow") == KILLED_AFTER, 300), "no checkpoint"
+            victim.kill()
+            try:  # the survivor fails on its own, within the collective timeout plus a margin (not by hanging)
+                output, _ = survivor.communicate(timeout=timeout_s + 90)
+                returncode = survivor.returncode
+            except subprocess.TimeoutExpired:
+                pass
+        finally:
+            for worker in (survivor, victim):
+                if worker.poll() is None:
+                    worker.kill()
+                worker.wait()
+        if output is None:  # killed above: what it printed until then
+            output, _ = survivor.communicate()
+        assert wait_for(lambda: not rank_pids(cell), 10), "workers left behind"
+        (folder / "survivor.json").write_text(json.dumps({"returncode": returncode, "output": output}))
+
+    made = made_once(tmp_path_factory, "tf-native-killed-worker", make)
+    shutil.copytree(made / "cell", out, symlinks=True)
+    return json.loads((made / "survivor.json").read_text())
 
 
 def two_rank_native_cell(tmp_path_factory: pytest.TempPathFactory, data: Path, framework: str) -> Path:

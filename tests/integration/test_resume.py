@@ -13,8 +13,10 @@ device cell, paired_cells.placed: two epochs with a checkpoint after each, as he
 test run (paired_cells.trained_once); the PyTorch DDP cell, which writes curves and never times out a
 collective, trains its own, which test_tensorboard.py and test_steps_per_epoch.py read too. Both attempts of the interrupted
 cell run with the other framework unimportable, and test_framework_isolation.py reads the resumed
-cell: the isolation check costs no training of its own. The cells and their trainings are in
-paired_cells.py, where those modules find them.
+cell: the isolation check costs no training of its own. The agreement test takes on attempts made
+for other tests: the DDP cell's first attempt, and test_tf_training.py's MultiWorkerMirrored attempt
+whose worker was killed after a checkpoint. The cells and their trainings are in paired_cells.py,
+where those modules find them.
 """
 
 from __future__ import annotations
@@ -25,19 +27,19 @@ import pytest
 from conftest import assert_curves_equal_records, checkpoint_epoch, launch_cell, rank_pids, read_records, wait_for
 from paired_cells import (
     EPOCHS,
+    KILLED_AFTER,
     NEVER,
     RESUMED_CELLS,
     RESUMED_IDS,
     first_attempt,
+    killed_worker_attempt,
+    multiworker_settings,
     resumable_settings,
     resumed_run,
     uninterrupted_run,
 )
 
 pytestmark = pytest.mark.integration
-
-# the cells whose next attempt has a rank that cannot see rank 0's checkpoint: each framework's native
-AGREEMENT_CELLS = {"torch": RESUMED_CELLS[0], "tensorflow": ("tensorflow", "native", 2, NEVER)}
 
 
 @pytest.mark.parametrize(("framework", "backend", "gpus", "extra"), RESUMED_CELLS, ids=RESUMED_IDS)
@@ -63,20 +65,35 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path_fa
         assert_curves_equal_records(out / "tensorboard", epochs_res)
 
 
+def interrupted_native_cell(tmp_path_factory, data, framework: str, out) -> tuple[dict, int]:
+    """A copy in `out` of an attempt of the framework's two-rank native cell that ended after a
+    checkpoint, made once per run for another test too, with the cell's settings and the epoch of
+    that checkpoint: the DDP cell's first attempt (test_interrupted_run_resumes_to_identical_results
+    resumes it), whose collective timeout (NEVER) leaves only the agreement check to end a rank left
+    waiting; the MultiWorkerMirrored attempt whose worker was killed after the checkpoint of epoch 2
+    (test_tf_training.py resumes it), whose 30 s timeout would end such a rank with a timeout error
+    of its own, never the agreement's reason that the test reads."""
+    if framework == "torch":
+        cell = RESUMED_CELLS[0]
+        first_attempt(tmp_path_factory, data, cell, out)
+        settings = resumable_settings(*cell)
+        assert settings["training"]["collective_timeout_s"] == NEVER["collective_timeout_s"]
+        return settings, EPOCHS - 1
+    killed_worker_attempt(tmp_path_factory, data, out)
+    return multiworker_settings(), KILLED_AFTER
+
+
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])
 def test_a_rank_that_cannot_load_rank_0s_checkpoint_fails_the_cell_at_once(
     prepared_data, tmp_path_factory, tmp_path, framework
 ):
-    cell = AGREEMENT_CELLS[framework]
-    settings = resumable_settings(*cell)
     out = tmp_path / "cell"
-    first_attempt(tmp_path_factory, prepared_data, cell, out)
-    assert settings["training"]["collective_timeout_s"] == NEVER["collective_timeout_s"]
+    settings, epoch = interrupted_native_cell(tmp_path_factory, prepared_data, framework, out)
     # the next attempt: rank 1 does not see the cell's folder (a node-local folder on another node)
     result = launch_cell(settings, prepared_data, out, SCALEBENCH_FAULT="hide_checkpoint:1")
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
-    reason = f"rank 0 resumes from its checkpoint after epoch {EPOCHS - 1}, but rank 1 found no usable checkpoint"
+    reason = f"rank 0 resumes from its checkpoint after epoch {epoch}, but rank 1 found no usable checkpoint"
     assert reason in output, output[-3000:]
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "failed" and reason in run["error"]

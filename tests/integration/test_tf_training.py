@@ -14,15 +14,12 @@ from conftest import (
     REPO,
     assert_refused,
     cell_settings,
-    checkpoint_epoch,
     launch_cell,
     rank_command,
-    rank_pids,
     read_records,
     tool_env,
-    wait_for,
 )
-from paired_cells import LEARN, bf16_rank_without_torch, multiworker_references
+from paired_cells import KILLED_AFTER, LEARN, bf16_rank_without_torch, killed_worker_attempt, multiworker_references
 from scalebench import config as sb_config
 from scalebench.launch import launcher as sb_launch
 
@@ -94,64 +91,34 @@ def _epochs_done(out: Path) -> int:
     return metrics.read_text().count('"type": "epoch"') if metrics.exists() else 0
 
 
-def _start_workers(settings: dict, data: Path, out: Path) -> list[subprocess.Popen]:
-    """Both workers without a supervising launcher (torchrun would kill the survivor itself):
-    what remains to stop the survivor is TensorFlow's own failure detection."""
-    from scalebench.cluster import ports
-
-    port = ports.reserve_local_block()  # held by this test process while the workers run
-    workers = []
-    for rank in range(2):
-        env = tool_env(
-            RANK=str(rank),
-            LOCAL_RANK=str(rank),
-            WORLD_SIZE="2",
-            LOCAL_WORLD_SIZE="2",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            TF_USE_LEGACY_KERAS="1",
-            TF_NUM_INTEROP_THREADS="1",
-            TF_CPP_MIN_LOG_LEVEL="2",
-        )
-        command = rank_command(settings, data, out)
-        workers.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    return workers
-
-
 def test_a_killed_worker_fails_the_other_within_the_timeout_and_the_cell_resumes_to_identical_results(
-    reference_runs, prepared_data, tmp_path
+    reference_runs, prepared_data, tmp_path_factory, tmp_path
 ):
-    """Worker 1 dies hard once the checkpoint after epoch 2 is in force (a node lost); worker 0 fails
-    on its own, and the cell's next attempt resumes from that checkpoint to the reference's results."""
+    """Worker 1 dies hard once the checkpoint after epoch 2 (KILLED_AFTER) is in force (a node lost); worker 0 fails
+    on its own, and the cell's next attempt resumes from that checkpoint to the reference's results.
+    The killed attempt is made once per run (paired_cells.killed_worker_attempt, no worker left
+    behind): test_resume.py's agreement test takes a copy of it on too."""
     settings = reference_runs["settings"]
-    timeout_s = settings["training"]["collective_timeout_s"]
-    survivor, victim = _start_workers(settings, prepared_data, tmp_path)
-    try:
-        assert wait_for(lambda: checkpoint_epoch(tmp_path, "tensorflow") == 2, 300), "no checkpoint"
-        victim.kill()
-        # the survivor fails on its own, within the collective timeout plus a margin (not by hanging)
-        output, _ = survivor.communicate(timeout=timeout_s + 90)
-        assert survivor.returncode not in (0, None), output[-3000:]
-        assert "rank 0: failed:" in output, output[-3000:]
-    finally:
-        for worker in (survivor, victim):
-            if worker.poll() is None:
-                worker.kill()
-            worker.wait()
-    assert json.loads((tmp_path / "run.json").read_text())["status"] == "failed"
-    assert wait_for(lambda: not rank_pids(tmp_path), 10), "workers left behind"
-    assert _epochs_done(tmp_path) < LEARN["epochs"]
-    resumed = launch_cell(settings, prepared_data, tmp_path)
+    out = tmp_path / "cell"
+    survivor = killed_worker_attempt(tmp_path_factory, prepared_data, out)
+    output = survivor["output"]
+    # the survivor failed on its own, within the collective timeout plus a margin (not by hanging)
+    assert survivor["returncode"] is not None, "worker 0 still ran 90 s past its collective timeout"
+    assert survivor["returncode"] != 0, output[-3000:]
+    assert "rank 0: failed:" in output, output[-3000:]
+    assert json.loads((out / "run.json").read_text())["status"] == "failed"
+    assert _epochs_done(out) < LEARN["epochs"]
+    resumed = launch_cell(settings, prepared_data, out)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "resuming from checkpoint after epoch 2" in resumed.stdout
+    assert f"resuming from checkpoint after epoch {KILLED_AFTER}" in resumed.stdout
     epochs_ref, final_ref, _ = read_records(reference_runs["a"])
-    epochs_res, final_res, run_res = read_records(tmp_path)
-    assert run_res["resumed_from_epoch"] == 2 and [e["epoch"] for e in epochs_res] == [1, 2, 3, 4]
+    epochs_res, final_res, run_res = read_records(out)
+    assert run_res["resumed_from_epoch"] == KILLED_AFTER and [e["epoch"] for e in epochs_res] == [1, 2, 3, 4]
     np.testing.assert_allclose([e["loss"] for e in epochs_res], [e["loss"] for e in epochs_ref], rtol=0, atol=1e-6)
     np.testing.assert_allclose(
         [final_res["test_loss"], final_res["iou"]], [final_ref["test_loss"], final_ref["iou"]], rtol=0, atol=1e-6
     )
-    assert not (tmp_path / "checkpoint").exists()
+    assert not (out / "checkpoint").exists()
 
 
 def test_a_process_count_mismatch_stops_before_the_model(prepared_data, tmp_path):
