@@ -149,12 +149,14 @@ def test_fsdp_of_one_rank_is_refused_before_training(prepared_data, tmp_path):
     )
 
 
-def test_dp_of_one_gpu_on_the_cpu_trains_as_ddp_of_one_rank(prepared_data, tmp_path):
-    for backend in ("native", "dp"):
-        result = train(settings_for(backend, 1, epochs=2), prepared_data, tmp_path / backend)
-        assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-    assert losses(tmp_path / "dp") == losses(tmp_path / "native")  # one device: the same module, the same data
-    _, _, run = read_records(tmp_path / "dp")
+def test_dp_of_one_gpu_on_the_cpu_trains_as_ddp_of_one_rank(prepared_data, tmp_path_factory, tmp_path):
+    # dp's cell is test_data_placement's device cell (launch.py starts its one process as the rank
+    # entry alone), trained once per run; DDP's one rank trains the same training settings here
+    dp = trained_once(tmp_path_factory, placed("torch", "dp", 1, "device"), prepared_data)
+    result = train(placed("torch", "native", 1, "device"), prepared_data, tmp_path / "native")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert losses(dp) == losses(tmp_path / "native")  # one device: the same module, the same data
+    _, _, run = read_records(dp)
     assert (run["replicas"], run["processes"], run["device"]) == (1, 1, "cpu")
     assert run["training"]["dp"] == {"processes": 1, "device_ids": None}
     assert "plain module" in run["versions"]["distributed"]
