@@ -2,8 +2,8 @@
 
 The ranks of a multi-rank cell are started by torchrun directly, as the torch_native launcher
 template does, with the cell's settings switched to the backend under test. The uninterrupted FSDP
-and DDP cells the parity and the resume compare with are test_data_placement's, trained once per run
-through launch.py (paired_cells.py).
+and DDP cells the parity and the resume compare with, and dp's cell of one device, are
+test_data_placement's, trained once per run through launch.py (paired_cells.py).
 """
 
 from __future__ import annotations
