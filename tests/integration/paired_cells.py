@@ -2,10 +2,11 @@
 
 A cell is named by a hash of its settings, so two tests share a cell only where they would have
 trained exactly the same one (same framework, backend, ranks and training section): the tests that
-compare two modes (test_data_placement, test_compiled_steps, test_torch_backends' FSDP against DDP and dp against one DDP rank)
-and the tests that read what any cell of those settings records (test_collectives,
-test_observed_steps, test_network_interface, test_torch_training) train it once between them. Each
-test still asserts on its own, and alone (`pytest path::name`) it trains the cell itself.
+compare two modes (test_data_placement, test_compiled_steps, test_torch_backends' FSDP against DDP
+and dp against one DDP rank) and the tests that read what any cell of those settings records
+(test_collectives, test_observed_steps, test_network_interface, test_torch_training) train it once
+between them. Each test still asserts on its own, and alone (`pytest path::name`) it trains the
+cell itself.
 
 The trainings that tests of several modules read live here too, so that no test module imports
 another (pytest would collect the imported module's tests and fixtures a second time in the
