@@ -49,21 +49,23 @@ COLLECTIVES = {"budget_s": 1.5, "max_bytes": 2**20, "iterations": 3, "warmup": 1
 SCHEDULE = {"epochs": 2, "decay_every": 1, "decay_factor": 0.5}
 
 
-def placed(framework: str, backend: str, gpus: int, placement: str, **training: object) -> dict:
+def placed(
+    framework: str, backend: str, gpus: int, placement: str, collectives: dict = COLLECTIVES, **training: object
+) -> dict:
     """A cell of test_data_placement: two epochs, validation after each, the samples at `placement`
     (with `training`'s other keys: test_compiled_steps' compiled TensorFlow cells)."""
     loader = {"workers": 0, "placement": placement}
     return cell_settings(
-        framework, backend, gpus, epochs=2, eval_every=1, loader=loader, collectives=COLLECTIVES, **training
+        framework, backend, gpus, epochs=2, eval_every=1, loader=loader, collectives=collectives, **training
     )
 
 
 def unmeasured_over_loopback() -> dict:
-    """A two-rank DDP cell of one epoch over the loopback interface (cluster.network_interface) with a
-    collective benchmark of no budget: test_network_interface reads how it trained, test_collectives
-    what a budget of nothing records."""
-    training = {"epochs": 1, "checkpoint_every": 0, "predictions": 0, "collectives": {**COLLECTIVES, "budget_s": 0}}
-    return {**cell_settings("torch", "native", 2, **training), "network_interface": "lo"}
+    """test_data_placement's two-rank DDP host cell, over the loopback interface (cluster.network_interface)
+    with a collective benchmark of no budget: test_data_placement compares its figures with the device
+    cell's, test_network_interface reads how it trained, test_collectives what a budget of nothing records."""
+    settings = placed("torch", "native", 2, "host", collectives={**COLLECTIVES, "budget_s": 0})
+    return {**settings, "network_interface": "lo"}
 
 
 def trained_once(tmp_path_factory: pytest.TempPathFactory, settings: dict, data: Path, timeout: float = 600) -> Path:

@@ -2,8 +2,8 @@
 train rule runs a cell: each backend's own library, the table and run.json's summary, the budget,
 and a benchmark that fails while the cell trains on. Every multi-rank cell runs the benchmark before
 its first epoch: the tests that read what it measured read test_data_placement's device cells, and
-the one-rank test test_compiled_steps' eager cell, the budget of nothing test_network_interface's cell,
-trained once per run (paired_cells.py)."""
+the one-rank test test_compiled_steps' eager cell, the budget of nothing test_data_placement's DDP host
+cell (test_network_interface's too), trained once per run (paired_cells.py)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def test_every_backend_measures_through_its_own_library(prepared_data, tmp_path_
 
 
 def test_a_budget_of_nothing_records_every_size_as_not_measured_with_the_reason(prepared_data, tmp_path_factory):
-    # a two-rank DDP cell of one epoch, the one test_network_interface reads (over the loopback interface)
+    # test_data_placement's DDP host cell, which test_network_interface reads too (over the loopback interface)
     run, out = shared(tmp_path_factory, prepared_data, unmeasured_over_loopback())
     assert run["training"]["collectives"]["budget_s"] == 0
     rows = table(out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import cell_settings, read_records
-from paired_cells import SCHEDULE, placed, trained_once
+from paired_cells import SCHEDULE, placed, trained_once, unmeasured_over_loopback
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +35,10 @@ NOTHING_FITS = 1e-9
 
 
 def host_cell(framework: str, backend: str, gpus: int) -> dict:
-    """placed's host cell; DataParallel's at placement auto with a share that nothing fits."""
+    """placed's host cell; DDP's the one over the loopback interface that test_network_interface and
+    test_collectives read, DataParallel's at placement auto with a share that nothing fits."""
+    if backend == "native" and framework == "torch":
+        return unmeasured_over_loopback()
     if backend != "dp":
         return placed(framework, backend, gpus, "host")
     settings = placed(framework, backend, gpus, "auto")

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_cell_trains_over_the_interface_and_records_it(prepared_data, tmp_path_factory):
-    # the cell test_collectives reads for a benchmark of no budget, trained once per run (paired_cells.py)
+    # test_data_placement's DDP host cell, which test_collectives reads for a benchmark of no budget,
+    # trained once per run (paired_cells.py)
     out = trained_once(tmp_path_factory, unmeasured_over_loopback(), prepared_data)
     assert "--master-addr=127.0.0.1" in launch_output(out)
     run = json.loads((out / "run.json").read_text())
