@@ -175,6 +175,12 @@ def finished_study(tmp_path_factory) -> Path:
     changes a study copies it first (copy_study)."""
 
     def make(folder: Path) -> None:
+        # its prepared data as the workflow made it for every study of tiny_config()'s dataset, once per
+        # run (paired_cells.study_data; imported here, where tests/integration is on the path): only the
+        # cells train and the analysis runs here
+        from paired_cells import study_data
+
+        study_data(tmp_path_factory, folder, tiny_study_config())
         result = run_snakemake(folder, tiny_study_config(), "--cores", "2")
         assert result.returncode == 0, result.stderr[-3000:]
         report = run_snakemake(folder, tiny_study_config(), "--report", str(folder / "report.html"))

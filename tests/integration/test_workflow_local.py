@@ -183,8 +183,11 @@ def test_a_study_with_optional_axes_and_strong_scaling_runs_to_the_report(tmp_pa
             "precision": ["bf16"],
             "scaling": ["weak", "strong"],
         },
-        training={"epochs": 1, "global_batch": 4, "eval_every": 0},
+        # no checkpoint, prediction images or collective benchmark (each costs a rank CPU; the benchmark
+        # spins its whole budget): the tables read here are the cells' variants, batches and status
+        training={"epochs": 1, "global_batch": 4, "eval_every": 0, "checkpoint_every": 0, "predictions": 0},
     )
+    config["training"]["collectives"] = {"budget_s": 0}
     study_data(tmp_path_factory, tmp_path, config)  # the prepared data, made once by the workflow
     # the tables it reads (runs.csv, then scaling.csv), not the figures
     result = run_snakemake(tmp_path, config, "--cores", "2", "results/summary/scaling.csv")
