@@ -54,6 +54,7 @@ PRINTS = {
         r"^16 cells x 20 epochs: data rules .* snakemake --report",
     ],
     "step_split_overhead.py": [r"^torch/native +steady epoch on .* on/off .* \(smoke: no verdict\)"],
+    "tf_autograph_cost.py": [r"^without AutoGraph \(the project's\) .* CPU-s per rank", r"^AutoGraph would add "],
     "tf_mark_cost.py": [r"^numpy_function \(the project's\) .* per mark", r"^py_function .* per mark"],
 }
 # the option that keeps a benchmark's files in a folder of the test's (None: it writes none)

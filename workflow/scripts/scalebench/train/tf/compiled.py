@@ -38,8 +38,8 @@ def check_determinism(deterministic: bool) -> None:
 
 
 def step_function(function):
-    """`function` compiled by XLA."""
-    return tf.function(function, jit_compile=True)
+    """`function` compiled by XLA (without AutoGraph, as the steps it runs in: steps.graph_function)."""
+    return tf.function(function, jit_compile=True, autograph=False)
 
 
 def in_xla_context() -> bool:

@@ -30,6 +30,13 @@ from scalebench.train.tf.runtime import Device, Numerics
 DELAYS = ("reduce", "comm", "compute")
 
 
+def graph_function(function, **options):
+    """`function` as a tf.function without AutoGraph. The steps branch only on settings, never on
+    a tensor, so AutoGraph's rewrite of every function they call (the UNet's layers too) would buy
+    nothing and cost tracing time: about 0.8 CPU-s of a one-rank cell's 10 (docs/benchmarks.md)."""
+    return tf.function(function, autograph=False, **options)
+
+
 def bce_terms(logits: tf.Tensor, masks: tf.Tensor) -> tf.Tensor:
     """Per-pixel binary cross-entropy on logits, in float32 whatever the compute precision."""
     return tf.nn.sigmoid_cross_entropy_with_logits(labels=masks, logits=tf.cast(logits, tf.float32))
@@ -86,20 +93,24 @@ class StepFunctions:
             else []
         )
         self.accumulate = (
-            tf.function(lambda batches: backend.run_replicas(self.replica_accumulate, batches))
+            graph_function(lambda batches: backend.run_replicas(self.replica_accumulate, batches))
             if self.accumulates
             else None
         )
         self.apply = (
-            tf.function(self.apply_sums, input_signature=[tf.TensorSpec([], tf.float32)]) if self.accumulates else None
+            graph_function(self.apply_sums, input_signature=[tf.TensorSpec([], tf.float32)])
+            if self.accumulates
+            else None
         )
         samples = tf.TensorSpec([None, *image_size], tf.uint8)  # uint8 images or masks
-        self.train = tf.function(self.run_train)
-        self.eval = tf.function(self.run_eval, input_signature=[samples, samples])
+        self.train = graph_function(self.run_train)
+        self.eval = graph_function(self.run_eval, input_signature=[samples, samples])
         # device placement: (stored images, stored masks, rows) gathered in the step
         words = tf.TensorSpec([None, image_size[0] * image_size[1] // 4], tf.float32)  # data.as_words
-        self.eval_gathered = tf.function(self.run_eval, input_signature=[words, words, tf.TensorSpec([None], tf.int64)])
-        self.predict = tf.function(self.run_predict, input_signature=[samples])
+        self.eval_gathered = graph_function(
+            self.run_eval, input_signature=[words, words, tf.TensorSpec([None], tf.int64)]
+        )
+        self.predict = graph_function(self.run_predict, input_signature=[samples])
 
     # --- one replica's training step
 
