@@ -156,8 +156,7 @@ def test_a_cell_slurm_would_refuse_is_left_out_before_submission_and_the_others_
     # 4 ranks at 2 per node need two nodes; this partition has one, so SLURM refuses that cell's job
     # (EnforcePartLimits=ALL, as on production clusters; without it the job would pend forever)
     config = cluster_config(gpus=(1, 4))
-    config["dataset"]["synthetic"]["count"] = 80
-    with_data(tmp_path, cluster_data(slurm, tmp_path_factory, count=80))
+    with_data(tmp_path, cluster_data(slurm, tmp_path_factory))  # the run's 40 pairs: g4 is never trained
     result = run_slurm_snakemake(single_node, tmp_path, config, INCOMPLETE)
     output = result.stdout + result.stderr
     assert result.returncode == 0, describe(result, tmp_path)
