@@ -116,7 +116,8 @@ def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(
     config = cluster_config(backends=("native", "dp"), gpus=(1,))
     config["matrix"]["seeds"] = {"initial": 2, "max": 3}
     config["dataset"]["image_size"] = [16, 16]
-    config["training"].update(epochs=4, steps_per_epoch=2)
+    # no checkpoint or prediction images, which no round reads (tests/integration/test_seed_rounds.py's cells)
+    config["training"].update(epochs=4, steps_per_epoch=2, checkpoint_every=0, predictions=0)
     with_data(tmp_path, cluster_data(slurm, tmp_path_factory, image_size=(16, 16)))
     faults = ("slow_cell:*/g1/*:1.0", "slow_cell:*/s1:0.2", "slow_cell:*/s3:0.2")
     answer = ("results/summary/answer.json", "results/report/landing.rst")
