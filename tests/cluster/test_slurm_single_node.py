@@ -1,7 +1,7 @@
 """The workflow on one node of a real SLURM cluster: every cell a SLURM job. Where a test is about
 the train jobs, its study starts from the run's prepared dataset (with_data) and builds only what
-it reads (the cells, or the table of left-out cells): the data jobs on SLURM, the figures and the
-report are test_slurm_every_backend.py's."""
+it reads (the cells, or the table of left-out cells): the figures and the report are
+test_slurm_every_backend.py's; the data jobs as SLURM jobs are the partition test's here."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .conftest import (
     read_run,
     run_slurm_snakemake,
     slurm_jobs,
+    slurm_rules,
     with_data,
 )
 
@@ -179,6 +180,8 @@ def test_a_partition_that_does_not_exist_is_one_sbatch_message_per_request_and_n
     assert output.count("invalid partition specified") == 2, output[-4000:]
     assert "Trying to restart" not in output and not slurm_jobs(tmp_path)
     assert len(list((tmp_path / "results" / "data" / "prepared").glob("*/manifest.json"))) == 1
+    # the data jobs ran as SLURM jobs (the plugin's log folders), as every study's do on a cluster
+    assert slurm_rules(tmp_path) == ["preprocess_dataset", "synthetic_dataset"], slurm_rules(tmp_path)
     reasons = left_out_rows(tmp_path)
     assert set(reasons) == {"torch/native g1", "torch/native g2"}
     assert all("sbatch --test-only -p nosuchpartition" in row["reason"] for row in reasons.values()), reasons
