@@ -82,7 +82,9 @@ def test_demo_matrix_runs_as_slurm_jobs_to_the_report(every_backend_study):
             # the ranks ran inside the SLURM job the plugin submitted for this cell
             assert run["slurm"]["job_id"] in jobs[f"{framework}_{backend}_{gpus}_1"], (run["slurm"], jobs)
             log = (study / "results" / "runs" / cell / "train.log").read_text()
-            assert log.startswith("launch (slurm): "), log[:500]
+            # its first launch line (a line of ports.py may come first: the job id's port block was taken)
+            launch = next((line for line in log.splitlines() if line.startswith("launch")), "")
+            assert launch.startswith("launch (slurm): "), log[:500]
             # each rank on its cluster.cpus_per_rank (1) core, read back from the OS: this cluster's srun binds
             # nothing (TaskPlugin=task/none), so each rank took its local rank's share itself (two ranks
             # on one node take two cores: test_slurm_single_node.py's two cells at once)
