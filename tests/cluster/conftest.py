@@ -294,13 +294,18 @@ def slurm_jobs(workdir: Path) -> dict[str, list[str]]:
     return {key: sorted(ids, key=int) for key, ids in jobs.items()}
 
 
+def slurm_rules(workdir: Path) -> list[str]:
+    """The rules that ran as SLURM jobs (the plugin's log folders)."""
+    return sorted(path.name.removeprefix("rule_") for path in (workdir / ".snakemake" / "slurm_logs").glob("rule_*"))
+
+
 def cluster_data(
     slurm: SlurmCluster, tmp_path_factory, count: int = 40, image_size: tuple[int, int] | None = None
 ) -> Path:
     """cluster_config()'s prepared dataset (of `count` synthetic pairs, at `image_size` where given),
     made once per test run by the local executor: for tests about the train jobs, which copy it into
     their study (with_data) instead of running the data jobs on SLURM (two jobs, each two Snakemake
-    starts; test_slurm_every_backend.py runs them on SLURM)."""
+    starts; test_slurm_single_node.py's partition test runs them on SLURM)."""
 
     def make(folder: Path) -> None:
         config = cluster_config()

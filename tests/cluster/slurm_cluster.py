@@ -252,9 +252,11 @@ class SlurmCluster:
             "OverTimeLimit=0",
             "InactiveLimit=0",
             "SlurmctldTimeout=30",
-            # a node whose slurmd stops answering is DOWN after this (slurmctld pings every third of it):
-            # the lost-node test waits for that; a live slurmd answers a ping within a second, even here
-            "SlurmdTimeout=30",
+            # a node whose slurmd stops answering is DOWN after this plus one or two pings (slurmctld pings
+            # every third of it and judges by the previous ping: 26 s here, measured, 40-50 s at 30): the lost-node
+            # test waits for that; a live slurmd answers every ping within a second, even here, so three
+            # missed pings in a row are a dead one
+            "SlurmdTimeout=15",
             "SlurmctldDebug=info",
             "SlurmdDebug=info",
         ]

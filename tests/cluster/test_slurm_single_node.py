@@ -1,7 +1,7 @@
 """The workflow on one node of a real SLURM cluster: every cell a SLURM job. Where a test is about
 the train jobs, its study starts from the run's prepared dataset (with_data) and builds only what
-it reads (the cells, or the table of left-out cells): the data jobs on SLURM, the figures and the
-report are test_slurm_every_backend.py's."""
+it reads (the cells, or the table of left-out cells): the figures and the report are
+test_slurm_every_backend.py's; the data jobs as SLURM jobs are the partition test's here."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from .conftest import (
     read_run,
     run_slurm_snakemake,
     slurm_jobs,
+    slurm_rules,
     with_data,
 )
 
@@ -116,7 +117,8 @@ def test_the_rounds_of_seeds_run_their_cells_as_slurm_jobs_in_the_drawn_order(
     config = cluster_config(backends=("native", "dp"), gpus=(1,))
     config["matrix"]["seeds"] = {"initial": 2, "max": 3}
     config["dataset"]["image_size"] = [16, 16]
-    config["training"].update(epochs=4, steps_per_epoch=2)
+    # no checkpoint or prediction images, which no round reads (tests/integration/test_seed_rounds.py's cells)
+    config["training"].update(epochs=4, steps_per_epoch=2, checkpoint_every=0, predictions=0)
     with_data(tmp_path, cluster_data(slurm, tmp_path_factory, image_size=(16, 16)))
     faults = ("slow_cell:*/g1/*:1.0", "slow_cell:*/s1:0.2", "slow_cell:*/s3:0.2")
     answer = ("results/summary/answer.json", "results/report/landing.rst")
@@ -156,8 +158,7 @@ def test_a_cell_slurm_would_refuse_is_left_out_before_submission_and_the_others_
     # 4 ranks at 2 per node need two nodes; this partition has one, so SLURM refuses that cell's job
     # (EnforcePartLimits=ALL, as on production clusters; without it the job would pend forever)
     config = cluster_config(gpus=(1, 4))
-    config["dataset"]["synthetic"]["count"] = 80
-    with_data(tmp_path, cluster_data(slurm, tmp_path_factory, count=80))
+    with_data(tmp_path, cluster_data(slurm, tmp_path_factory))  # the run's 40 pairs: g4 is never trained
     result = run_slurm_snakemake(single_node, tmp_path, config, INCOMPLETE)
     output = result.stdout + result.stderr
     assert result.returncode == 0, describe(result, tmp_path)
@@ -179,6 +180,8 @@ def test_a_partition_that_does_not_exist_is_one_sbatch_message_per_request_and_n
     assert output.count("invalid partition specified") == 2, output[-4000:]
     assert "Trying to restart" not in output and not slurm_jobs(tmp_path)
     assert len(list((tmp_path / "results" / "data" / "prepared").glob("*/manifest.json"))) == 1
+    # the data jobs ran as SLURM jobs (the plugin's log folders), as every study's do on a cluster
+    assert slurm_rules(tmp_path) == ["preprocess_dataset", "synthetic_dataset"], slurm_rules(tmp_path)
     reasons = left_out_rows(tmp_path)
     assert set(reasons) == {"torch/native g1", "torch/native g2"}
     assert all("sbatch --test-only -p nosuchpartition" in row["reason"] for row in reasons.values()), reasons
