@@ -102,10 +102,10 @@ def decide(setting: str, reduced: list[float], share: float, device_type: str) -
     )
 
 
-def host_free_bytes(ranks_on_node: int) -> int | None:
+def host_free_bytes(ranks_on_node: int, meminfo: str = "/proc/meminfo") -> int | None:
     """A CPU rank's share of the node's available memory (its ranks share it), from /proc/meminfo."""
     try:
-        with open("/proc/meminfo") as lines:
+        with open(meminfo) as lines:
             for line in lines:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024 // max(ranks_on_node, 1)
