@@ -19,7 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,6 +52,20 @@ def parse_options(parser: argparse.ArgumentParser, smoke: dict[str, object]) -> 
         options = parser.parse_args()
     if options.parse_only:
         print(json.dumps(vars(options), default=str))
+        raise SystemExit(0)
+    return options
+
+
+def parse_options_or_run_child(
+    parser: argparse.ArgumentParser, smoke: dict[str, object], child: Callable[[str, dict], None]
+) -> argparse.Namespace:
+    """parse_options, with the hidden `--child MODE --args JSON` that run_child starts a script with:
+    there `child(MODE, args)` runs in this fresh process and the script exits after it."""
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--args", help=argparse.SUPPRESS)
+    options = parse_options(parser, smoke)
+    if options.child:
+        child(options.child, json.loads(options.args))
         raise SystemExit(0)
     return options
 

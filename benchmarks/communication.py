@@ -276,12 +276,7 @@ def main() -> None:
         help="extra environment of every cell, e.g. HOROVOD_CYCLE_TIME=10",
     )
     parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--args", help=argparse.SUPPRESS)
-    options = _common.parse_options(parser, SMOKE)
-    if options.child:
-        ddp_probe(json.loads(options.args))
-        return
+    options = _common.parse_options_or_run_child(parser, SMOKE, lambda mode, args: ddp_probe(args))
     height, width = options.size
     with _common.workspace(options.workdir, "communication_") as root:
         print(

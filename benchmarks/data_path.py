@@ -147,12 +147,7 @@ def main() -> None:
     parser.add_argument("--placement", choices=["device", "host"], nargs="+", default=["device", "host"])
     parser.add_argument("--workers", type=int, default=0, help="training.loader.workers (default 0, as config.yaml)")
     parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--args", help=argparse.SUPPRESS)
-    options = _common.parse_options(parser, SMOKE)
-    if options.child:
-        child(options.child, json.loads(options.args))
-        return
+    options = _common.parse_options_or_run_child(parser, SMOKE, child)
     height, width = options.size
     with _common.workspace(options.workdir, "data_path_") as root:
         print(

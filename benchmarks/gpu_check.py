@@ -415,12 +415,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600, help="seconds one cell may take (default 600)")
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--workdir", help="keep data and cells here (default: a temporary folder)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--args", help=argparse.SUPPRESS)
-    options = _common.parse_options(parser, SMOKE)
-    if options.child:  # the bare loop or the one-rank collectives, in a process of their own
-        print(json.dumps(CHILDREN[options.child](json.loads(options.args)), default=str))
-        return
+    # the bare loop or the one-rank collectives, in a process of their own
+    options = _common.parse_options_or_run_child(
+        parser, SMOKE, lambda mode, args: print(json.dumps(CHILDREN[mode](args), default=str))
+    )
     options.size = tuple(int(part) for part in options.size.split("x"))
     options.device = "cuda"
     if options.smoke and not cuda_available():

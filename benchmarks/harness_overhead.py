@@ -240,12 +240,7 @@ def main() -> None:
         "--placement", choices=["device", "host"], default="device", help="training.loader.placement (default device)"
     )
     parser.add_argument("--workdir", help="keep data and records here (default: a temporary folder)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--args", help=argparse.SUPPRESS)
-    options = _common.parse_options(parser, SMOKE)
-    if options.child:
-        child(options.child, json.loads(options.args))
-        return
+    options = _common.parse_options_or_run_child(parser, SMOKE, child)
     with _common.workspace(options.workdir, "harness_overhead_") as root:
         print(
             f"{options.size[0]}x{options.size[1]}, batch {options.batch}, {options.threads} thread(s), "

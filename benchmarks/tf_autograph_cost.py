@@ -49,12 +49,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3, help="epochs of the rank (default 3)")
     parser.add_argument("--size", type=int, default=64, help="the images' side in pixels (default 64)")
     parser.add_argument("--workdir", help="keep the dataset here (default: a temporary folder)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--args", help=argparse.SUPPRESS)
-    options = _common.parse_options(parser, SMOKE)
-    if options.child:
-        child(options.child, json.loads(options.args))
-        return
+    options = _common.parse_options_or_run_child(parser, SMOKE, child)
     print(_common.machine_line(), flush=True)
     with _common.workspace(options.workdir, "tf-autograph-") as root:
         data = _common.prepare_dataset(root, 40, options.size, options.size)
