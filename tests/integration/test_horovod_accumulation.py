@@ -3,30 +3,12 @@ accumulating two batches steps like one batch of both, reducing once per optimiz
 
 from __future__ import annotations
 
-import os
-import subprocess
-
 import numpy as np
 import pytest
-from conftest import PYTHON, allreduce_counts, cell_settings, launch_cell, read_records, tool_env
+from conftest import allreduce_counts, cell_settings, launch_cell, read_records, skip_unless_horovod_ran
 from scalebench.train.collectives import TENSOR_NAME
 
 pytestmark = pytest.mark.integration
-
-
-def horovod_built(framework: str) -> bool:
-    module = "horovod.torch" if framework == "torch" else "horovod.tensorflow"
-    probe = [PYTHON, "-c", f"import {module}"]
-    return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
-
-
-def skip_unless_horovod_ran(result: subprocess.CompletedProcess, framework: str) -> None:
-    """Skip a cell that failed because Horovod is not built for `framework`; CI builds Horovod, so
-    there a missing build fails the test instead. Probed only for a cell that failed: the probe
-    imports Horovod with the framework in a process of its own (3-5 CPU-s; 7 for both, as it was at
-    collection, in every process that collected this module, whether its tests ran or not)."""
-    if result.returncode != 0 and os.environ.get("CI") != "true" and not horovod_built(framework):
-        pytest.skip(f"Horovod not built for {framework} (./install.sh)")
 
 
 def gradient_tensors(framework: str) -> int:
@@ -57,7 +39,7 @@ def test_accumulating_two_batches_steps_like_one_batch_of_both(framework, prepar
         )
         timeline = tmp_path / name / "timeline.json"
         result = launch_cell(settings, prepared_data, tmp_path / name, HOROVOD_TIMELINE=str(timeline))
-        skip_unless_horovod_ran(result, framework)
+        skip_unless_horovod_ran(result, tmp_path / name, framework)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         # the training's reductions: not those of the collective benchmark before the first epoch
         counts = allreduce_counts(timeline)

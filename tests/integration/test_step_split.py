@@ -20,8 +20,6 @@ import json
 import os
 import signal
 import statistics
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from conftest import (
     made_once,
     rank_pids,
     read_records,
+    skip_unless_horovod_ran,
     start_cell,
     wait_for,
 )
@@ -78,21 +77,14 @@ NATIVE_CELLS = {
 NATIVE_EPOCHS = {"torch": (4, 6, 5, 3), "tensorflow": (3, 5, 4, 2)}
 
 
-def horovod_has(framework: str) -> bool:
-    module = "horovod.torch" if framework == "torch" else "horovod.tensorflow"
-    return subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True).returncode == 0
-
-
 def run_cell(
     framework: str, backend: str, out: Path, data: Path, fault: str, gpus: int = 2, **training
 ) -> tuple[list, dict, dict]:
     result = launch_cell(
         cell_settings(framework, backend, gpus, **{**FAULT_CELL, **training}), data, out, SCALEBENCH_FAULT=fault
     )
-    # Horovod is probed only for a cell that failed: the probe imports it with its framework in a
-    # process of its own (3-5 CPU-s), where an installed Horovod has just trained the cell
-    if result.returncode != 0 and backend == "horovod" and not horovod_has(framework):
-        pytest.skip(f"Horovod without {framework} (run ./install.sh)")
+    if backend == "horovod":
+        skip_unless_horovod_ran(result, out, framework)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return checked_records(out, gpus)
 

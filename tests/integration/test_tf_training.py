@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 from pathlib import Path
@@ -10,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import (
-    PYTHON,
     REPO,
     assert_refused,
     cell_settings,
     launch_cell,
     rank_command,
     read_records,
+    skip_unless_horovod_ran,
     tool_env,
 )
 from paired_cells import KILLED_AFTER, LEARN, bf16_rank_without_torch, killed_worker_attempt, multiworker_references
@@ -27,22 +26,6 @@ pytestmark = pytest.mark.integration
 
 # LEARN (paired_cells.py): the settings of the MultiWorkerMirrored reference runs, which the horovod and
 # mirrored backends' runs here take too, with the reasons for each
-
-
-@functools.cache
-def horovod_tf_available() -> bool:
-    probe = [PYTHON, "-c", "import horovod.tensorflow"]
-    return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
-
-
-def skip_unless_horovod_ran(result: subprocess.CompletedProcess, out: Path) -> None:
-    """Skip a Horovod cell that did not train because Horovod lacks TensorFlow (run ./install.sh).
-    Probed only then: the probe starts TensorFlow in a process of its own (seconds), where an
-    installed Horovod has just trained the cell."""
-    run = out / "run.json"
-    trained = result.returncode == 0 and run.exists() and json.loads(run.read_text())["status"] == "ok"
-    if not trained and not horovod_tf_available():
-        pytest.skip("Horovod without TensorFlow (run ./install.sh)")
 
 
 def foreground_iou(data: Path) -> float:
@@ -75,7 +58,7 @@ def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_r
 
 def test_two_rank_horovod_learns_the_same_losses_as_multiworker(reference_runs, prepared_data, tmp_path):
     result = launch_cell(cell_settings("tensorflow", "horovod", 2, seed=3, **LEARN), prepared_data, tmp_path)
-    skip_unless_horovod_ran(result, tmp_path)
+    skip_unless_horovod_ran(result, tmp_path, "tensorflow")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "launch (local): horovodrun" in result.stdout
     epochs, final, run = read_records(tmp_path)

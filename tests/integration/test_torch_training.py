@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import (
-    PYTHON,
+from conftest import (  # horovod_imports: needs_horovod's condition names it
     assert_refused,
     cell_settings,
+    horovod_imports,  # noqa: F401
     launch_cell,
     rank_pids,
     read_records,
@@ -33,15 +31,10 @@ pytestmark = pytest.mark.integration
 LEARN = {"epochs": 4, "dataset_repeat": 4}
 
 
-@functools.cache
-def horovod_available() -> bool:
-    return subprocess.run([PYTHON, "-c", "import horovod.torch"], capture_output=True).returncode == 0
-
-
 # a string: evaluated when a test that needs Horovod is set up, not when every worker collects the
 # module (the probe starts torch in a process of its own)
 needs_horovod = pytest.mark.skipif(
-    "not horovod_available() and os.environ.get('CI') != 'true'", reason="Horovod not built (run ./install.sh)"
+    "not horovod_imports('torch') and os.environ.get('CI') != 'true'", reason="Horovod not built (run ./install.sh)"
 )
 
 
