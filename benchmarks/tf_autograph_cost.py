@@ -4,9 +4,9 @@ The project traces its TensorFlow steps without AutoGraph (train/tf/steps.py gra
 branch only on settings, so AutoGraph's rewrite of every function they call, the UNet's layers
 included, changes no graph and costs tracing time. Each round runs one rank of a one-GPU
 MultiWorkerMirrored cell through the real entry point (train/entry.py main: build, trace, train,
-evaluate, predictions) in a fresh process per mode, the modes alternating and taking turns to go first; the figure is the
-process's CPU time (user and system) from its start to the rank's end. The second mode wraps the
-same step functions in tf.function with its default, AutoGraph on.
+evaluate, predictions) in a fresh process per mode, the modes alternating and taking turns to go
+first; the figure is the process's CPU time (user and system) from its start to the rank's end. The
+second mode wraps the same step functions in tf.function with its default, AutoGraph on.
 
     python benchmarks/tf_autograph_cost.py [--rounds 5] [--epochs 3] [--size 64] [--smoke]
 """

@@ -19,8 +19,8 @@ log of the values (scipy.stats.ttest_ind's, as scalebench/distributions.py compu
 variances: a few seeds per side, a ratio rather than a difference), so ``ratio`` is the ratio of the
 geometric means, always written as the faster over the slower (a's speed over b's: throughput a / b,
 or time to target b / a), with its 95% interval (``low``, ``high``). The p-values of every comparison
-of the study are corrected together with Holm's method (``p_holm``; an imported study's over its own): the more pairs a study compares, the more of them
-differ by chance. A pair is called
+of the study are corrected together with Holm's method (``p_holm``; an imported study's over its
+own): the more pairs a study compares, the more of them differ by chance. A pair is called
 different where ``p_holm`` < 0.05. The interval is the pair's own (uncorrected), so with many
 comparisons a pair whose interval just excludes 1 can still be "no difference the seeds can show".
 One seed on either side gives no verdict: Welch's t needs two values to know the spread.
