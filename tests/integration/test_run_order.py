@@ -16,13 +16,10 @@ pytestmark = pytest.mark.integration
 
 
 def study(**sections) -> dict:
-    """One-rank cells of one epoch that save no checkpoint and no prediction images, each rank
-    started by the launcher's Python itself, as dp's are (rank 0 of 1: rank_env.detect), not by
-    torchrun: what these tests read is when Snakemake started each cell, which neither changes."""
+    """One-rank cells of one epoch that save no checkpoint and no prediction images: what these
+    tests read is when Snakemake started each cell."""
     training = {"epochs": 1, "checkpoint_every": 0, "predictions": 0}
-    config = tiny_config(training=training, **sections)
-    config["launchers"] = {"local": {"torch_native": "{python} {program}"}}
-    return config
+    return tiny_config(training=training, **sections)
 
 
 def order_rows(workdir) -> list[dict]:

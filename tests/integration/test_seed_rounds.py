@@ -33,9 +33,6 @@ def study(initial: int, most: int) -> dict:
     training = {"epochs": 4, "steps_per_epoch": 2, "checkpoint_every": 0, "predictions": 0}
     config = tiny_config(matrix=matrix, training=training)
     config["dataset"]["image_size"] = [16, 16]
-    # DDP's one rank started as dp's is, by the launcher's Python itself (rank 0 of 1, rank_env.detect):
-    # what the rounds test is the seeds the cells record, and torchrun costs each of them a process
-    config["launchers"] = {"local": {"torch_native": "{python} {program}"}}
     config["matrix"]["seeds"] = {"initial": initial, "max": most}
     return config
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import (  # horovod_imports: needs_horovod's condition names it
+    SCRIPTS,
     assert_refused,
     cell_settings,
     horovod_imports,  # noqa: F401
@@ -74,7 +75,9 @@ def never_reached(data: Path, tmp_path_factory) -> Path:
 
 def test_records_follow_the_contract(prepared_data, tmp_path_factory):
     out = never_reached(prepared_data, tmp_path_factory)
-    assert "launch (local): torchrun" in launch_output(out)
+    # one rank of the default torchrun template starts without torchrun's agent: rank 0 of 1
+    launched = next(line for line in launch_output(out).splitlines() if line.startswith("launch (local): "))
+    assert launched.split()[2:4] == [sys.executable, str(SCRIPTS / "train.py")], launched
     epochs, final, run = read_records(out)
     assert [e["epoch"] for e in epochs] == [1, 2]
     for record in epochs:

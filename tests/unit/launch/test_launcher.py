@@ -19,6 +19,7 @@ from scalebench.launch.launcher import (
     local_allocation,
     placeholders,
     rank_environment,
+    without_agent,
 )
 
 SRUN = "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} --cpus-per-task={cpus_per_rank} {python} {program}"
@@ -122,6 +123,19 @@ def test_fsdp_starts_one_process_per_gpu(schema):
     assert launch_processes("torch", "fsdp", 4, slurm(["gpu01"])) == 4
     command = build_command(default_templates(schema)["local"]["torch_fsdp"], 4, local_allocation(), [])
     assert "--nproc-per-node=4" in command
+
+
+def test_one_rank_of_the_default_torchrun_template_starts_without_torchrun_and_own_templates_stay(schema):
+    local, on_slurm = default_templates(schema)["local"], default_templates(schema)["slurm"]
+    for key in ("torch_native", "torch_fsdp", "tensorflow_native"):
+        alone = shlex.split(build_command(without_agent(local[key], "local", 1), 1, local_allocation(), []))
+        assert alone[0] == sys.executable and alone[1].endswith("train.py"), alone
+        two = build_command(without_agent(local[key], "local", 2), 2, local_allocation(), [])
+        assert two.startswith("torchrun ") and "--nproc-per-node=2" in two
+        assert without_agent(on_slurm[key], "slurm", 1) == on_slurm[key]  # srun's task is the rank
+    own = "numactl --cpunodebind=0 " + local["torch_native"]
+    assert without_agent(own, "local", 1) == own
+    assert without_agent(local["torch_horovod"], "local", 1) == local["torch_horovod"]
 
 
 def test_a_one_process_backend_refuses_an_allocation_of_several_nodes():

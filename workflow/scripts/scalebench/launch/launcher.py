@@ -1,6 +1,7 @@
 """Start the ranks of one cell with the launcher template from config.
 
-Locally the templates use torchrun or horovodrun on this host; inside a SLURM
+Locally the templates use torchrun or horovodrun on this host (one rank of the
+default torchrun template starts without it); inside a SLURM
 job (SLURM_JOB_ID is set) they use srun or horovodrun over the allocation. A
 backend that drives a node's devices from one process (dp, mirrored: see
 scalebench/backends.py) gets one process, on one node.
@@ -111,6 +112,17 @@ def launch_processes(framework: str, backend: str, gpus: int, allocation: Alloca
             f"{len(allocation.hosts)} nodes ({', '.join(allocation.hosts)})"
         )
     return backends.processes(framework, backend, gpus)
+
+
+def without_agent(template: str, where: str, processes: int) -> str:
+    """The template that starts `processes` ranks: the default local torchrun for one process is an
+    agent and a rendezvous for nobody (a second Python that imports torch, some 1.5 CPU-s and a second
+    of the cell's start), so that one rank starts as dp's and mirrored's one process does, rank 0 of 1
+    (train/rank_env.py). A template of one's own is used as written."""
+    default = backends.LAUNCH_TEMPLATES["local"][backends.PER_DEVICE]
+    if where == "local" and processes == 1 and template == default:
+        return backends.LAUNCH_TEMPLATES["local"][backends.ONE_PROCESS]
+    return template
 
 
 def rank_environment(
@@ -252,6 +264,7 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
         else:
             allocation = local_allocation()
         processes = launch_processes(framework, backend, gpus, allocation)
+        template = without_agent(template, where, processes)
         command = build_command(template, processes, allocation, train_args)
         interface = run_settings.network_interface
         if interface:  # the rendezvous on the interface's address of this (the first) node
