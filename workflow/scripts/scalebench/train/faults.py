@@ -33,7 +33,9 @@ Known delays, which the step split must find (docs/step-split.md), each in epoch
   the critical rank, as imbalance.
 - ``slow_comm:SECONDS:EPOCH``: every rank's reduction takes SECONDS longer in every step, as a
   slow network would make it: a sleep between the mark that the gradients are computed and the
-  one that the reduced gradients are ready, on every rank (exposed communication everywhere).
+  one that the reduced gradients are ready, on every rank (exposed communication everywhere). In
+  PyTorch it follows the reduction (Horovod's, already running when the last gradient is computed,
+  would overlap a sleep before it: a loaded machine's slower reduction then hid part of the delay).
 - ``slow_loader:SECONDS:EPOCH``: every rank's loader hands over each batch SECONDS late.
 - ``slow_compute:RANK:SECONDS:EPOCH``: rank RANK computes SECONDS longer in every step (a
   straggler: a busy core, a throttled GPU).

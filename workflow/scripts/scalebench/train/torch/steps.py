@@ -73,11 +73,15 @@ class Steps:
             optimizer.zero_grad()  # set_to_none is the default; Horovod takes no argument
         # backward() adds to the gradients: divided by the step's batch count, they sum to its mean
         scaled = scaler.scale(loss / part.count)
-        if marks is not None or self.delays_reduction_at_compute_end() or self.delays.now.comm_s:
+        if marks is not None or self.delays_reduction_at_compute_end():
             step_timing.at_compute_end(scaled, self.compute_end)
         scaled.backward()
         if part.last:
             with self.backend.gradients_reduced(optimizer):  # a float16 scaler unscales them in step()
+                if self.delays.now.comm_s:
+                    # slow_comm (faults.py): the reduction ends this much later. After it, not at the
+                    # compute's end, where Horovod's reductions, already running, would overlap it
+                    time.sleep(self.delays.now.comm_s)
                 if marks is not None:
                     marks.reduced()
                 scaler.step(optimizer)
@@ -96,15 +100,13 @@ class Steps:
         return self.backend.spec.shards_state and bool(self.delays.now.reduce_s)
 
     def compute_end(self) -> None:
-        """Every gradient of the pass is computed on this rank (step_timing.at_compute_end). The test
-        faults sit on either side of the mark: a late rank's delay before it (its own compute), a slow
-        reduction's after it (exposed communication on every rank, faults.py)."""
+        """Every gradient of the pass is computed on this rank (step_timing.at_compute_end). A late
+        rank's delay sits before the mark (its own compute); a slow reduction's after the reduction,
+        before the mark that it ended (exposed communication on every rank, faults.py)."""
         if self.delays_reduction_at_compute_end():
             time.sleep(self.delays.now.reduce_s)
         if self.marks is not None:
             self.marks.computed()
-        if self.delays.now.comm_s:
-            time.sleep(self.delays.now.comm_s)
 
     def epoch_loss(self) -> tuple[float, int]:
         return self.loss_sum.item(), self.replica_batches
