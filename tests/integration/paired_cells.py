@@ -253,22 +253,21 @@ def multiworker_settings() -> dict:
     return cell_settings("tensorflow", "native", 2, seed=3, **LEARN)
 
 
-def multiworker_references(tmp_path_factory: pytest.TempPathFactory, data: Path) -> dict:
-    """Two identical two-worker MultiWorkerMirrored runs (uninterrupted) of the same cell, made once per
-    test run for the tests that read them (the horovod and mirrored backends' reference, the
-    resumed run's, test_tensorboard.py's curves, run "a" over an earlier run's, test_steps_per_epoch.py's
-    steps), whichever xdist worker runs each (a module-scoped fixture would train them again in every
-    worker)."""
-    settings = multiworker_settings()
+def multiworker_reference(tmp_path_factory: pytest.TempPathFactory, data: Path) -> Path:
+    """One two-worker MultiWorkerMirrored run (uninterrupted) of multiworker_settings(), made once per
+    test run for the tests that read it (the horovod and mirrored backends' reference, the resumed
+    run's, test_tensorboard.py's curves over an earlier run's, test_steps_per_epoch.py's steps),
+    whichever xdist worker runs each (a module-scoped fixture would train it again in every worker).
+    That the same settings train to the same figures twice is asserted where a second run is trained
+    anyway: test_data_placement's two-worker cells, device against host, bit for bit, and the killed
+    worker's attempt of these settings, whose two epochs and resumed end agree with this run to 1e-6."""
 
     def make(root: Path) -> None:
-        stale_curves(root / "a")
-        for name in ("a", "b"):
-            result = launch_cell(settings, data, root / name)
-            assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        stale_curves(root / "cell")
+        result = launch_cell(multiworker_settings(), data, root / "cell")
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
-    root = made_once(tmp_path_factory, "tf-native-reference-runs", make)
-    return {"a": root / "a", "b": root / "b", "settings": settings}
+    return made_once(tmp_path_factory, "tf-native-reference-run", make) / "cell"
 
 
 # the checkpoint in force when the killed worker dies: two of LEARN's four epochs
@@ -339,10 +338,10 @@ def killed_worker_attempt(tmp_path_factory: pytest.TempPathFactory, data: Path, 
 def two_rank_native_cell(tmp_path_factory: pytest.TempPathFactory, data: Path, framework: str) -> Path:
     """The folder of the framework's two-rank native cell with curves, validation and steps_per_epoch
     that another test trains anyway, once per run (test_tensorboard.py and test_steps_per_epoch.py
-    read it): test_resume.py's uninterrupted DDP reference, or MultiWorkerMirrored's reference run a."""
+    read it): test_resume.py's uninterrupted DDP reference, or MultiWorkerMirrored's reference run."""
     if framework == "torch":
         return uninterrupted_run(tmp_path_factory, data, RESUMED_CELLS[0])
-    return multiworker_references(tmp_path_factory, data)["a"]
+    return multiworker_reference(tmp_path_factory, data)
 
 
 # --- a one-rank TensorFlow cell started as srun starts it, without torch

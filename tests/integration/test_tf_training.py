@@ -18,13 +18,20 @@ from conftest import (
     skip_unless_horovod_ran,
     tool_env,
 )
-from paired_cells import KILLED_AFTER, LEARN, bf16_rank_without_torch, killed_worker_attempt, multiworker_references
+from paired_cells import (
+    KILLED_AFTER,
+    LEARN,
+    bf16_rank_without_torch,
+    killed_worker_attempt,
+    multiworker_reference,
+    multiworker_settings,
+)
 from scalebench import config as sb_config
 from scalebench.launch import launcher as sb_launch
 
 pytestmark = pytest.mark.integration
 
-# LEARN (paired_cells.py): the settings of the MultiWorkerMirrored reference runs, which the horovod and
+# LEARN (paired_cells.py): the settings of the MultiWorkerMirrored reference run, which the horovod and
 # mirrored backends' runs here take too, with the reasons for each
 
 
@@ -35,14 +42,15 @@ def foreground_iou(data: Path) -> float:
 
 
 @pytest.fixture
-def reference_runs(prepared_data, tmp_path_factory) -> dict[str, Path]:
-    return multiworker_references(tmp_path_factory, prepared_data)
+def reference(prepared_data, tmp_path_factory) -> Path:
+    return multiworker_reference(tmp_path_factory, prepared_data)
 
 
-def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_runs, prepared_data):
-    (epochs_a, final_a, run_a), (epochs_b, final_b, _) = (read_records(reference_runs[k]) for k in "ab")
-    assert [e["loss"] for e in epochs_a] == [e["loss"] for e in epochs_b]
-    assert (final_a["iou"], final_a["test_loss"]) == (final_b["iou"], final_b["test_loss"])
+def test_two_worker_multiworker_mirrored_learns(reference, prepared_data):
+    # that it trains the same figures again is asserted where a second run of the same settings is
+    # trained anyway (paired_cells.multiworker_reference): the killed worker's attempt, below, to 1e-6,
+    # and test_data_placement's device and host cells, bit for bit
+    epochs_a, final_a, run_a = read_records(reference)
     assert final_a["iou"] > 3 * foreground_iou(prepared_data)
     assert epochs_a[-1]["loss"] < epochs_a[0]["loss"]
     assert run_a["status"] == "ok" and run_a["replicas"] == 2 and run_a["parameters"] == 486409
@@ -52,19 +60,19 @@ def test_two_worker_multiworker_mirrored_is_deterministic_and_learns(reference_r
     )
     assert run_a["versions"]["tensorflow"] and run_a["versions"]["keras"].startswith("tf_keras")
     assert run_a["versions"]["onednn"] == "on" and run_a["layout"] == "channels_last"
-    assert final_a["setup_s"] > 0 and not (reference_runs["a"] / "checkpoint").exists()
-    assert len(list((reference_runs["a"] / "predictions").glob("test_*.png"))) == 2
+    assert final_a["setup_s"] > 0 and not (reference / "checkpoint").exists()
+    assert len(list((reference / "predictions").glob("test_*.png"))) == 2
 
 
-def test_two_rank_horovod_learns_the_same_losses_as_multiworker(reference_runs, prepared_data, tmp_path):
+def test_two_rank_horovod_learns_the_same_losses_as_multiworker(reference, prepared_data, tmp_path):
     result = launch_cell(cell_settings("tensorflow", "horovod", 2, seed=3, **LEARN), prepared_data, tmp_path)
     skip_unless_horovod_ran(result, tmp_path, "tensorflow")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "launch (local): horovodrun" in result.stdout
     epochs, final, run = read_records(tmp_path)
-    reference, _, _ = read_records(reference_runs["a"])
+    reference_epochs, _, _ = read_records(reference)
     # Same data order, init and optimizer: only the reduction differs (mean by Horovod, sum of scaled by TF).
-    np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference], rtol=1e-4)
+    np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference_epochs], rtol=1e-4)
     assert final["iou"] > 3 * foreground_iou(prepared_data)
     assert run["status"] == "ok" and run["versions"]["horovod"]
 
@@ -75,13 +83,13 @@ def _epochs_done(out: Path) -> int:
 
 
 def test_a_killed_worker_fails_the_other_within_the_timeout_and_the_cell_resumes_to_identical_results(
-    reference_runs, prepared_data, tmp_path_factory, tmp_path
+    reference, prepared_data, tmp_path_factory, tmp_path
 ):
     """Worker 1 dies hard once the checkpoint after epoch 2 (KILLED_AFTER) is in force (a node lost); worker 0 fails
     on its own, and the cell's next attempt resumes from that checkpoint to the reference's results.
     The killed attempt is made once per run (paired_cells.killed_worker_attempt, no worker left
     behind): test_resume.py's agreement test takes a copy of it on too."""
-    settings = reference_runs["settings"]
+    settings = multiworker_settings()
     out = tmp_path / "cell"
     survivor = killed_worker_attempt(tmp_path_factory, prepared_data, out)
     output = survivor["output"]
@@ -94,7 +102,7 @@ def test_a_killed_worker_fails_the_other_within_the_timeout_and_the_cell_resumes
     resumed = launch_cell(settings, prepared_data, out)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert f"resuming from checkpoint after epoch {KILLED_AFTER}" in resumed.stdout
-    epochs_ref, final_ref, _ = read_records(reference_runs["a"])
+    epochs_ref, final_ref, _ = read_records(reference)
     epochs_res, final_res, run_res = read_records(out)
     assert run_res["resumed_from_epoch"] == KILLED_AFTER and [e["epoch"] for e in epochs_res] == [1, 2, 3, 4]
     np.testing.assert_allclose([e["loss"] for e in epochs_res], [e["loss"] for e in epochs_ref], rtol=0, atol=1e-6)
@@ -128,12 +136,10 @@ def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp
     assert "DeviceError" in json.loads((tmp_path / "run.json").read_text())["reason"]
 
 
-def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_workers(
-    reference_runs, prepared_data, tmp_path
-):
+def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_workers(reference, prepared_data, tmp_path):
     """The mirrored backend: one process drives both replicas of a 2-"GPU" cell (logical CPU devices
     here), started by its default launcher template, and steps like two MultiWorkerMirrored workers
-    (the reference runs, whose workers get 2 threads each as this process's replicas do)."""
+    (the reference run, whose workers get 2 threads each as this process's replicas do)."""
     settings = cell_settings("tensorflow", "mirrored", 2, seed=3, **{**LEARN, "threads_per_rank": 1})
     result = launch_cell(settings, prepared_data, tmp_path / "m")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -141,10 +147,10 @@ def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_worke
     # it says where its replicas are: not on GPUs, sharing this process's CPU
     assert "rank 0/1: MirroredStrategy with 2 replicas (local) on 2 logical CPU devices: no GPU" in result.stdout
     epochs, final, run = read_records(tmp_path / "m")
-    reference, reference_final, reference_run = read_records(reference_runs["a"])
+    reference_epochs, reference_final, reference_run = read_records(reference)
     assert reference_run["training"]["threads_per_rank"] == 2
     # same data order, init and optimizer: only the reduction differs (in one process, or RING between two)
-    np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference], rtol=1e-6)
+    np.testing.assert_allclose([e["loss"] for e in epochs], [e["loss"] for e in reference_epochs], rtol=1e-6)
     np.testing.assert_allclose(final["test_loss"], reference_final["test_loss"], rtol=1e-6)
     assert final["iou"] > 3 * foreground_iou(prepared_data)
     assert run["status"] == "ok" and (run["replicas"], run["processes"]) == (2, 1)

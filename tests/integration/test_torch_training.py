@@ -46,21 +46,18 @@ def foreground_iou(data: Path) -> float:
     return float(masks[test].mean())
 
 
-def test_two_rank_ddp_is_deterministic_and_learns(prepared_data, tmp_path):
-    settings = cell_settings("torch", "native", 2, seed=3, **LEARN)
-    runs = []
-    for attempt in ("a", "b"):
-        result = launch_cell(settings, prepared_data, tmp_path / attempt)
-        assert result.returncode == 0, result.stdout + result.stderr
-        runs.append(read_records(tmp_path / attempt))
-    (epochs_a, final_a, run_a), (epochs_b, final_b, _) = runs
-    assert [e["loss"] for e in epochs_a] == [e["loss"] for e in epochs_b]
-    assert final_a["iou"] == final_b["iou"]
-    assert final_a["iou"] > 3 * foreground_iou(prepared_data)
-    assert run_a["status"] == "ok" and run_a["replicas"] == 2 and run_a["parameters"] == 486409
-    assert epochs_a[-1]["loss"] < epochs_a[0]["loss"]
+def test_two_rank_ddp_learns(prepared_data, tmp_path):
+    # that the same settings train the same figures twice is asserted where a second run is trained
+    # anyway: test_data_placement's DDP device and host cells, bit for bit, and test_resume.py's
+    # resumed DDP cell against its uninterrupted run
+    result = launch_cell(cell_settings("torch", "native", 2, seed=3, **LEARN), prepared_data, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    epochs, final, run = read_records(tmp_path)
+    assert final["iou"] > 3 * foreground_iou(prepared_data)
+    assert run["status"] == "ok" and run["replicas"] == 2 and run["parameters"] == 486409
+    assert epochs[-1]["loss"] < epochs[0]["loss"]
     # predictions of the first test images are saved for the report's picture panel
-    assert len(list((tmp_path / "a" / "predictions").glob("test_*.png"))) == 2
+    assert len(list((tmp_path / "predictions").glob("test_*.png"))) == 2
 
 
 # a one-rank cell of two evaluated epochs whose target it never reaches: it trains and records every
