@@ -45,6 +45,8 @@ from conftest import (
 # the collective benchmark of the multi-rank cells that test_collectives reads: a short one, with room
 # for FSDP's three operations at the gradient's size
 COLLECTIVES = {"budget_s": 1.5, "max_bytes": 2**20, "iterations": 3, "warmup": 1}
+# no benchmark, for the cells whose benchmark nothing reads: it spins its whole budget on every rank
+UNMEASURED = {**COLLECTIVES, "budget_s": 0}
 # a rate that changes between epochs (test_observed_steps), for every one-rank PyTorch cell here
 SCHEDULE = {"epochs": 2, "decay_every": 1, "decay_factor": 0.5}
 
@@ -64,7 +66,7 @@ def unmeasured_over_loopback() -> dict:
     """test_data_placement's two-rank DDP host cell, over the loopback interface (cluster.network_interface)
     with a collective benchmark of no budget: test_data_placement compares its figures with the device
     cell's, test_network_interface reads how it trained, test_collectives what a budget of nothing records."""
-    settings = placed("torch", "native", 2, "host", collectives={**COLLECTIVES, "budget_s": 0})
+    settings = placed("torch", "native", 2, "host", collectives=UNMEASURED)
     return {**settings, "network_interface": "lo"}
 
 

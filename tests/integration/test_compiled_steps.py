@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 from conftest import cell_settings, launch_cell, read_records
-from paired_cells import SCHEDULE, placed, trained_once
+from paired_cells import SCHEDULE, UNMEASURED, placed, trained_once
 
 pytestmark = pytest.mark.integration
 
@@ -25,11 +25,12 @@ def trained(framework: str, backend: str, gpus: int, data, tmp_path_factory, com
     one is the one-rank cell of SCHEDULE that test_observed_steps and test_data_placement read too;
     TensorFlow's is test_data_placement's device cell (deterministic, as an eager CPU cell is by
     default), and its compiled twin differs in compiling and in op determinism alone, which XLA
-    lacks (no deterministic max-pooling gradient: compiled with determinism, the cell is refused)."""
+    lacks (no deterministic max-pooling gradient: compiled with determinism, the cell is refused), and
+    in the collective benchmark, which test_collectives reads of the eager cell only."""
     if framework == "torch":
         settings = cell_settings(framework, backend, gpus, **SCHEDULE, compile=compile_steps)
     elif compile_steps:
-        settings = placed(framework, backend, gpus, "device", compile=True, deterministic=False)
+        settings = placed(framework, backend, gpus, "device", UNMEASURED, compile=True, deterministic=False)
     else:
         settings = placed(framework, backend, gpus, "device")
     epochs, final, run = read_records(trained_once(tmp_path_factory, settings, data, timeout=1200))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import cell_settings, read_records
-from paired_cells import SCHEDULE, placed, trained_once, unmeasured_over_loopback
+from paired_cells import SCHEDULE, UNMEASURED, placed, trained_once, unmeasured_over_loopback
 
 pytestmark = pytest.mark.integration
 
@@ -35,12 +35,13 @@ NOTHING_FITS = 1e-9
 
 
 def host_cell(framework: str, backend: str, gpus: int) -> dict:
-    """placed's host cell; DDP's the one over the loopback interface that test_network_interface and
-    test_collectives read, DataParallel's at placement auto with a share that nothing fits."""
+    """placed's host cell, without the collective benchmark that test_collectives reads of the device
+    cells; DDP's the one over the loopback interface that test_network_interface and test_collectives
+    read, DataParallel's at placement auto with a share that nothing fits."""
     if backend == "native" and framework == "torch":
         return unmeasured_over_loopback()
     if backend != "dp":
-        return placed(framework, backend, gpus, "host")
+        return placed(framework, backend, gpus, "host", collectives=UNMEASURED)
     settings = placed(framework, backend, gpus, "auto")
     settings["training"]["loader"]["device_memory_share"] = NOTHING_FITS
     return settings
