@@ -50,17 +50,17 @@ def test_two_worker_multiworker_mirrored_learns(reference, prepared_data):
     # that it trains the same figures again is asserted where a second run of the same settings is
     # trained anyway (paired_cells.multiworker_reference): the killed worker's attempt, below, to 1e-6,
     # and test_data_placement's device and host cells, bit for bit
-    epochs_a, final_a, run_a = read_records(reference)
-    assert final_a["iou"] > 3 * foreground_iou(prepared_data)
-    assert epochs_a[-1]["loss"] < epochs_a[0]["loss"]
-    assert run_a["status"] == "ok" and run_a["replicas"] == 2 and run_a["parameters"] == 486409
+    epochs, final, run = read_records(reference)
+    assert final["iou"] > 3 * foreground_iou(prepared_data)
+    assert epochs[-1]["loss"] < epochs[0]["loss"]
+    assert run["status"] == "ok" and run["replicas"] == 2 and run["parameters"] == 486409
     assert (
-        "MultiWorkerMirrored" in run_a["versions"]["distributed"]
-        or "CollectiveAllReduce" in run_a["versions"]["distributed"]
+        "MultiWorkerMirrored" in run["versions"]["distributed"]
+        or "CollectiveAllReduce" in run["versions"]["distributed"]
     )
-    assert run_a["versions"]["tensorflow"] and run_a["versions"]["keras"].startswith("tf_keras")
-    assert run_a["versions"]["onednn"] == "on" and run_a["layout"] == "channels_last"
-    assert final_a["setup_s"] > 0 and not (reference / "checkpoint").exists()
+    assert run["versions"]["tensorflow"] and run["versions"]["keras"].startswith("tf_keras")
+    assert run["versions"]["onednn"] == "on" and run["layout"] == "channels_last"
+    assert final["setup_s"] > 0 and not (reference / "checkpoint").exists()
     assert len(list((reference / "predictions").glob("test_*.png"))) == 2
 
 
