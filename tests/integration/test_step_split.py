@@ -400,6 +400,10 @@ def stalled_cell(settings: dict, data: Path, out: Path) -> None:
                 os.killpg(process.pid, signal.SIGKILL)
             for pid in rank_pids(out):  # never leave a stalled rank behind
                 os.kill(pid, signal.SIGKILL)
+    # the SIGTERM stopped rank 0 itself, which said so: not its launcher's SIGKILL after a grace time
+    # (MultiWorkerMirrored's coordination service once swallowed SIGTERM, leaving "running")
+    run = json.loads((out / "run.json").read_text())
+    assert (run["status"], run["error"]) == ("failed", "SystemExit: 143"), run
 
 
 def checkpoint_tensors(outs: list[Path], framework: str) -> list[dict[str, np.ndarray]]:

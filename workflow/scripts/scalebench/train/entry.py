@@ -111,6 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         check_settings(run)
         check_launch(place.processes, place.processes_source, run.cell.framework, run.cell.backend, run.cell.gpus)
         spec, device, backend = build_rank(run, process, place)
+        # MultiWorkerMirrored's coordination service installs a SIGTERM handler of its own that only
+        # notes the signal: the rank trained on until its launcher's SIGKILL (torchrun's after 30 s,
+        # SLURM's after KillWait) and run.json still said "running". Take SIGTERM back.
+        signal.signal(signal.SIGTERM, _terminate)
         loop = TrainingLoop(run, spec, device, backend, process, cell_hash(run.source, args.data), started)
         status = loop.train()
         return 0 if status in ("ok", "diverged") else 1
