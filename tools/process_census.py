@@ -10,7 +10,7 @@ figure does not split. The command runs with a folder of this tool's first on PY
 sitecustomize module: each Python process that inherits the environment writes, at its exit, its
 command line, its own CPU time (user + system, all its threads), the test it ran for
 (PYTEST_CURRENT_TEST) and which of the frameworks it had imported. A process stopped by a signal or
-by os._exit writes nothing, nor does a program that is not Python, nor a process started with an
+by a signal writes nothing (one that calls os._exit writes first), nor does a program that is not Python, nor a process started with an
 environment of its own: the table puts the command's whole CPU time (its process tree, as the
 kernel counts what it waited for) beside what was written, so that what is missing is counted.
 """
@@ -54,6 +54,15 @@ if os.environ.get({VARIABLE!r}):
             json.dump(record, handle)
 
     atexit.register(_census_write)
+
+    # a training rank ends by os._exit (workflow/scripts/train.py), which runs no atexit handler
+    _os_exit = os._exit
+
+    def _exit_written(code):
+        _census_write()
+        _os_exit(code)
+
+    os._exit = _exit_written
 '''
 
 
@@ -97,7 +106,7 @@ def table(records: list[dict], command_cpu_s: float, top_tests: int) -> str:
         f"{written:8.1f} {len(records):6d}          written, of {command_cpu_s:.1f} CPU-s the command's tree used"
     )
     lines.append(
-        f"{max(command_cpu_s - written, 0.0):8.1f}                 not written (stopped by a signal or os._exit, not Python, own environment)"
+        f"{max(command_cpu_s - written, 0.0):8.1f}                 not written (stopped by a signal, not Python, own environment)"
     )
     if top_tests:
         tests: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))

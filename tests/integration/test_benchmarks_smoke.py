@@ -53,6 +53,7 @@ PRINTS = {
         r"^snakemake -n, 16 finished cells x 20 epochs \(no train job planned\)",
         r"^16 cells x 20 epochs: data rules .* snakemake --report",
     ],
+    "rank_end.py": [r"^torch: train\.py .* CPU-s, with the teardown .* CPU-s per rank .* the end saves"],
     "step_split_overhead.py": [r"^torch/native +steady epoch on .* on/off .* \(smoke: no verdict\)"],
     "tf_autograph_cost.py": [r"^without AutoGraph \(the project's\) .* CPU-s per rank", r"^AutoGraph would add "],
     "tf_mark_cost.py": [r"^numpy_function \(the project's\) .* per mark", r"^py_function .* per mark"],

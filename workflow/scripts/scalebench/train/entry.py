@@ -83,7 +83,22 @@ def build_rank(
     return spec, device, create(run, place, device.type, process.share_gpu)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, end_process: bool = False) -> int:
+    """One rank from its command line to its exit code. With `end_process` (train.py) the process
+    ends here, without the interpreter's teardown of torch's or TensorFlow's modules: a second or
+    more of CPU per rank that writes nothing (docs/benchmarks.md, "A rank's end"), since every
+    record is written and closed and the backend shut down by now. Not where the backend's workers
+    end together in that teardown (Backend.ends_in_teardown)."""
+    code, backend = run_rank(argv)
+    if end_process and not (backend is not None and backend.ends_in_teardown):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def run_rank(argv: list[str] | None) -> tuple[int, Backend | None]:
+    """The rank's exit code, and its backend where one was built (shut down by now)."""
     started = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--settings", required=True, help="the cell's settings as JSON (scalebench.config)")
@@ -100,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rank {os.environ['SLURM_PROCID']}: failed: {error}", file=sys.stderr, flush=True)
         if os.environ["SLURM_PROCID"] == "0":
             provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
-        return 1
+        return 1, None
     place = rank_env.detect()
     if backends.exists(run.cell.framework, run.cell.backend):  # before the framework's threads, which inherit it
         per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
@@ -117,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, _terminate)
         loop = TrainingLoop(run, spec, device, backend, process, cell_hash(run.source, args.data), started)
         status = loop.train()
-        return 0 if status in ("ok", "diverged") else 1
+        return (0 if status in ("ok", "diverged") else 1), backend
     except outcome.CellOutOfMemory as error:
         # At once, without shutting the backend down (that would wait for the other ranks):
         # the launcher stops them and launch.py records the cell as oom (scalebench/outcome.py).
@@ -138,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         if rank == 0:
             provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
-        return error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else 1
+        return (error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else 1), backend
     finally:
         if backend is not None:
             try:

@@ -59,6 +59,10 @@ class Backend:
     untimed_comm = "this backend does not time its collectives"
     # training.profile: why only rank 0 may trace with the framework's profiler ('' where every rank may)
     untraced_ranks = ""
+    # whether the rank must end through the interpreter's teardown (entry.main): where the
+    # backend's processes shut down together there, a process that ends at once cuts the
+    # others' last collective short
+    ends_in_teardown = False
 
     def __init__(self, place: RankInfo, device_type: str = "cpu", share_gpu: bool = False) -> None:
         self.place = place

@@ -32,6 +32,12 @@ class MultiWorkerBackend(StrategyBackend):
     strategy_name = "MultiWorkerMirroredStrategy"
     untraced_ranks = UNTRACED
 
+    @property
+    def ends_in_teardown(self) -> bool:
+        """Workers shut their coordination service down together as the interpreter ends: one that
+        ended without it cut the other's last collective ("Socket closed")."""
+        return self.processes > 1
+
 
 def create_strategy(run: RunSettings, place: RankInfo, device_type: str) -> tuple[tf.distribute.Strategy, str]:
     """MultiWorkerMirroredStrategy over the cell's workers (joining them), and its collective."""
