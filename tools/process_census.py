@@ -9,10 +9,11 @@ starting processes (ranks, launchers, Snakemake and its jobs), which tests/cpu_t
 figure does not split. The command runs with a folder of this tool's first on PYTHONPATH, holding a
 sitecustomize module: each Python process that inherits the environment writes, at its exit, its
 command line, its own CPU time (user + system, all its threads), the test it ran for
-(PYTEST_CURRENT_TEST) and which of the frameworks it had imported. A process stopped by a signal or
-by a signal writes nothing (one that calls os._exit writes first), nor does a program that is not Python, nor a process started with an
-environment of its own: the table puts the command's whole CPU time (its process tree, as the
-kernel counts what it waited for) beside what was written, so that what is missing is counted.
+(PYTEST_CURRENT_TEST) and which of the frameworks it had imported; one that ends by os._exit (a
+training rank) writes first. A process stopped by a signal writes nothing, nor does a program that
+is not Python, nor a process started with an environment of its own: the table puts the command's
+whole CPU time (its process tree, as the kernel counts what it waited for) beside what was written,
+so that what is missing is counted.
 """
 
 from __future__ import annotations
@@ -59,8 +60,10 @@ if os.environ.get({VARIABLE!r}):
     _os_exit = os._exit
 
     def _exit_written(code):
-        _census_write()
-        _os_exit(code)
+        try:
+            _census_write()
+        finally:  # the process ends as it asked, whether or not its record could be written
+            _os_exit(code)
 
     os._exit = _exit_written
 '''
