@@ -60,12 +60,10 @@ def main() -> None:
             for round_ in range(options.rounds):
                 for way in cpu:
                     out = root / f"{framework}-{way}-{round_}"
-                    arguments = launcher.cell_arguments(settings, data, out)
-                    command = (
-                        launcher.rank_command(settings, data, out)
-                        if way == "train.py"
-                        else [sys.executable, "-c", WITH_TEARDOWN, *arguments]
-                    )
+                    if way == "train.py":
+                        command = launcher.rank_command(settings, data, out)
+                    else:
+                        command = [sys.executable, "-c", WITH_TEARDOWN, *launcher.cell_arguments(settings, data, out)]
                     cpu[way].append(rank_cpu_s(command, out))
             ended, torn = _common.median(cpu["train.py"]), _common.median(cpu["teardown"])
             print(

@@ -24,6 +24,7 @@ import time
 import traceback
 from pathlib import Path
 from types import ModuleType
+from typing import NoReturn
 
 from scalebench import backends, outcome
 from scalebench.cluster import network
@@ -91,10 +92,15 @@ def main(argv: list[str] | None = None, end_process: bool = False) -> int:
     end together in that teardown (Backend.ends_in_teardown)."""
     code, backend = run_rank(argv)
     if end_process and not (backend is not None and backend.ends_in_teardown):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        end_now(code)
     return code
+
+
+def end_now(code: int) -> NoReturn:
+    """End the process with `code` at once, its output flushed: no exit handler or teardown runs."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def run_rank(argv: list[str] | None) -> tuple[int, Backend | None]:
@@ -137,15 +143,13 @@ def run_rank(argv: list[str] | None) -> tuple[int, Backend | None]:
         # At once, without shutting the backend down (that would wait for the other ranks):
         # the launcher stops them and launch.py records the cell as oom (scalebench/outcome.py).
         print(f"rank {place.rank}: out of memory: {error}", file=sys.stderr, flush=True)
-        sys.stdout.flush()
-        os._exit(outcome.OOM_EXIT_CODE)
+        end_now(outcome.OOM_EXIT_CODE)
     except Refused as error:
         # No retry would change this (scalebench/refusal.py): the cell ends refused, with the reason, at once.
         rank = backend.rank if backend is not None else place.rank
         print(f"rank {rank}: refused: {error}", file=sys.stderr, flush=True)
         outcome.mark(args.out, rank, f"{type(error).__name__}: {error}", "refused")
-        sys.stdout.flush()
-        os._exit(outcome.REFUSED_EXIT_CODE)
+        end_now(outcome.REFUSED_EXIT_CODE)
     except BaseException as error:
         rank = backend.rank if backend is not None else place.rank
         print(f"rank {rank}: failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
