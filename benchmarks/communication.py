@@ -6,7 +6,7 @@ the ideal ratio of steady-state epoch times (2 ranks / 1 rank) is 1.0. One compu
 rank (training.threads_per_rank: 1; launch.py also sets OMP_NUM_THREADS and TF's intra-op
 threads to it), so on a 2-core machine the two ranks have one core each, like the single rank.
 Cells start through workflow/scripts/launch.py with the default local launchers (torchrun,
-horovodrun --gloo), as the train rule starts them.
+horovod_run.py: horovodrun --gloo without its probe), as the train rule starts them.
 
 Where the framework can tell, the share of the time in the reduction:
 - Horovod (both frameworks): HOROVOD_TIMELINE; the union of the ALLREDUCE intervals of every

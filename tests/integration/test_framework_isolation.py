@@ -20,7 +20,8 @@ pytestmark = pytest.mark.integration
 def test_cell_trains_with_the_other_framework_unimportable(
     prepared_data, tmp_path_factory, framework, backend, gpus, extra
 ):
-    # torchrun and horovodrun import neither framework's training code; the ranks inherit PYTHONPATH
+    # torchrun and horovod_run.py (horovodrun without its probe of Horovod's extensions) import neither
+    # framework's training code; the ranks inherit PYTHONPATH
     out = resumed_run(tmp_path_factory, prepared_data, (framework, backend, gpus, extra))
     for attempt in ("first-attempt.txt", "launch.txt"):
         assert "is blocked for this test" not in (out.parent / attempt).read_text(), attempt

@@ -95,7 +95,7 @@ _SRUN = (
 LAUNCH_TEMPLATES = {
     "local": {
         PER_DEVICE: "torchrun --nnodes=1 --nproc-per-node={ranks} --master-addr={master_addr} --master-port={port} {program}",
-        HOROVOD_RUN: "horovodrun --gloo -np {ranks} -H {hosts} {python} {program}",
+        HOROVOD_RUN: "{python} {scripts}/horovod_run.py --gloo -np {ranks} -H {hosts} {python} {program}",
         ONE_PROCESS: "{python} {program}",
     },
     "slurm": {
@@ -107,7 +107,8 @@ LAUNCH_TEMPLATES = {
 LAUNCH_NOTES = {
     "local": {
         PER_DEVICE: "torchrun starts one process per GPU (for either framework).",
-        HOROVOD_RUN: "horovodrun starts the ranks.",
+        HOROVOD_RUN: "horovodrun starts the ranks, through horovod_run.py: without the probe of TensorFlow's "
+        "Horovod extension it runs before each launch (each rank checks the build itself).",
         ONE_PROCESS: "one process for all the cell's GPUs.",
     },
     "slurm": {

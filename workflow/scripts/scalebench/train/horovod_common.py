@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from scalebench import backends
@@ -21,7 +22,15 @@ INSTALL_HINT = "run ./install.sh (it builds Horovod with PyTorch and TensorFlow 
 DEFAULT_FUSION_BYTES = 128 * 1024 * 1024
 
 
-def check_build(hvd) -> None:
+def check_build(hvd, environ: Mapping[str, str] = os.environ) -> None:
+    """Refuse a Horovod that cannot run this rank's controller. Ranks started for Gloo (horovodrun
+    --gloo, launch/horovod_run.py, horovod_srun.py: HOROVOD_CONTROLLER=gloo) need it built in: the
+    local launcher leaves this check to the ranks, where horovodrun would probe it before each launch."""
+    if environ.get("HOROVOD_CONTROLLER") == "gloo" and not hvd.gloo_built():
+        raise HorovodBuildError(
+            f"backend horovod: the ranks were started for Gloo (HOROVOD_CONTROLLER=gloo), but Horovod was "
+            f"built without it; {INSTALL_HINT}"
+        )
     if not hvd.gloo_built() and not hvd.mpi_built():
         raise HorovodBuildError(f"backend horovod: Horovod was built without Gloo or MPI; {INSTALL_HINT}")
 
