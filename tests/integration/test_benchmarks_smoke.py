@@ -43,6 +43,11 @@ PRINTS = {
     "gpu_check.py": [r"^  deterministic_on +\d", r"one rank: latency floor", r"^    width  4: all-reduce"],
     # torch alone: TensorFlow's bare loop is framework_parity's line above, its harness() data_path's
     "harness_overhead.py": [r"^torch: harness .* ratio"],
+    "horovod_launch.py": [
+        r"^horovodrun: .* CPU-s",
+        r"^horovod_run\.py: .* CPU-s",
+        r"^horovod_run\.py saves .* a launch",
+    ],
     "hosts_scale.py": [
         r"^24 cells x 3 epochs, .* rank-epochs: ranks.csv .* analyse_hosts .* 2 figures",
         r"^slow nodes found: ",
@@ -62,6 +67,7 @@ PRINTS = {
 WORKDIR_OPTION = {
     "analysis_scale.py": "--out",
     "hosts_scale.py": "--out",
+    "horovod_launch.py": None,
     "model_flops.py": None,
     "tf_mark_cost.py": None,
 }
