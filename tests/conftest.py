@@ -135,6 +135,15 @@ def tool_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def unimportable(folder: Path, packages: list[str]) -> str:
+    """`folder`, holding packages of those names that refuse to import: first on a child's PYTHONPATH,
+    it shadows the real ones (a framework kept out of a launcher or a rank)."""
+    for package in packages:
+        (folder / package).mkdir(parents=True)
+        (folder / package / "__init__.py").write_text(f"raise ImportError('{package} is blocked for this test')\n")
+    return str(folder)
+
+
 @functools.cache
 def horovod_imports(framework: str) -> bool:
     """Whether Horovod's binding for `framework` imports here, probed in a process of its own (it

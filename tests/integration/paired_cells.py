@@ -39,6 +39,7 @@ from conftest import (
     start_cell,
     tiny_config,
     tool_env,
+    unimportable,
     wait_for,
 )
 
@@ -142,10 +143,7 @@ def resumable_settings(framework: str, backend: str, gpus: int, extra: dict | No
 
 def blocked_path(folder: Path, framework: str) -> str:
     """A folder that shadows the other framework's packages with ones that refuse to import."""
-    for package in OTHER_FRAMEWORK[framework]:
-        (folder / package).mkdir(parents=True)
-        (folder / package / "__init__.py").write_text(f"raise ImportError('{package} is blocked for this test')\n")
-    return str(folder)
+    return unimportable(folder, OTHER_FRAMEWORK[framework])
 
 
 def stale_curves(out: Path) -> Path:

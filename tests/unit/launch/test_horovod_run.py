@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import BIN, SCRIPTS, tool_env
+from conftest import BIN, SCRIPTS, tool_env, unimportable
 from scalebench.refusal import HorovodBuildError
 from scalebench.train.horovod_common import check_build
 
@@ -27,10 +27,7 @@ RANK = (
 
 def without_frameworks(folder: Path) -> dict[str, str]:
     """An environment in which tensorflow and torch refuse to import (packages that shadow them)."""
-    for package in ("tensorflow", "torch"):
-        (folder / package).mkdir(parents=True)
-        (folder / package / "__init__.py").write_text(f"raise ImportError('{package} is blocked for this test')\n")
-    return tool_env(PYTHONPATH=str(folder))
+    return tool_env(PYTHONPATH=unimportable(folder, ["tensorflow", "torch"]))
 
 
 def launch(launcher: list[str], env: dict[str, str], rank_1_exit: int = 0) -> subprocess.CompletedProcess:
