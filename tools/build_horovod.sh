@@ -1,20 +1,38 @@
 #!/usr/bin/env bash
-# Build Horovod from its PyPI sdist with Gloo, against the torch and TensorFlow
-# already installed in the Python given as $1, and install it there.
+# Build Horovod from its PyPI sdist with Gloo, against one framework (torch or tensorflow) already
+# installed in the Python given as $1 (that framework's environment: .venv/frameworks/<framework>),
+# and install it there. Each framework's environment has its own Horovod, compiled with that
+# framework's CUDA and NCCL where it has GPU operations.
 #
-# The wheel is cached outside the checkout, keyed by the Horovod, torch,
-# TensorFlow and Python versions and the GPU operations, so a fresh clone on
-# the same machine installs it in seconds. Set HOROVOD_GPU_OPERATIONS=NCCL
-# on a GPU cluster (with CUDA and NCCL available) to build the GPU path.
+#   tools/build_horovod.sh .venv/frameworks/torch/bin/python torch
+#
+# The wheel is cached outside the checkout, keyed by the framework, its version (with its CUDA
+# build), the Horovod and Python versions and the GPU operations, so a fresh clone on the same
+# machine installs it in seconds. Set HOROVOD_GPU_OPERATIONS=NCCL on a GPU cluster (with the CUDA
+# toolkit of the framework's CUDA major version and NCCL available) to build the GPU path.
 set -euo pipefail
 
-PY=${1:?usage: build_horovod.sh PYTHON}
+usage="usage: build_horovod.sh PYTHON FRAMEWORK (torch or tensorflow)"
+PY=${1:?$usage}
+FRAMEWORK=${2:?$usage}
+case $FRAMEWORK in
+    torch | tensorflow) ;;
+    *) echo "build_horovod: '$FRAMEWORK' is not a framework of scalebench: torch or tensorflow" >&2; exit 2 ;;
+esac
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
-HVD_VERSION=$("$PY" "$HERE/pins.py" "$ROOT/envs/train.yaml" --only horovod)
-versions=$("$PY" - <<'PYEOF'
+HVD_VERSION=$("$PY" "$HERE/pins.py" "$ROOT/envs/$FRAMEWORK.yaml" --only horovod)
+# the framework's version with its build (2.13.0+cu126): a Horovod built against one build of torch
+# is not another's
+versions=$("$PY" - "$FRAMEWORK" <<'PYEOF'
 import sys, importlib.metadata as md
-print(f"torch{md.version('torch').split('+')[0]}-tf{md.version('tensorflow')}-py{sys.version_info.major}{sys.version_info.minor}")
+framework = sys.argv[1]
+short = {"torch": "torch", "tensorflow": "tf"}[framework]
+try:
+    version = md.version(framework)
+except md.PackageNotFoundError:
+    sys.exit(f"build_horovod: {sys.executable} has no {framework}: Horovod is built against the framework of its environment")
+print(f"{short}{version}-py{sys.version_info.major}{sys.version_info.minor}")
 PYEOF
 )
 GPU_OPS=${HOROVOD_GPU_OPERATIONS:-none}
@@ -22,12 +40,37 @@ CACHE=${SCALEBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scalebench}/wheels/hor
 mkdir -p "$CACHE"
 
 wheel=$(ls "$CACHE"/horovod-*.whl 2>/dev/null | head -1 || true)
+framework_cuda() {  # the CUDA version the framework was built with ("13.0"), or nothing for a CPU build
+    case $FRAMEWORK in
+        torch) "$PY" -c 'import torch; print(torch.version.cuda or "")' ;;
+        tensorflow) TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c 'import tensorflow as tf; b = tf.sysconfig.get_build_info(); print(b.get("cuda_version", "") if b.get("is_cuda_build") else "")' ;;
+    esac
+}
+
 gpu_toolchain_problem() {  # why Horovod's NCCL operations cannot be built here, or nothing
     local cuda=${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}
-    "$PY" -c 'import sys, torch; sys.exit(torch.version.cuda is None)' \
-        || { echo "torch in $PY is the CPU build: install its CUDA build first (pip install torch==<pin> on a machine with CUDA takes it from PyPI)"; return; }
-    command -v nvcc >/dev/null || [[ -x "$cuda/bin/nvcc" ]] \
-        || { echo "the CUDA toolkit (nvcc) is not on PATH nor in $cuda: 'module load cuda' or set CUDA_HOME"; return; }
+    local built nvcc release
+    built=$(framework_cuda 2>/dev/null) || built=""
+    if [[ -z $built ]]; then
+        case $FRAMEWORK in
+            torch) echo "torch in $PY is the CPU build: install its CUDA build first (SCALEBENCH_TORCH_CUDA=cu126 or cu130 ./install.sh; PyPI's torch for Linux is CUDA 13.0)" ;;
+            tensorflow) echo "TensorFlow in $PY is not a CUDA build: install its CUDA build first (SCALEBENCH_TF_CUDA=and-cuda ./install.sh)" ;;
+        esac
+        return
+    fi
+    nvcc=$(command -v nvcc || { [[ -x "$cuda/bin/nvcc" ]] && echo "$cuda/bin/nvcc"; } || true)
+    [[ -n $nvcc ]] \
+        || { echo "the CUDA toolkit (nvcc) is not on PATH nor in $cuda: 'module load cuda/${built%%.*}' (the CUDA $FRAMEWORK was built with: $built) or set CUDA_HOME"; return; }
+    # the GPU operations run in the framework's process, beside its CUDA runtime: compiled with
+    # another major version they load a second runtime (and torch's extension build refuses one)
+    release=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -1)
+    if [[ ${release%%.*} != "${built%%.*}" ]]; then
+        echo "$FRAMEWORK in $PY is a CUDA $built build and nvcc ($nvcc) is CUDA ${release:-of unknown version}:" \
+             "Horovod's GPU operations must be compiled with the CUDA major version the framework was built with." \
+             "Load a CUDA ${built%%.*} toolkit ('module load cuda/${built%%.*}', or set CUDA_HOME to one), or install" \
+             "$([[ $FRAMEWORK == torch ]] && echo "torch's CUDA ${release%%.*} build (SCALEBENCH_TORCH_CUDA=cu${release%%.*}$([[ ${release%%.*} == 12 ]] && echo 6 || echo 0) ./install.sh)" || echo "the TensorFlow that matches it")"
+        return
+    fi
     local nccl=${HOROVOD_NCCL_HOME:-}
     for include in ${HOROVOD_NCCL_INCLUDE:-} ${nccl:+$nccl/include} /usr/include "$cuda/include"; do
         [[ -f "$include/nccl.h" ]] && return
@@ -57,6 +100,7 @@ cuda_toolkit_problem() {  # why the CUDA parts Horovod compiles for a CUDA build
     # then needs the toolkit's headers: PyPI's torch for Linux is the CUDA build, and a lone nvcc on
     # PATH (no toolkit around it) is enough for torch to find one
     local answer torch_cuda cuda_home nvcc root
+    [[ $FRAMEWORK == torch ]] || return 0
     answer=$("$PY" -c 'import torch; from torch.utils.cpp_extension import CUDA_HOME; print(torch.version.cuda or "-", CUDA_HOME or "-")' 2>/dev/null) || return 0
     read -r torch_cuda cuda_home <<< "$answer"
     [[ $torch_cuda != - && $cuda_home != - ]] || return 0
@@ -68,7 +112,7 @@ cuda_toolkit_problem() {  # why the CUDA parts Horovod compiles for a CUDA build
     echo "torch in $PY is a CUDA build (CUDA $torch_cuda) and finds CUDA in $cuda_home, so Horovod compiles its CUDA" \
          "parts, but no cuda_runtime.h is there${nvcc:+ nor beside $nvcc} (not a whole CUDA toolkit): 'module load cuda'" \
          "and set CUDA_HOME and HOROVOD_CUDA_HOME to its folder, or install torch's CPU build first" \
-         "($PY -m pip install torch==$("$PY" "$HERE/pins.py" "$ROOT/envs/train.yaml" --only torch) --index-url https://download.pytorch.org/whl/cpu)"
+         "($PY -m pip install torch==$("$PY" "$HERE/pins.py" "$ROOT/envs/torch.yaml" --only torch) --index-url https://download.pytorch.org/whl/cpu)"
 }
 
 if [[ -z "$wheel" ]]; then
@@ -85,11 +129,15 @@ if [[ -z "$wheel" ]]; then
     [[ -z "$problem" ]] || { echo "build_horovod: $problem" >&2; exit 1; }
     work=$(mktemp -d)
     trap 'rm -rf "$work"' EXIT
-    echo "build_horovod: building Horovod $HVD_VERSION ($versions, GPU ops: $GPU_OPS); about 8 minutes on 2 cores"
+    echo "build_horovod: building Horovod $HVD_VERSION for $FRAMEWORK ($versions, GPU ops: $GPU_OPS); some minutes on 2 cores"
     "$PY" -m pip download --quiet --no-deps --no-binary :all: "horovod==$HVD_VERSION" -d "$work"
     tar -xzf "$work"/horovod-"$HVD_VERSION".tar.gz -C "$work"
     "$PY" "$HERE/horovod_fixes.py" "$work/horovod-$HVD_VERSION"
-    export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
+    case $FRAMEWORK in
+        torch) export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 ;;
+        tensorflow) export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITHOUT_PYTORCH=1 ;;
+    esac
+    export HOROVOD_WITH_GLOO=1
     export HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITHOUT_MPI=${HOROVOD_WITHOUT_MPI:-1}
     export HOROVOD_CPU_OPERATIONS=${HOROVOD_CPU_OPERATIONS:-gloo}
     export MAKEFLAGS=${MAKEFLAGS:--j$(nproc)}

@@ -1,4 +1,4 @@
-"""Apply the build fixes Horovod 0.28.1 needs for torch >= 2.1, TF >= 2.19, CMake 4 and GCC >= 13.
+"""Apply the build fixes Horovod 0.28.1 needs for torch >= 2.1, TF >= 2.19, CMake 4, GCC >= 13 and a build for one framework.
 
 Upstream made these only on its unreleased master or in open PRs:
   1. compile the PyTorch extension as C++17 (torch's headers need it; upstream #3998);
@@ -12,7 +12,11 @@ Upstream made these only on its unreleased master or in open PRs:
      CMake 4 warns that versions below 3.10 go next). The two copies of Gloo the build
      makes (compatible_gloo, compatible17_gloo) inherit it;
   5. GCC 13's libstdc++ (and recent libc++) stopped including <string>, <stdexcept> and
-     <cstdint> through other headers: the headers that use them include them.
+     <cstdint> through other headers: the headers that use them include them;
+  6. a build for PyTorch alone (each framework's environment has its own Horovod) makes that C++17
+     copy of Gloo too, which upstream makes only for TensorFlow: fix 2 links the PyTorch extension
+     against it ("cannot find -lcompatible17_gloo" without), with PyTorch's C++ ABI where
+     TensorFlow's is not known. A build with TensorFlow makes it exactly as before.
 
 Each fix checks that the text it replaces is there, so a different sdist fails
 loudly instead of building something unpatched.
@@ -35,6 +39,17 @@ FIXES = [
         "horovod/torch/CMakeLists.txt",
         "        list(APPEND PYTORCH_LINKER_LIBS gloo)",
         "        list(APPEND PYTORCH_LINKER_LIBS compatible17_gloo)",
+    ),
+    (
+        "CMakeLists.txt",
+        "if(HAVE_GLOO AND (DEFINED Tensorflow_CXX17 AND Tensorflow_CXX17))",
+        "if(HAVE_GLOO AND ((DEFINED Tensorflow_CXX17 AND Tensorflow_CXX17) OR DEFINED Pytorch_CXX11))",
+    ),
+    (
+        "CMakeLists.txt",
+        "    if (Tensorflow_CXX11)\n        target_compile_definitions(compatible17_gloo",
+        "    if (Tensorflow_CXX11 OR (NOT DEFINED Tensorflow_CXX11 AND Pytorch_CXX11))\n"
+        "        target_compile_definitions(compatible17_gloo",
     ),
     (
         "horovod/tensorflow/CMakeLists.txt",

@@ -2,7 +2,7 @@
 on their own against a strict standard library, so the next CMake or compiler cannot break
 ./install.sh silently.
 
-The sdist comes from PyPI (the pin of envs/train.yaml) and CMake 4 from PyPI's cmake wheel, both
+The sdist comes from PyPI (the pin of envs/torch.yaml) and CMake 4 from PyPI's cmake wheel, both
 kept in the scalebench cache; the header test needs clang with libc++ (Debian: clang-19
 libc++-19-dev). Each test first shows that the unpatched sdist fails where the fix acts.
 """
@@ -18,7 +18,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import REPO, tool_env
+from conftest import REPO, framework_python, tool_env
 
 sys.path.insert(0, str(REPO / "tools"))
 import horovod_fixes  # noqa: E402
@@ -28,15 +28,16 @@ pytestmark = pytest.mark.integration
 
 CMAKE4 = "4.4.4"  # a CMake 4 from PyPI (4.0 removed compatibility with cmake_minimum_required < 3.5)
 # the pin for the Python running the tests (pins.py: a pin may differ by Python)
-HOROVOD = pins.pins_for([str(REPO / "envs" / "train.yaml")], "{}.{}".format(*sys.version_info[:2]))["horovod"]
+HOROVOD = pins.pins_for([str(REPO / "envs" / "torch.yaml")], "{}.{}".format(*sys.version_info[:2]))["horovod"]
 CACHE = Path(
     os.environ.get("SCALEBENCH_CACHE")
     or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "scalebench"
 )
-# What tools/build_horovod.sh exports for the build (its CPU configuration).
+# What tools/build_horovod.sh exports for torch's Horovod (its CPU configuration): torch alone, in
+# torch's environment (each framework's environment builds its own)
 BUILD_ENV = {
     "HOROVOD_WITH_PYTORCH": "1",
-    "HOROVOD_WITH_TENSORFLOW": "1",
+    "HOROVOD_WITHOUT_TENSORFLOW": "1",
     "HOROVOD_WITH_GLOO": "1",
     "HOROVOD_WITHOUT_MXNET": "1",
     "HOROVOD_WITHOUT_MPI": "1",
@@ -89,7 +90,7 @@ def configure(cmake: list[str], source: Path, build: Path) -> subprocess.Complet
         str(source),
         "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
         f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY_RELWITHDEBINFO={build / 'lib'}",
-        f"-DPYTHON_EXECUTABLE:FILEPATH={sys.executable}",
+        f"-DPYTHON_EXECUTABLE:FILEPATH={framework_python('torch')}",
     ]
     return subprocess.run(command, cwd=build, capture_output=True, text=True, timeout=900, env=tool_env(**BUILD_ENV))
 
@@ -123,6 +124,11 @@ def test_cmake_4_configures_the_patched_sdist(sdist, cmake4, tmp_path):
     assert "CMake Error" not in output
     assert "Compatibility with CMake <" not in output  # nor the warning that announces the next removal
     assert (tmp_path / "fixed-build" / "Makefile").exists()
+    # torch alone: the C++17 Gloo its extension links against (fix 6) is made, with torch's C++ ABI
+    gloo = tmp_path / "fixed-build" / "third_party" / "compatible17_gloo"
+    assert gloo.is_dir(), sorted(path.name for path in (tmp_path / "fixed-build" / "third_party").iterdir())
+    flags = next(gloo.rglob("flags.make")).read_text()
+    assert "-D_GLIBCXX_USE_CXX11_ABI=1" in flags
 
 
 def strict_libcxx() -> list[str] | None:

@@ -113,13 +113,14 @@ def test_the_docs_and_the_report_hold_the_registry_s_current_text():
 
 def test_the_upstream_status_is_generated_from_the_entry_s_facts_and_names_the_release_we_build(monkeypatch):
     """One sentence per library, from its entry's facts: a new fact changes every page that says it,
-    and the release it names is the one envs/train.yaml pins (tools/build_horovod.sh builds it)."""
+    and the release it names is the one each framework's environment pins (tools/build_horovod.sh builds it)."""
     sys.path.insert(0, str(REPO / "tools"))
     from pins import pins_for, supported_pythons
 
     facts = backends.HOROVOD.upstream
-    train = [str(REPO / "envs" / "train.yaml")]
-    assert {pins_for(train, python)["horovod"] for python in supported_pythons(train)} == {facts.last_release}
+    files = [[str(REPO / "envs" / f"{framework}.yaml")] for framework in ("torch", "tensorflow")]
+    pinned = {pins_for(each, python)["horovod"] for each in files for python in supported_pythons(each)}
+    assert pinned == {facts.last_release}
     later = dataclasses.replace(facts, last_release="0.29.0", released="2027-01-02")
     entry = dataclasses.replace(backends.HOROVOD, upstream=later)
     for framework in ("torch", "tensorflow"):

@@ -12,7 +12,13 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "tools"))
 from pins import PinError, pins_for, supported_pythons  # noqa: E402
 
-ENVS = [str(REPO / "envs" / name) for name in ("train.yaml", "pipeline.yaml", "dev.yaml")]
+# each environment's files (install.sh): the pipeline's, and one per framework
+ENVIRONMENTS = {
+    "pipeline": [str(REPO / "envs" / name) for name in ("pipeline.yaml", "dev.yaml")],
+    "torch": [str(REPO / "envs" / "torch.yaml")],
+    "tensorflow": [str(REPO / "envs" / "tensorflow.yaml")],
+}
+ENVS = [path for paths in ENVIRONMENTS.values() for path in paths]
 
 HEAD = "name: x\ndependencies:\n  - python>=3.11,<3.14\n  - pip\n  - pip:\n"
 
@@ -26,9 +32,19 @@ def env_file(tmp_path, name: str, pins: str, head: str = HEAD) -> str:
 def test_the_files_name_the_supported_pythons_and_every_one_gets_every_package():
     pythons = supported_pythons(ENVS)
     assert pythons == ["3.11", "3.12", "3.13"]
-    names = {python: set(pins_for(ENVS, python)) for python in pythons}
-    assert len({frozenset(each) for each in names.values()}) == 1, names  # no package missing for one Python
-    assert {"torch", "tensorflow", "snakemake", "horovod", "scipy"} <= names["3.12"]
+    names = {
+        environment: {python: set(pins_for(paths, python)) for python in pythons}
+        for environment, paths in ENVIRONMENTS.items()
+    }
+    for environment, each in names.items():  # no package missing for one Python
+        assert len({frozenset(packages) for packages in each.values()}) == 1, (environment, each)
+    # the pipeline has neither framework, and each framework its own Horovod and not the other framework
+    assert {"snakemake", "scipy", "pytest"} <= names["pipeline"]["3.12"]
+    assert not {"torch", "tensorflow", "horovod"} & names["pipeline"]["3.12"]
+    assert {"torch", "horovod"} <= names["torch"]["3.12"] and "tensorflow" not in names["torch"]["3.12"]
+    assert {"tensorflow", "tf-keras", "horovod"} <= names["tensorflow"]["3.12"] and "torch" not in names["tensorflow"][
+        "3.12"
+    ]
 
 
 def test_a_pin_that_differs_between_pythons_carries_a_marker_and_applies_to_its_pythons_only(tmp_path):
