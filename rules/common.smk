@@ -395,6 +395,11 @@ def launchers_json(wildcards):
     return json.dumps(config["launchers"], sort_keys=True)
 
 
+def environments_json(wildcards):
+    """Where each framework's ranks run (config key environments; scalebench/environments.py)."""
+    return json.dumps(config["environments"], sort_keys=True)
+
+
 def train_threads(wildcards):
     # Locally a cell with N ranks takes N cores from Snakemake; on SLURM the
     # job's CPUs come from the resources below.

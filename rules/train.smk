@@ -24,6 +24,7 @@ rule train:
         **train_resources(),
     params:
         launchers=launchers_json,
+        environments=environments_json,
         request=train_request,
         python=sys.executable,
         launch=str(SCRIPTS / "launch.py"),
@@ -32,7 +33,8 @@ rule train:
     shell:
         "{params.python} {params.launch} --settings-file {input.settings:q}"
         " --data {params.data} --out {params.out}"
-        " --launchers {params.launchers:q} --request {params.request:q} > {log} 2>&1"
+        " --launchers {params.launchers:q} --environments {params.environments:q}"
+        " --request {params.request:q} > {log} 2>&1"
 
 
 # A cell of a study with optional axes: the same job, one folder level more

@@ -86,33 +86,43 @@ class BackendSpec:
 
 # How a cell's processes start, per executor (the defaults of config key launchers.<executor>.
 # <framework>_<name>; placeholders in config/schema.yaml's description of launchers), and a note
-# on each for the configuration reference.
-PER_DEVICE, HOROVOD_RUN, ONE_PROCESS = "per_device", "horovod", "one_process"
+# on each for the configuration reference. {python} is the cell's framework's environment
+# (scalebench/environments.py); {container} enters its image where environments.<framework>.image
+# names one (empty without): locally the launcher and its ranks run inside it, under SLURM each of
+# srun's tasks does.
+PER_DEVICE, PROCESSES, HOROVOD_RUN, ONE_PROCESS = "per_device", "processes", "horovod", "one_process"
 _SRUN = (
     "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} "
-    "--cpus-per-task={cpus_per_rank} {python} {program}"
+    "--cpus-per-task={cpus_per_rank} {container} {python} {program}"
 )
 LAUNCH_TEMPLATES = {
     "local": {
-        PER_DEVICE: "torchrun --nnodes=1 --nproc-per-node={ranks} --master-addr={master_addr} --master-port={port} {program}",
-        HOROVOD_RUN: "{python} {scripts}/horovod_run.py --gloo -np {ranks} -H {hosts} {python} {program}",
-        ONE_PROCESS: "{python} {program}",
+        PER_DEVICE: "{container} {python} -m torch.distributed.run --nnodes=1 --nproc-per-node={ranks} "
+        "--master-addr={master_addr} --master-port={port} {program}",
+        PROCESSES: "{container} {python} {scripts}/local_ranks.py --ranks {ranks} --master-addr {master_addr} "
+        "--master-port {port} {python} {program}",
+        HOROVOD_RUN: "{container} {python} {scripts}/horovod_run.py --gloo -np {ranks} -H {hosts} {python} {program}",
+        ONE_PROCESS: "{container} {python} {program}",
     },
     "slurm": {
         PER_DEVICE: _SRUN,
-        HOROVOD_RUN: "{python} {scripts}/horovod_srun.py --ranks {ranks} -- " + _SRUN,
+        PROCESSES: _SRUN,
+        HOROVOD_RUN: "{container} {python} {scripts}/horovod_srun.py --ranks {ranks} -- " + _SRUN,
         ONE_PROCESS: _SRUN,
     },
 }
 LAUNCH_NOTES = {
     "local": {
-        PER_DEVICE: "torchrun starts one process per GPU (for either framework).",
+        PER_DEVICE: "torchrun (torch.distributed.run) starts one process per GPU.",
+        PROCESSES: "local_ranks.py starts one process per GPU with torchrun's variables (TensorFlow's "
+        "environment has no torchrun: it is part of torch).",
         HOROVOD_RUN: "horovodrun starts the ranks, through horovod_run.py: without the probe of TensorFlow's "
         "Horovod extension it runs before each launch (each rank checks the build itself).",
         ONE_PROCESS: "one process for all the cell's GPUs.",
     },
     "slurm": {
         PER_DEVICE: "srun starts one task per GPU.",
+        PROCESSES: "srun starts one task per GPU.",
         HOROVOD_RUN: "srun starts the ranks, horovod_srun.py runs the rendezvous (no ssh).",
         ONE_PROCESS: "srun starts one task with all the cell's GPUs and CPUs ({ranks} is 1).",
     },
@@ -141,6 +151,7 @@ NATIVE_TF = BackendSpec(
     "MultiWorkerMirroredStrategy, one process per GPU",
     good_for="each framework's own multi-node data parallelism: the reference",
     modules={"tensorflow": "scalebench.train.tf.native"},
+    launch=PROCESSES,
     compression_reason=TF_COLLECTIVES_REASON,
     label="native",
     colour="#1b6ca8",
@@ -155,7 +166,7 @@ HOROVOD = BackendSpec(
     colour="#d95f02",
     launch=HOROVOD_RUN,
     package="horovod",
-    package_install="./install.sh (it builds Horovod unless SCALEBENCH_HOROVOD=0), or tools/build_horovod.sh {python}",
+    package_install="{install} (it builds Horovod in each framework's environment unless SCALEBENCH_HOROVOD=0), or tools/build_horovod.sh {python} {framework}",
     upstream=Upstream(
         project="Horovod",
         last_release="0.28.1",
@@ -240,6 +251,19 @@ def legend() -> dict[str, tuple[str, str]]:
 def launch_template(executor: str, framework: str, backend: str) -> str:
     """The default command that starts a cell's ranks (config key launchers.<executor>.<framework>_<backend>)."""
     return LAUNCH_TEMPLATES[executor][spec(framework, backend).launch_kind]
+
+
+def default_launchers() -> dict[str, dict[str, str]]:
+    """Config key launchers as the schema's defaults fill it: each executor's template for every
+    framework_backend pair (for a command built without a study's config)."""
+    return {
+        executor: {
+            f"{framework}_{name}": launch_template(executor, framework, name)
+            for framework, entries in REGISTRY.items()
+            for name in entries
+        }
+        for executor in LAUNCH_TEMPLATES
+    }
 
 
 def launch_note(executor: str, framework: str, backend: str) -> str:

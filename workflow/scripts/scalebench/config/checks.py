@@ -3,11 +3,7 @@ naming the config key, before Snakemake builds a job."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-from scalebench import architecture, backends
+from scalebench import architecture, backends, environments
 from scalebench.cell import OWN_SOURCE, Cell, width_key
 from scalebench.config import earlier_study
 from scalebench.config.cell_settings import cell_model, cell_training
@@ -44,7 +40,7 @@ def check_semantics(config: dict) -> Matrix:
         problems += synthetic_batch_problems(config, runnable)
     problems += model_fit_problems(config, runnable)
     problems += profile_problems(config, runnable)
-    problems += missing_package_problems(runnable)
+    problems += environment_problems(config, runnable)
     if config["training"]["steps_per_epoch"] is not None and config["training"]["dataset_repeat"] > 1:
         problems.append(
             "config key 'training.steps_per_epoch': set together with training.dataset_repeat > 1; the "
@@ -173,26 +169,10 @@ def synthetic_batch_problems(config: dict, runnable: tuple[Cell, ...]) -> list[s
     return problems
 
 
-# where each framework's profiler lives, inside its installed package (training.profile)
-PROFILERS = {"torch": ("torch", "profiler"), "tensorflow": ("tensorflow", "python/profiler/profiler_v2.py")}
-
-
-def profiler_missing(framework: str) -> str:
-    """Why `framework`'s profiler cannot run here ('' if it can): found without importing the
-    framework (Snakemake checks the config on every start)."""
-    package, inside = PROFILERS[framework]
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return f"{package} is not installed"
-    if not any((Path(location) / inside).exists() for location in spec.submodule_search_locations):
-        return f"{package} has no profiler ({package}/{inside})"
-    return ""
-
-
 def profile_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
     """training.profile's window lies inside the run (its epoch within training.epochs, its steps
-    within an epoch where the training set's size is known before preparation: synthetic data),
-    and the profiler of every framework of the matrix is installed."""
+    within an epoch where the training set's size is known before preparation: synthetic data);
+    that each framework's environment has its profiler is environment_problems'."""
     profile, training = config["training"]["profile"], config["training"]
     if profile is None:
         return []
@@ -209,25 +189,44 @@ def profile_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
             f"config key 'training.profile.steps': {profile['steps']} is more than the {steps} steps an "
             f"epoch of {cell.framework}/{cell.backend} on {cell.gpus} GPUs has"
         )
-    for framework in config["matrix"]["frameworks"]:
-        missing = profiler_missing(framework)
-        if missing:
-            problems.append(f"config key 'training.profile': the {framework} cells cannot be traced: {missing}")
     return problems
 
 
-def missing_package_problems(runnable: tuple[Cell, ...]) -> list[str]:
-    """The backends of the cells to run whose package this environment lacks (Horovod after
-    `SCALEBENCH_HOROVOD=0 ./install.sh`), each with the command that installs it: found without
-    importing it, in the Python that runs Snakemake, which the train jobs run too."""
-    entries = {cell.backend: backends.spec(cell.framework, cell.backend) for cell in runnable}
-    return [
-        f"config key 'matrix.backends': backend {backend} needs the package {entry.package}, which this "
-        f"environment ({sys.executable}) does not have: install it with "
-        f"{entry.package_install.format(python=sys.executable)}, or leave {backend} out of matrix.backends"
-        for backend, entry in entries.items()
-        if entry.package and importlib.util.find_spec(entry.package) is None
-    ]
+def environment_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
+    """Each framework of the cells to run has its environment (environments.py), with Horovod built
+    for it where a cell of backend horovod runs and its profiler where training.profile traces: asked
+    of the environment itself (one short Python each, importing neither framework: Snakemake checks
+    the config on every start), each missing part named with the command that installs it."""
+    problems = []
+    for framework in sorted({cell.framework for cell in runnable}):
+        environment = environments.resolve(framework, config["environments"].get(framework))
+        holds = environments.probe(environment)
+        install = environments.install_command({framework})
+        name = backends.FRAMEWORK_NAMES[framework]
+        if holds.problem or not holds.framework:
+            why = holds.problem or f"it has no {environments.PACKAGES[framework]} package"
+            problems.append(
+                f"config key 'matrix.frameworks': the {framework} cells need {environment.describe()}, and {why}: "
+                f"install it with {install}, or set environments.{framework}, or leave {framework} out of "
+                "matrix.frameworks"
+            )
+            continue
+        for backend in sorted({cell.backend for cell in runnable if cell.framework == framework}):
+            entry = backends.spec(framework, backend)
+            if entry.package == "horovod" and not holds.horovod_framework:
+                built = "a Horovod built without its " + name + " extension" if holds.horovod else "no Horovod"
+                command = entry.package_install.format(install=install, python=environment.python, framework=framework)
+                problems.append(
+                    f"config key 'matrix.backends': backend {backend} of {framework} needs Horovod built for "
+                    f"{name} in {environment.describe()}, which has {built}: install it with {command}, or "
+                    f"leave {backend} out of matrix.backends"
+                )
+        if config["training"]["profile"] is not None and not holds.profiler:
+            problems.append(
+                f"config key 'training.profile': the {framework} cells cannot be traced: {environment.describe()} "
+                f"has no profiler ({environments.PACKAGES[framework]}/{environments.PROFILERS[framework]})"
+            )
+    return problems
 
 
 def shortest_epoch(config: dict, runnable: tuple[Cell, ...]) -> tuple[int, Cell] | None:
@@ -280,6 +279,7 @@ LAUNCHER_PLACEHOLDERS = (
     "port",
     "cpus_per_rank",
     "python",
+    "container",
     "program",
     "scripts",
 )

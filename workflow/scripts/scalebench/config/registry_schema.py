@@ -19,14 +19,14 @@ def fill(schema: dict) -> dict:
     listed["items"] = {"enum": list(backends.names())}
     said = "; ".join(f"{name}: {what}" for name, what in backends.about().items())
     listed["description"] = f"{listed['description'].strip()} The backends: {said}."
+    launchers = backends.default_launchers()
     for executor, section in properties["launchers"]["properties"].items():
         section["properties"] = {
-            f"{framework}_{name}": {
-                "description": backends.launch_note(executor, framework, name),
+            pair: {
+                "description": backends.launch_note(executor, *pair.split("_", 1)),
                 "type": "string",
-                "default": backends.launch_template(executor, framework, name),
+                "default": template,
             }
-            for framework, entries in backends.REGISTRY.items()
-            for name in entries
+            for pair, template in launchers[executor].items()
         }
     return schema

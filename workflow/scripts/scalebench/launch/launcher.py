@@ -31,11 +31,10 @@ import os
 import shlex
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from scalebench import backends, outcome
+from scalebench import backends, environments, outcome
 from scalebench.cluster import cell_holder, network
 from scalebench.cluster.ports import PortError, reserve_local_block, reserve_slurm_block
 from scalebench.cluster.slurm import (
@@ -71,8 +70,10 @@ def local_allocation() -> Allocation:
     return Allocation("local", ["localhost"], "127.0.0.1", reserve_local_block(), 1)
 
 
-def placeholders(ranks: int, allocation: Allocation, program: str) -> dict[str, object]:
-    """Values for the launcher template of a cell with `ranks` ranks."""
+def placeholders(
+    ranks: int, allocation: Allocation, program: str, environment: environments.Environment
+) -> dict[str, object]:
+    """Values for the launcher template of a cell with `ranks` ranks, whose framework runs in `environment`."""
     hosts = allocation.hosts
     if ranks < len(hosts):
         raise LaunchError(f"{ranks} ranks cannot use the {len(hosts)} nodes of the allocation ({', '.join(hosts)})")
@@ -90,16 +91,19 @@ def placeholders(ranks: int, allocation: Allocation, program: str) -> dict[str, 
         "master_addr": allocation.master_addr,
         "port": allocation.port,
         "cpus_per_rank": allocation.cpus_per_rank,
-        "python": shlex.quote(sys.executable),
+        "python": shlex.quote(environment.python),
+        "container": shlex.join(environment.container),
         "program": program,
         "scripts": shlex.quote(str(TRAIN_SCRIPT.parent)),
     }
 
 
-def build_command(template: str, ranks: int, allocation: Allocation, train_args: list[str]) -> str:
-    """The launcher template filled for `ranks` processes running train.py with `train_args`."""
+def build_command(
+    template: str, ranks: int, allocation: Allocation, train_args: list[str], environment: environments.Environment
+) -> str:
+    """The launcher template filled for `ranks` processes running train.py with `train_args` in `environment`."""
     program = " ".join(shlex.quote(a) for a in [str(TRAIN_SCRIPT), *train_args])
-    return template.format(**placeholders(ranks, allocation, program))
+    return template.format(**placeholders(ranks, allocation, program, environment)).strip()
 
 
 def launch_processes(framework: str, backend: str, gpus: int, allocation: Allocation) -> int:
@@ -118,19 +122,23 @@ def without_agent(template: str, where: str, processes: int) -> str:
     """The template that starts `processes` ranks: the default local torchrun for one process is an
     agent and a rendezvous for nobody (a second Python that imports torch, some 1.5 CPU-s and a second
     of the cell's start), so that one rank starts as dp's and mirrored's one process does, rank 0 of 1
-    (train/rank_env.py). A template of one's own is used as written."""
-    default = backends.LAUNCH_TEMPLATES["local"][backends.PER_DEVICE]
-    if where == "local" and processes == 1 and template == default:
+    (train/rank_env.py); so does one of local_ranks.py. A template of one's own is used as written."""
+    defaults = [backends.LAUNCH_TEMPLATES["local"][kind] for kind in (backends.PER_DEVICE, backends.PROCESSES)]
+    if where == "local" and processes == 1 and template in defaults:
         return backends.LAUNCH_TEMPLATES["local"][backends.ONE_PROCESS]
     return template
 
 
 def rank_environment(
-    threads: int, allocation: Allocation, interface: str | None = None, gpus_per_task: int | None = None
+    threads: int,
+    allocation: Allocation,
+    environment: environments.Environment,
+    interface: str | None = None,
+    gpus_per_task: int | None = None,
 ) -> dict[str, str]:
     """The launcher's environment: thread counts, unbuffered output, the rendezvous under SLURM, the
-    network interface of cluster.network_interface for every library (network.py), and under task
-    binding the GPUs of each of srun's tasks."""
+    network interface of cluster.network_interface for every library (network.py), under task
+    binding the GPUs of each of srun's tasks, and the framework's environment first on PATH."""
     env = dict(os.environ)
     if interface:
         env.update(network.collective_environment(interface))
@@ -143,8 +151,10 @@ def rank_environment(
         PYTHONUNBUFFERED="1",
         SCALEBENCH_EXECUTOR=allocation.executor,  # the ranks know a SLURM cell from a local one
     )
-    # torchrun and horovodrun live beside this Python (.venv/bin), which need not be on PATH.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    # torchrun and horovodrun (a template of one's own may name them) live beside the framework's
+    # Python (.venv/frameworks/<framework>/bin), which need not be on PATH; in an image, its own PATH
+    if not environment.container:
+        env["PATH"] = os.pathsep.join([str(Path(environment.python).parent), env.get("PATH", "")])
     if allocation.executor == "slurm":
         # srun's ranks read these in rank_env.detect(); torchrun sets its own.
         env.update(MASTER_ADDR=allocation.master_addr, MASTER_PORT=str(allocation.port))
@@ -195,19 +205,27 @@ def cell_arguments(settings: str | dict, data: str | Path, out: str | Path) -> l
     return ["--settings", text, "--data", str(data), "--out", str(out)]
 
 
-def rank_command(settings: dict, data: str | Path, out: str | Path) -> list[str]:
-    """One rank started directly, without a launcher (rank 0 of 1, or under a launcher of one's own)."""
-    return [sys.executable, str(TRAIN_SCRIPT), *cell_arguments(settings, data, out)]
+def rank_command(settings: dict, data: str | Path, out: str | Path, sections: dict | None = None) -> list[str]:
+    """One rank started directly, without a launcher (rank 0 of 1, or under a launcher of one's own),
+    in its framework's environment (config key environments: `sections`; default the install's)."""
+    framework = settings["cell"]["framework"]
+    environment = environments.resolve(framework, (sections or {}).get(framework))
+    return [*environment.command, str(TRAIN_SCRIPT), *cell_arguments(settings, data, out)]
 
 
-def command_line(settings: dict, data: str | Path, out: str | Path, launchers: dict) -> list[str]:
-    """The command that starts one cell's ranks through main(), as the train rule runs it."""
+def command_line(
+    settings: dict, data: str | Path, out: str | Path, launchers: dict, sections: dict | None = None
+) -> list[str]:
+    """The command that starts one cell's ranks through main(), as the train rule runs it: in the
+    pipeline's environment (the one whose frameworks/ this Python's is in, in a framework's test session)."""
     return [
-        sys.executable,
+        str(environments.install_root() / "bin" / "python"),
         str(LAUNCH_SCRIPT),
         *cell_arguments(settings, data, out),
         "--launchers",
         json.dumps(launchers),
+        "--environments",
+        json.dumps(sections or {}),
     ]
 
 
@@ -220,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--launchers", required=True, help="the config's launchers section as JSON")
+    parser.add_argument(
+        "--environments", default="{}", help="the config's environments section as JSON (default: the install's)"
+    )
     parser.add_argument(
         "--request", help="what the cell's job asks SLURM for (tasks, cpus_per_task, gpus) as JSON: the rule's"
     )
@@ -257,6 +278,7 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
     cell = {**run_settings.cell.to_json(), "settings": run_settings.source}
     framework, backend, gpus = run_settings.cell.framework, run_settings.cell.backend, run_settings.cell.gpus
     template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
+    environment = environments.resolve(framework, json.loads(args.environments).get(framework))
     train_args = cell_arguments(args.settings, args.data, args.out)
     try:
         if where == "slurm":  # the job id's port block, or the next one free on this node (ports.py)
@@ -265,7 +287,7 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
             allocation = local_allocation()
         processes = launch_processes(framework, backend, gpus, allocation)
         template = without_agent(template, where, processes)
-        command = build_command(template, processes, allocation, train_args)
+        command = build_command(template, processes, allocation, train_args, environment)
         interface = run_settings.network_interface
         if interface:  # the rendezvous on the interface's address of this (the first) node
             allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
@@ -273,7 +295,7 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
                 gathered = network.gather_addresses(interface, allocation.hosts)
                 allocation = dataclasses.replace(allocation, interface_addresses=gathered)
                 print(f"launch: {interface} on each node: {export_addresses(allocation.hosts, gathered)}", flush=True)
-            command = build_command(template, processes, allocation, train_args)
+            command = build_command(template, processes, allocation, train_args, environment)
     except (LaunchError, network.InterfaceMissing) as error:
         # the cell's shape against its allocation: the next attempt gets the same (scalebench/refusal.py)
         print(f"launch ({where}): refused: {error}", flush=True)
@@ -302,7 +324,7 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
     started = time.time()
     outcome.clear(args.out)  # marks of an earlier attempt
-    code = run(command, {**rank_environment(threads, allocation, interface, gpus_per_task), **placed})
+    code = run(command, {**rank_environment(threads, allocation, environment, interface, gpus_per_task), **placed})
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)
     # what SLURM accounted (the step's energy, the allocation's GPU-hours), beside the loop's figures
