@@ -1,7 +1,17 @@
-"""Shared fixtures: the repository, its Python, small datasets and a Snakemake runner."""
+"""Shared fixtures: the repository, its Pythons, small datasets and a Snakemake runner; and the
+environment each test module runs in.
+
+A module that imports a framework (torch, tensorflow: in its code or through scalebench.train's
+framework folders) says so at its top, `ENVIRONMENT = "torch"`, and runs in that framework's
+environment (.venv/frameworks/torch), with the pipeline's packages after the framework's own
+(tests/layer/sitecustomize.py); every other module runs in the pipeline's, which has neither
+framework. run_tests.sh runs one pytest session per environment; a session collects only its own
+modules and says how many it left to the others.
+"""
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import functools
 import json
@@ -23,12 +33,57 @@ SCRIPTS = REPO / "workflow" / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
 import cpu_time  # noqa: E402
+from scalebench import backends, environments  # noqa: E402
 from scalebench import config as sb_config  # noqa: E402
 from scalebench.data import pairing, preprocess, synthetic  # noqa: E402
 from scalebench.launch import launcher as sb_launch  # noqa: E402
 
-PYTHON = sys.executable
-BIN = Path(sys.executable).parent
+# The pipeline's environment (Snakemake, launch.py: the train rule's Python), whichever session runs
+BIN = environments.install_root() / "bin"
+PYTHON = str(BIN / "python")
+# This session's environment: pipeline, torch or tensorflow (run_tests.sh sets it)
+SESSION = os.environ.get("SCALEBENCH_TEST_ENVIRONMENT", "pipeline")
+ENVIRONMENTS = ("pipeline", *environments.PACKAGES)
+
+
+def framework_python(framework: str) -> str:
+    """The Python of `framework`'s environment as ./install.sh made it."""
+    return str(environments.installed_python(framework))
+
+
+@functools.cache
+def module_environment(path: Path) -> str:
+    """The environment a test module declares (`ENVIRONMENT = "torch"` at its top level), else pipeline."""
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ENVIRONMENT" for t in node.targets):
+            value = getattr(node.value, "value", None)
+            if value not in ENVIRONMENTS:
+                raise pytest.UsageError(f"{path}: ENVIRONMENT = {value!r}; one of {', '.join(ENVIRONMENTS)}")
+            return value
+    return "pipeline"
+
+
+LEFT: dict[str, int] = {}  # the modules this session left to the others' sessions, by environment
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A test module of another environment is not collected in this session (it imports what this
+    environment does not have); run_tests.sh runs it in its own."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    wanted = module_environment(collection_path)
+    if wanted == SESSION:
+        return None
+    LEFT[wanted] = LEFT.get(wanted, 0) + 1
+    return True
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if LEFT:
+        said = ", ".join(f"{count} to {name}'s" for name, count in sorted(LEFT.items()))
+        terminalreporter.write_line(
+            f"{SESSION}'s session: test modules left to other environments' sessions: {said} (./run_tests.sh runs each)"
+        )
 
 
 TIERS = ("unit", "integration", "cluster", "gpu")  # the folders under tests/, each its own marker
@@ -127,11 +182,28 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def tool_env(**extra: str) -> dict[str, str]:
-    """The environment for subprocesses: this Python's bin first on PATH (torchrun, horovodrun)."""
+    """The environment for subprocesses: the pipeline's bin first on PATH (snakemake, ruff)."""
     env = dict(os.environ)
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
+    # a framework session's layer (tests/layer) stays with pytest: a child runs in its own environment
+    env.pop(LAYER, None)
+    kept = [part for part in env.pop("PYTHONPATH", "").split(os.pathsep) if part and Path(part) != LAYER_FOLDER]
+    if kept:
+        env["PYTHONPATH"] = os.pathsep.join(kept)
     env.update(extra)
+    return env
+
+
+LAYER, LAYER_FOLDER = "SCALEBENCH_TEST_LAYER", REPO / "tests" / "layer"
+
+
+def layered_env(**extra: str) -> dict[str, str]:
+    """tool_env with this session's layer kept: for a child pytest of a framework's session."""
+    env = tool_env(**extra)
+    if os.environ.get(LAYER):
+        env[LAYER] = os.environ[LAYER]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LAYER_FOLDER), env.get("PYTHONPATH", "")]))
     return env
 
 
@@ -149,7 +221,7 @@ def horovod_imports(framework: str) -> bool:
     """Whether Horovod's binding for `framework` imports here, probed in a process of its own (it
     starts the framework: seconds, so it is asked only where the answer matters)."""
     module = "horovod.torch" if framework == "torch" else "horovod.tensorflow"
-    probe = [PYTHON, "-c", f"import {module}"]
+    probe = [framework_python(framework), "-c", f"import {module}"]
     return subprocess.run(probe, capture_output=True, env=tool_env(TF_USE_LEGACY_KERAS="1")).returncode == 0
 
 
@@ -287,10 +359,10 @@ def training_settings(**training: object):
     return RunSettings.from_json(cell_settings("torch", "native", 1, **training), "data", "out").training
 
 
-def launcher_command(settings: dict, data: Path, out: Path) -> list[str]:
-    """The train rule's command for one cell (workflow/scripts/launch.py with the default launchers)."""
-    launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
-    return sb_launch.command_line(settings, data, out, launchers)
+def launcher_command(settings: dict, data: Path, out: Path, sections: dict | None = None) -> list[str]:
+    """The train rule's command for one cell (workflow/scripts/launch.py with the default launchers;
+    `sections`: config key environments, default the install's)."""
+    return sb_launch.command_line(settings, data, out, backends.default_launchers(), sections)
 
 
 def rank_command(settings: dict, data: Path, out: Path) -> list[str]:
@@ -298,10 +370,12 @@ def rank_command(settings: dict, data: Path, out: Path) -> list[str]:
     return sb_launch.rank_command(settings, data, out)
 
 
-def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    """Run a cell's ranks to the end exactly as the train rule does."""
+def launch_cell(
+    settings: dict, data: Path, out: Path, timeout: float = 600, sections: dict | None = None, **env: str
+) -> subprocess.CompletedProcess:
+    """Run a cell's ranks to the end exactly as the train rule does (`sections`: config key environments)."""
     return subprocess.run(
-        launcher_command(settings, data, out),
+        launcher_command(settings, data, out, sections),
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -539,7 +613,7 @@ def in_fresh_process(request: pytest.FixtureRequest, tmp_path_factory, keyword: 
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={folder / 'inner'}"]
         command += [f"--junitxml={folder / 'results.xml'}", *selection]
         done = subprocess.run(
-            command, cwd=REPO, capture_output=True, text=True, timeout=600, env=tool_env(**{FRESH: "1"})
+            command, cwd=REPO, capture_output=True, text=True, timeout=600, env=layered_env(**{FRESH: "1"})
         )
         (folder / "output.txt").write_text(done.stdout + done.stderr)
 
