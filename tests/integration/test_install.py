@@ -68,7 +68,7 @@ def test_a_python_outside_3_11_to_3_13_is_refused_at_once_naming_the_range_and_h
     )
     argument = subprocess.run([str(REPO / "install.sh"), "--python", "3.12"], capture_output=True, text=True)
     assert argument.returncode == 2  # its usage, with the variables that choose
-    assert "PYTHON=python3.12 ./install.sh      # with that Python (default: python3)" in argument.stderr
+    assert "PYTHON=python3.12 ./install.sh           # with that Python (default: python3)" in argument.stderr
     assert "install.sh: '--python': it takes no arguments; the settings are the variables above" in argument.stderr
     asked = install(str(venv), SCALEBENCH_HOROVOD="no")
     assert asked.returncode == 1
@@ -246,7 +246,7 @@ def test_torchs_cuda_build_comes_from_the_index_named_and_a_build_it_cannot_have
 
     assert build() == "2.13.0+cu126 12.6"
     lock = (venv / "frameworks" / "torch" / "requirements.lock").read_text()
-    for missing, url in (("cu130", index), ("cu126", "http://127.0.0.1:9/simple")):
+    for missing, url in (("cu130", index), ("cu128", "http://127.0.0.1:9/simple")):
         again = install(
             str(venv),
             SCALEBENCH_FRAMEWORKS="torch",
@@ -261,7 +261,8 @@ def test_torchs_cuda_build_comes_from_the_index_named_and_a_build_it_cannot_have
             f"install.sh: torch's packages were not installed (above: pip's reason, e.g. torch==2.13.0+{missing} is "
             f"not on the index, or the index cannot be reached); {venv}/frameworks/torch is as it was before this run"
         ) in again.stderr
-        assert "No matching distribution found for torch==2.13.0+" + missing in again.stderr
+        # pip's own reason above it (its words differ with its version and a constraints file)
+        assert any(line.startswith("ERROR") and f"torch==2.13.0+{missing}" in line for line in again.stderr.splitlines())
         assert build() == "2.13.0+cu126 12.6"  # the environment that worked still does
         assert (venv / "frameworks" / "torch" / "requirements.lock").read_text() == lock
     # a framework's environment this run made and could not finish is removed
