@@ -65,10 +65,14 @@ gpu_toolchain_problem() {  # why Horovod's NCCL operations cannot be built here,
     # another major version they load a second runtime (and torch's extension build refuses one)
     release=$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -1)
     if [[ ${release%%.*} != "${built%%.*}" ]]; then
+        local other="the $FRAMEWORK that matches it"
+        case $FRAMEWORK:${release%%.*} in
+            torch:12) other="torch's CUDA 12 build (SCALEBENCH_TORCH_CUDA=cu126 ./install.sh)" ;;
+            torch:13) other="torch's CUDA 13 build (SCALEBENCH_TORCH_CUDA=cu130 ./install.sh)" ;;
+        esac
         echo "$FRAMEWORK in $PY is a CUDA $built build and nvcc ($nvcc) is CUDA ${release:-of unknown version}:" \
              "Horovod's GPU operations must be compiled with the CUDA major version the framework was built with." \
-             "Load a CUDA ${built%%.*} toolkit ('module load cuda/${built%%.*}', or set CUDA_HOME to one), or install" \
-             "$([[ $FRAMEWORK == torch ]] && echo "torch's CUDA ${release%%.*} build (SCALEBENCH_TORCH_CUDA=cu${release%%.*}$([[ ${release%%.*} == 12 ]] && echo 6 || echo 0) ./install.sh)" || echo "the TensorFlow that matches it")"
+             "Load a CUDA ${built%%.*} toolkit ('module load cuda/${built%%.*}', or set CUDA_HOME to one), or install $other"
         return
     fi
     local nccl=${HOROVOD_NCCL_HOME:-}

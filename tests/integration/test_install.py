@@ -262,7 +262,9 @@ def test_torchs_cuda_build_comes_from_the_index_named_and_a_build_it_cannot_have
             f"not on the index, or the index cannot be reached); {venv}/frameworks/torch is as it was before this run"
         ) in again.stderr
         # pip's own reason above it (its words differ with its version and a constraints file)
-        assert any(line.startswith("ERROR") and f"torch==2.13.0+{missing}" in line for line in again.stderr.splitlines())
+        assert any(
+            line.startswith("ERROR") and f"torch==2.13.0+{missing}" in line for line in again.stderr.splitlines()
+        )
         assert build() == "2.13.0+cu126 12.6"  # the environment that worked still does
         assert (venv / "frameworks" / "torch" / "requirements.lock").read_text() == lock
     # a framework's environment this run made and could not finish is removed
@@ -378,6 +380,33 @@ def test_a_cuda_torch_beside_a_lone_nvcc_is_named_before_building(tmp_path):
         f"Horovod compiles its CUDA parts, but no cuda_runtime.h is there nor beside {cuda}/bin/nvcc"
     ) in result.stderr
     assert "--index-url https://download.pytorch.org/whl/cpu" in result.stderr
+    assert "building Horovod" not in result.stdout
+
+
+def test_an_nvcc_of_another_cuda_than_the_frameworks_is_refused_before_the_gpu_build(tmp_path):
+    """Horovod's GPU operations run in the framework's process beside its CUDA runtime: a torch
+    built with CUDA 13.0 (a stand-in answering as PyPI's does) and an nvcc of CUDA 12.4 on PATH are
+    named, both versions and the fix, before anything is downloaded or built."""
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("from . import version\n")
+    (fake / "version.py").write_text('cuda = "13.0"\n')
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    tool(cuda / "bin", "nvcc", "echo 'Cuda compilation tools, release 12.4, V12.4.131'")
+    result = build_horovod(
+        tmp_path,
+        PATH=f"{cuda / 'bin'}:{tool_env()['PATH']}",
+        PYTHONPATH=str(fake.parent),
+        HOROVOD_GPU_OPERATIONS="NCCL",
+    )
+    assert result.returncode == 1
+    assert (
+        f"build_horovod: HOROVOD_GPU_OPERATIONS=NCCL, but torch in {framework_python('torch')} is a CUDA 13.0 build "
+        f"and nvcc ({cuda}/bin/nvcc) is CUDA 12.4: Horovod's GPU operations must be compiled with the CUDA major "
+        "version the framework was built with. Load a CUDA 13 toolkit ('module load cuda/13', or set CUDA_HOME to "
+        "one), or install torch's CUDA 12 build (SCALEBENCH_TORCH_CUDA=cu126 ./install.sh)"
+    ) in result.stderr
     assert "building Horovod" not in result.stdout
 
 
