@@ -2,9 +2,9 @@
 
 Before it starts a Gloo run, horovodrun asks whether Horovod was built with Gloo
 (horovod.common.util.gloo_built): it forks a process that imports Horovod's extension of the first
-framework installed, TensorFlow, whatever framework the cell trains. On a loaded two-core machine
-that is about 7 CPU-s and 10 s before a local Horovod cell's first rank starts (docs/benchmarks.md,
-"horovodrun's probe"). The ranks answer the same question themselves, in the framework they import
+framework it finds (in the single environment of earlier releases, TensorFlow's whatever the cell
+trained; now the environment's own framework). On a loaded two-core machine that was about 7 CPU-s
+and 10 s before a local Horovod cell's first rank started (docs/benchmarks.md, "horovodrun's probe"). The ranks answer the same question themselves, in the framework they import
 anyway, before hvd.init(): a Horovod built without Gloo refuses the cell, naming it
 (train/horovod_common.py check_build, under the HOROVOD_CONTROLLER=gloo that this launch sets). So
 this runs horovodrun's own command line with that probe left to the ranks; without --gloo it is
