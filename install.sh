@@ -13,7 +13,7 @@
 #   SCALEBENCH_HOROVOD=0 ./install.sh        # everything but Horovod: no compiler needed, no minutes of
 #                                            # building; a study with backend horovod is then refused
 #   SCALEBENCH_TORCH_CUDA=cu126 ./install.sh # torch's build from PyTorch's index (cu126: CUDA 12.6, with
-#                                            # Volta kernels; cu128, cu130, cpu); default: PyPI's (CUDA 13.0
+#                                            # Volta kernels; cu130, cpu); default: PyPI's (CUDA 13.0
 #                                            # on Linux: drivers 580 and newer)
 #   SCALEBENCH_TORCH_INDEX=URL               # where that build is (default https://download.pytorch.org/whl/<build>)
 #   SCALEBENCH_TF_CUDA=and-cuda ./install.sh # TensorFlow with NVIDIA's CUDA 12 libraries (tensorflow[and-cuda]);
@@ -60,7 +60,7 @@ for framework in "${WANTED[@]}"; do
 done
 TORCH_CUDA=${SCALEBENCH_TORCH_CUDA:-}
 [[ -z $TORCH_CUDA || $TORCH_CUDA =~ ^(cpu|cu[0-9]{3})$ ]] \
-    || refuse "SCALEBENCH_TORCH_CUDA is '$TORCH_CUDA': a build of PyTorch's index (cpu, cu126, cu128, cu130, ...)"
+    || refuse "SCALEBENCH_TORCH_CUDA is '$TORCH_CUDA': a build of PyTorch's index (cpu, cu126, cu130, ...)"
 TORCH_INDEX=${SCALEBENCH_TORCH_INDEX:-${TORCH_CUDA:+https://download.pytorch.org/whl/$TORCH_CUDA}}
 [[ -z ${SCALEBENCH_TORCH_INDEX:-} || -n $TORCH_CUDA ]] \
     || refuse "SCALEBENCH_TORCH_INDEX names an index, but not the build to take from it: set SCALEBENCH_TORCH_CUDA too (cpu, cu126, ...)"

@@ -139,7 +139,7 @@ def test_a_framework_the_project_does_not_have_or_a_build_it_cannot_name_is_refu
     assert "install.sh: SCALEBENCH_FRAMEWORKS names 'jax': scalebench has torch and tensorflow" in asked.stderr
     asked = install(str(venv), SCALEBENCH_TORCH_CUDA="12.6")
     assert asked.returncode == 1
-    assert "SCALEBENCH_TORCH_CUDA is '12.6': a build of PyTorch's index (cpu, cu126, cu128, cu130, ...)" in asked.stderr
+    assert "SCALEBENCH_TORCH_CUDA is '12.6': a build of PyTorch's index (cpu, cu126, cu130, ...)" in asked.stderr
     asked = install(str(venv), SCALEBENCH_TORCH_INDEX="https://example.org/whl")
     assert asked.returncode == 1 and "set SCALEBENCH_TORCH_CUDA too" in asked.stderr
     asked = install(str(venv), SCALEBENCH_TF_CUDA="cuda12")

@@ -1,4 +1,6 @@
-"""What nvidia-smi says about this node's GPUs: their list, their properties and their topology.
+"""What nvidia-smi says about this node's GPUs: their list, their properties and their topology,
+and the answers the GPU stack check asks of a node (`read_node`: the driver, the newest CUDA it
+runs, each GPU's compute capability; scalebench/gpu_stack.py).
 
 Each reader takes nvidia-smi's text, so tests feed it recorded output; `call` runs the
 program (the first nvidia-smi on PATH) and returns its output or why there is none.
@@ -9,7 +11,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from scalebench import gpu_stack
 
 UNKNOWN = ("[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]", "")
 # the properties run.json records for each GPU (nvidia-smi --help-query-gpu names them)
@@ -31,6 +36,8 @@ GPU_QUERY = (
     "persistence_mode",
     "compute_mode",
 )
+# what the GPU stack check asks of each GPU (compute_cap: drivers from 510 on)
+CAPABILITY_QUERY = ("index", "name", "compute_cap")
 
 
 def call(*arguments: str, timeout: float = 30) -> tuple[str | None, str]:
@@ -139,3 +146,44 @@ def parse_topology(text: str) -> Topology:
         if nic:
             topology.nics[nic.group(1)] = nic.group(2)
     return topology
+
+
+def parse_versions(text: str) -> tuple[str | None, str | None]:
+    """(the driver's version, the newest CUDA it runs) from the header of `nvidia-smi -q`
+    ('Driver Version : 580.159.04', 'CUDA Version : 13.0'); None for what it does not say."""
+    found = {}
+    for name in ("Driver Version", "CUDA Version"):
+        line = re.search(rf"^{name}\s*:\s*(.*)$", text, re.MULTILINE)
+        found[name] = _value(line.group(1)) if line else None
+    return found["Driver Version"], found["CUDA Version"]
+
+
+def parse_capabilities(text: str) -> list[gpu_stack.Gpu]:
+    """`nvidia-smi --query-gpu=index,name,compute_cap --format=csv,noheader`: '0, NVIDIA H200, 9.0' per GPU."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(CAPABILITY_QUERY) or not cells[0].isdigit():
+            continue
+        capability = re.fullmatch(r"(\d+)\.(\d+)", cells[2])
+        found = (int(capability.group(1)), int(capability.group(2))) if capability else None  # [N/A]: None
+        gpus.append(gpu_stack.Gpu(int(cells[0]), cells[1], found))
+    return gpus
+
+
+def read_node(ask: Callable[..., tuple[str | None, str]] = call) -> gpu_stack.Node:
+    """This node's answers to the GPU stack check. A driver too old to report compute_cap still lists
+    its GPUs (`-L`, capability unknown); `-q -d COMPUTE` prints the header with the versions and
+    little else."""
+    text, why = ask(f"--query-gpu={','.join(CAPABILITY_QUERY)}", "--format=csv,noheader")
+    gpus = parse_capabilities(text) if text is not None else []
+    if text is None:
+        listing, listed_why = ask("-L")
+        if listing is None:
+            return gpu_stack.Node(reason=why if "not on this node's PATH" in why else listed_why)
+        gpus = [gpu_stack.Gpu(gpu.index, gpu.name) for gpu in parse_list(listing)]
+    if not gpus:
+        return gpu_stack.Node(reason="nvidia-smi lists no GPU on this node")
+    header, why = ask("-q", "-d", "COMPUTE")
+    driver, cuda = parse_versions(header) if header is not None else (None, None)
+    return gpu_stack.Node(driver, cuda, tuple(gpus), "" if header is not None else why)

@@ -275,6 +275,48 @@ COMPILED = Record(
     ),
 )
 
+GPU_STACK = Record(
+    "gpu_stack",
+    "run.json's `gpu_stack`",
+    "The GPU stack check before the first step (scalebench/gpu_stack.py, train/devices.py check_stack): "
+    "what the node's driver runs and its GPUs are, against the framework's build. The driver's version "
+    "is `site`'s `driver`, the build's CUDA `versions`' `cuda`.",
+    (
+        Field(
+            "driver_cuda",
+            "str",
+            "",
+            "the newest CUDA the node's driver runs (nvidia-smi -q's CUDA Version)",
+            "no GPU listed (reason), or nvidia-smi -q gave none (notes)",
+        ),
+        Field("capabilities", "object", "", "each GPU's compute capability by nvidia-smi's index", "reason"),
+        Field(
+            "architectures",
+            "list",
+            "",
+            "the GPU architectures the build carries kernels for (sm_XY, compute_XY PTX); empty for a CPU build",
+            "reason",
+        ),
+        Field(
+            "notes",
+            "list",
+            "",
+            "what fits only in part: minor-version compatibility, PTX compiled at the "
+            "first run, what could not be checked",
+        ),
+        Field(
+            "problems",
+            "list",
+            "",
+            "what the check found against a rank of training.device auto that saw no GPU and so trained on the "
+            "CPU (a rank meant for GPUs is refused on them)",
+        ),
+        Field(
+            "reason", "str", "", "why the check did not run (training.device cpu, no GPU listed)", "None when checked"
+        ),
+    ),
+)
+
 SLURM = Record(
     "slurm",
     "run.json's `slurm`",
@@ -341,6 +383,9 @@ RUN = Record(
         Field("deterministic", "bool", "", "deterministic kernels, as resolved"),
         Field("versions", "object", "", "the framework's, CUDA's, NCCL's and the backend's versions"),
         Field(
+            "gpu_stack", "object", "", "the GPU stack check: the driver's CUDA, GPUs, build's kernels", part=GPU_STACK
+        ),
+        Field(
             "replicas", "int", "", "the model copies that trained in sync: one per GPU of the cell", was="world_size"
         ),
         Field("processes", "int", "", "processes (ranks)"),
@@ -397,4 +442,4 @@ RUN = Record(
 )
 
 # The records, in the order docs/records.md lists them
-RECORDS = (EPOCH, RANK, FINAL, RUN, TRAINING, COLLECTIVES, COMPILED, SLURM)
+RECORDS = (EPOCH, RANK, FINAL, RUN, TRAINING, COLLECTIVES, COMPILED, GPU_STACK, SLURM)

@@ -13,6 +13,11 @@ seeing one GPU under node binding (ranks would share it) and a task seeing some
 GPUs but neither its share nor the node's under task binding (which are its own
 cannot be told) are refused.
 
+Before either, the GPU stack check (check_stack): where the cell is meant for GPUs or nvidia-smi
+lists some, the node's driver and GPUs are held against the framework's build (scalebench/
+gpu_stack.py), and a build they cannot run is refused naming the driver, the GPU and the install
+that fits; that message replaces "sees none" where the framework sees none because of it.
+
 A device that ran out of memory is described here too (out_of_memory_reason: its name and
 memory beside the cell's batch and image size), for the cell's oom outcome.
 """
@@ -21,9 +26,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 
-from scalebench.cluster import gpu_ids
-from scalebench.refusal import Refused
+from scalebench import gpu_stack
+from scalebench.cluster import gpu_ids, nvidia_smi
+from scalebench.refusal import GpuStackMismatch, Refused
 from scalebench.settings import TrainingSettings
 
 
@@ -86,6 +93,39 @@ def use_gpus(
             f"share a GPU; give each node as many GPUs as ranks (cluster.gpus_per_node, the gres template){own}"
         )
     return True
+
+
+def check_stack(
+    setting: str,
+    required: bool,
+    visible: int,
+    read_build: Callable[[], gpu_stack.Build],
+    read_node: Callable[[], gpu_stack.Node] = nvidia_smi.read_node,
+) -> dict:
+    """run.json's gpu_stack, after refusing (GpuStackMismatch) a framework build this node's driver or
+    GPUs cannot run. Asked where the cell may use GPUs (not training.device cpu) and nvidia-smi lists
+    some: the GPUs this process sees (CUDA_VISIBLE_DEVICES) against the build's answers
+    (`read_build`, the runtime's). A rank that would train on GPUs (required, or seeing some) is
+    refused on a problem; one of training.device auto that sees none trains on the CPU, said in its
+    log and run.json. visible: the GPUs the framework sees."""
+    if setting == "cpu":
+        return gpu_stack.record(gpu_stack.Node(), None, "training.device is cpu")
+    node = read_node()
+    if not node.gpus:
+        return gpu_stack.record(node, None)  # a node without GPUs: use_gpus decides, as before
+    node = node.restricted(gpu_ids.listed_ids(os.environ))
+    build = read_build()
+    found = gpu_stack.problems(node, build)
+    if found and (required or visible > 0):
+        raise GpuStackMismatch(
+            f"the GPU stack check refuses this cell before its first step: {' '.join(found)} "
+            "(Or train on the CPU: training.device: cpu.)"
+        )
+    if found:
+        print(f"warning: training.device auto: this rank trains on the CPU: {' '.join(found)}", flush=True)
+    for note in gpu_stack.notes(node, build):
+        print(f"gpu stack: {note}", flush=True)
+    return gpu_stack.record(node, build, unheeded=found)
 
 
 def process_gpus(local_rank: int, per_process: int, visible: int) -> list[int]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from scalebench import backends
+from scalebench import backends, gpu_stack
 from scalebench.refusal import HorovodBuildError
 from scalebench.settings import HorovodSettings, RunSettings
 from scalebench.train.interfaces import Backend
@@ -45,6 +45,25 @@ def check_gpu_reductions(hvd, device_type: str, allowed: bool) -> None:
             "HOROVOD_GPU_OPERATIONS=NCCL ./install.sh (README, GPU install), or set "
             "training.horovod.allow_cpu_reductions: true to measure that path on purpose"
         )
+
+
+def gpu_operations(library: Callable[[], object]) -> gpu_stack.Horovod:
+    """Horovod's GPU operations for the GPU stack check (workflow/scripts/check_stack.py): its
+    version, whether it was built with NCCL and CUDA, and the refusal a GPU cell of backend horovod
+    meets (check_gpu_reductions, the ranks' own check); why it cannot be asked where `library`
+    (a backend's HorovodBackend.library) cannot import it."""
+    try:
+        hvd = library()
+    except HorovodBuildError as error:
+        return gpu_stack.Horovod(problem=str(error))
+    import horovod
+
+    try:
+        check_gpu_reductions(hvd, "cuda", allowed=False)
+        refusal = None
+    except HorovodBuildError as error:
+        refusal = str(error)
+    return gpu_stack.Horovod(horovod.__version__, bool(hvd.nccl_built()), bool(hvd.cuda_built()), refusal)
 
 
 # Horovod's timeline (training.profile) starts and stops at run time only where this is set before hvd.init()

@@ -25,6 +25,7 @@ process's maps), so tests feed them recorded output and a faked /sys tree.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -81,6 +82,28 @@ def mapped_files(maps: str) -> list[str]:
     """The shared objects a process has mapped, from /proc/<pid>/maps, in first-mapped order."""
     paths = (line.split(None, 5)[5].strip() for line in maps.splitlines() if len(line.split(None, 5)) == 6)
     return list(dict.fromkeys(path for path in paths if ".so" in Path(path).name))
+
+
+def nccl_files(maps: str | None = None) -> list[str]:
+    """The libnccl files mapped in this process (its /proc/self/maps where `maps` is not given): the
+    GPU stack check's observation of which NCCL the framework and Horovod actually loaded."""
+    text = Path("/proc/self/maps").read_text() if maps is None else maps
+    return [path for path in mapped_files(text) if Path(path).name.startswith("libnccl")]
+
+
+# NVIDIA's CUDA libraries as Python packages (nvidia-cudnn-cu12, nvidia-nccl-cu12, ...)
+CUDA_PACKAGE = re.compile(r"nvidia-[a-z0-9-]+-cu\d+")
+
+
+def cuda_packages() -> list[str]:
+    """NVIDIA's CUDA libraries installed in this environment as Python packages ('nvidia-cudnn-cu12
+    9.3.0.75'), sorted: where TensorFlow finds its CUDA when the site's modules give none."""
+    found = set()
+    for distribution in importlib.metadata.distributions():
+        name = (distribution.metadata["Name"] or "").lower()
+        if CUDA_PACKAGE.fullmatch(name):
+            found.add(f"{name} {distribution.version}")
+    return sorted(found)
 
 
 def version_text(kind: str, code: int) -> str:

@@ -9,18 +9,49 @@ package's __init__.py.
 
 from __future__ import annotations
 
+import importlib.metadata
 import random
 
 import numpy as np
 import tensorflow as tf
 
-from scalebench import backends
+from scalebench import backends, gpu_stack
 from scalebench.refusal import SettingRefused
 from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
-from scalebench.train import devices, faults, placement
+from scalebench.train import devices, faults, placement, site
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf import compiled
+
+# NVIDIA's NCCL for CUDA 12 as a Python package: what XLA's collectives load (tensorflow[and-cuda])
+NCCL_PACKAGE = "nvidia-nccl-cu12"
+
+
+def visible_gpus() -> int:
+    """The GPUs TensorFlow sees (none where it finds no CUDA libraries or driver)."""
+    return len(tf.config.list_physical_devices("GPU"))
+
+
+def build_answers(visible: int | None = None, horovod: gpu_stack.Horovod | None = None) -> gpu_stack.Build:
+    """This build's answers to the GPU stack check (scalebench/gpu_stack.py), read from TensorFlow
+    itself: its build information (CUDA, the compute capabilities it carries kernels for), the NCCL
+    package beside it, the CUDA packages TensorFlow loads at run time (else the site's modules)."""
+    build = tf.sysconfig.get_build_info()
+    try:
+        nccl = importlib.metadata.version(NCCL_PACKAGE)
+    except importlib.metadata.PackageNotFoundError:
+        nccl = None
+    return gpu_stack.Build(
+        framework="tensorflow",
+        version=tf.__version__,
+        cuda=build.get("cuda_version") if build.get("is_cuda_build") else None,
+        architectures=tuple(build.get("cuda_compute_capabilities") or ()),
+        nccl=nccl,
+        nccl_files=tuple(site.nccl_files()),
+        gpus_seen=visible,
+        cuda_libraries=tuple(site.cuda_packages()),
+        horovod=horovod,
+    )
 
 
 def configure(
@@ -171,11 +202,15 @@ class Device:
     layout = "channels_last"
     out_of_memory = (tf.errors.ResourceExhaustedError,)
 
-    def __init__(self, gpu_indices: list[int], input_device: str | None, threads: int) -> None:
+    def __init__(
+        self, gpu_indices: list[int], input_device: str | None, threads: int, stack: dict | None = None
+    ) -> None:
         self.gpu_indices = gpu_indices
         self.type = "cuda" if gpu_indices else "cpu"
         self.input_device = input_device
         self.threads = threads  # its intra-op pool's, and each tf.data pipeline's
+        # run.json's gpu_stack: what the GPU stack check found (devices.check_stack)
+        self.stack = stack if stack is not None else gpu_stack.record(gpu_stack.Node(), None, "not checked")
 
     def synchronize(self) -> None:
         synchronize()
@@ -195,17 +230,27 @@ class Device:
         return placement.host_free_bytes(local_processes)
 
     def describe(self) -> dict:
-        return {"device": self.type, "layout": self.layout, "tf32": tf32_enabled(self.type), "versions": versions()}
+        return {
+            "device": self.type,
+            "layout": self.layout,
+            "tf32": tf32_enabled(self.type),
+            "versions": versions(),
+            "gpu_stack": self.stack,
+        }
 
     def out_of_memory_error(self, message: str) -> BaseException:
         return tf.errors.ResourceExhaustedError(None, None, f"OOM: {message}")
 
 
 def build_device(run: RunSettings, process: ProcessFacts, place: RankInfo) -> Device:
-    """Threads and visible devices, before TensorFlow's first operation and the backend's strategy."""
+    """Threads and visible devices, before TensorFlow's first operation and the backend's strategy: the
+    GPU stack check first (it refuses a build the node cannot run), then configure (it refuses a cell
+    without the GPUs it needs). Listing the physical devices starts no runtime: threads can still be set."""
     replicas = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
+    visible = visible_gpus()
+    stack = devices.check_stack(run.training.device, process.gpu_required, visible, lambda: build_answers(visible))
     gpu_indices = configure(run, process, place.local_rank, place.local_processes, replicas)
-    return Device(gpu_indices, input_device("cuda" if gpu_indices else "cpu", replicas), process.threads)
+    return Device(gpu_indices, input_device("cuda" if gpu_indices else "cpu", replicas), process.threads, stack)
 
 
 class Numerics:

@@ -13,10 +13,10 @@ import random
 import numpy as np
 import torch
 
-from scalebench import backends
+from scalebench import backends, gpu_stack
 from scalebench.refusal import SettingRefused
 from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
-from scalebench.train import devices, faults, placement
+from scalebench.train import devices, faults, placement, site
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.torch import compiled
@@ -42,13 +42,44 @@ def set_determinism(seed: int, deterministic: bool) -> None:
     torch.utils.deterministic.fill_uninitialized_memory = False
 
 
+def visible_gpus() -> int:
+    """The GPUs this process sees (none where CUDA cannot start: a CPU build, a driver too old)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def nccl_version() -> str | None:
+    """The NCCL torch was built with ('2.27.7'); None in a CPU build."""
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # a CPU build has no torch._C._nccl_version
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
+def build_answers(visible: int | None = None, horovod: gpu_stack.Horovod | None = None) -> gpu_stack.Build:
+    """This build's answers to the GPU stack check (scalebench/gpu_stack.py), read from torch itself.
+    Its architectures are the flags it was compiled with: torch.cuda.get_arch_list() is empty where
+    CUDA cannot start (a driver too old), which is when they matter."""
+    flags = getattr(torch._C, "_cuda_getArchFlags", lambda: None)()  # absent from CPU builds
+    return gpu_stack.Build(
+        framework="torch",
+        version=torch.__version__,
+        cuda=torch.version.cuda,
+        architectures=tuple((flags or "").split()),
+        nccl=nccl_version(),
+        nccl_files=tuple(site.nccl_files()),
+        gpus_seen=visible,
+        horovod=horovod,
+    )
+
+
 def choose_device(
     run: RunSettings, process: ProcessFacts, local_rank: int, ranks_on_node: int, per_process: int = 1
 ) -> torch.device:
     """This rank's device: its local rank's GPU (the one it sees, under task binding), or the CPU
     (devices.use_gpus decides, or refuses).
     per_process: the GPUs this process drives (DataParallel: all of the cell's, from the first)."""
-    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    visible = visible_gpus()
     library = f"torch {torch.__version__} (CUDA build: {torch.version.cuda or 'none'})"
     use = devices.use_gpus(
         process.gpu_required,
@@ -112,10 +143,7 @@ def versions() -> dict:
     if torch.backends.cudnn.is_available():
         found["cudnn"] = torch.backends.cudnn.version()
     if torch.cuda.is_available():
-        try:
-            found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:  # NCCL missing from this build
-            pass
+        found["nccl"] = nccl_version()
     return found
 
 
@@ -125,10 +153,12 @@ class Device:
     layout = LAYOUT_NAME
     out_of_memory = (torch.OutOfMemoryError,)
 
-    def __init__(self, device: torch.device, gpu_indices: list[int]) -> None:
+    def __init__(self, device: torch.device, gpu_indices: list[int], stack: dict | None = None) -> None:
         self.device = device
         self.type = device.type  # cuda or cpu
         self.gpu_indices = gpu_indices
+        # run.json's gpu_stack: what the GPU stack check found (devices.check_stack)
+        self.stack = stack if stack is not None else gpu_stack.record(gpu_stack.Node(), None, "not checked")
         # each replica's device: DataParallel drives GPUs 0..n-1 (the first is `device`)
         self.replica_devices = [torch.device("cuda", index) for index in gpu_indices] or [device]
 
@@ -150,22 +180,30 @@ class Device:
         return placement.host_free_bytes(local_processes)
 
     def describe(self) -> dict:
-        return {"device": self.type, "layout": self.layout, "tf32": tf32_enabled(self.device), "versions": versions()}
+        return {
+            "device": self.type,
+            "layout": self.layout,
+            "tf32": tf32_enabled(self.device),
+            "versions": versions(),
+            "gpu_stack": self.stack,
+        }
 
     def out_of_memory_error(self, message: str) -> BaseException:
         return torch.OutOfMemoryError(f"CUDA {message}")
 
 
 def build_device(run: RunSettings, process: ProcessFacts, place: RankInfo) -> Device:
-    """The rank's threads and device, before the backend joins (choose_device refuses a cell
-    without the GPU it needs)."""
+    """The rank's threads and device, before the backend joins: the GPU stack check first (it refuses
+    a build the node cannot run), then choose_device (it refuses a cell without the GPU it needs)."""
     torch.set_num_threads(process.threads)
     per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)  # dp: all
+    visible = visible_gpus()
+    stack = devices.check_stack(run.training.device, process.gpu_required, visible, lambda: build_answers(visible))
     device = choose_device(run, process, place.local_rank, place.local_processes, per_process)
     gpus = (
         devices.process_gpus(place.local_rank, per_process, torch.cuda.device_count()) if device.type == "cuda" else []
     )
-    return Device(device, gpus)
+    return Device(device, gpus, stack)
 
 
 class Numerics:
