@@ -132,6 +132,22 @@ def plan(python: str, workdir: Path, matrix: dict, **sections: dict) -> subproce
     )
 
 
+def test_the_install_made_three_environments_each_framework_with_its_own_horovod_and_not_the_other():
+    """What ./install.sh made here, as the planner asks it (environments.probe): the pipeline's has
+    neither framework nor Horovod; each framework's has its framework and a Horovod built for it
+    alone, and not the other framework."""
+    from scalebench import environments
+
+    pipeline = environments.probe(environments.Environment("torch", PYTHON))  # torch asked of the pipeline's
+    assert not pipeline.problem and not pipeline.framework and not pipeline.horovod
+    assert not environments.probe(environments.Environment("tensorflow", PYTHON)).framework
+    for framework, other in (("torch", "tensorflow"), ("tensorflow", "torch")):
+        own = environments.probe(environments.resolve(framework))
+        assert own.framework and own.horovod_framework, (framework, own)
+        there = environments.Environment(other, framework_python(framework))
+        assert not environments.probe(there).framework and not environments.probe(there).horovod_framework
+
+
 def test_a_framework_the_project_does_not_have_or_a_build_it_cannot_name_is_refused_at_once(tmp_path):
     venv = tmp_path / "venv"
     asked = install(str(venv), SCALEBENCH_FRAMEWORKS="torch,jax")
