@@ -16,11 +16,13 @@ import fcntl
 import functools
 import json
 import os
+import pickle
 import re
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ElementTree
+import zipfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,16 +68,22 @@ def module_environment(path: Path) -> str:
 LEFT: dict[str, int] = {}  # the modules this session left to the others' sessions, by environment
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A test module of another environment is not collected in this session (it imports what this
-    environment does not have); run_tests.sh runs it in its own."""
-    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+class OtherEnvironment(pytest.File):
+    """A test module of another environment's session: nothing to collect here (importing it would
+    fail on the framework this environment does not have); run_tests.sh runs it in its own."""
+
+    def collect(self) -> list:
+        wanted = module_environment(self.path)
+        LEFT[wanted] = LEFT.get(wanted, 0) + 1
+        return []
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.File | None:
+    """Every test module, found in a folder or named on the command line, passes here before pytest
+    imports it: one of another environment stays unimported."""
+    if module_environment(module_path) == SESSION:
         return None
-    wanted = module_environment(collection_path)
-    if wanted == SESSION:
-        return None
-    LEFT[wanted] = LEFT.get(wanted, 0) + 1
-    return True
+    return OtherEnvironment.from_parent(parent, path=module_path)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -207,6 +215,32 @@ def layered_env(**extra: str) -> dict[str, str]:
     return env
 
 
+@functools.cache
+def pipeline_packages() -> str:
+    """The pipeline environment's site-packages, which a framework's session imports pytest and the
+    rest from (run_tests.sh names them to it; the pipeline's session is that environment)."""
+    if os.environ.get(LAYER):
+        return os.environ[LAYER]
+    import site
+
+    return os.pathsep.join(site.getsitepackages())
+
+
+def in_framework(framework: str, code: str, *args: str, timeout: float = 600) -> object:
+    """Run `code` in `framework`'s environment (its Python, with this suite's packages after its own
+    as in that framework's session, and tests/ and workflow/scripts importable), `args` its sys.argv[1:]:
+    the JSON it printed last. For what a session cannot do in its own process: the other framework's
+    side of a comparison, or TensorBoard's reader in the pipeline's session."""
+    env = tool_env(
+        **{LAYER: pipeline_packages(), "SCALEBENCH_TEST_ENVIRONMENT": framework},
+        PYTHONPATH=os.pathsep.join(map(str, [LAYER_FOLDER, REPO / "tests", SCRIPTS])),
+    )
+    command = [framework_python(framework), "-c", code, *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
+    assert done.returncode == 0, f"in {framework}'s environment:\n{done.stdout[-2000:]}{done.stderr[-3000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def unimportable(folder: Path, packages: list[str]) -> str:
     """`folder`, holding packages of those names that refuse to import: first on a child's PYTHONPATH,
     it shadows the real ones (a framework kept out of a launcher or a rank)."""
@@ -238,6 +272,15 @@ def skip_unless_horovod_ran(result: subprocess.CompletedProcess, out: Path, fram
 @pytest.fixture(scope="session")
 def schema() -> dict:
     return sb_config.load_schema(REPO / "config" / "schema.yaml")
+
+
+def configured_image_size() -> tuple[int, int]:
+    """dataset.image_size of config/config.yaml, the study this repository runs as it is."""
+    config = sb_config.validate(
+        yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
+        sb_config.load_schema(REPO / "config" / "schema.yaml"),
+    )
+    return tuple(config["dataset"]["image_size"])
 
 
 def tiny_config(**sections: dict) -> dict:
@@ -432,18 +475,48 @@ def rank_pids(out: Path) -> list[int]:
 
 def checkpoint_epoch(out: Path, framework: str) -> int | None:
     """The epoch of the checkpoint in force in a cell's folder (None: none yet). Both frameworks
-    write atomically (a renamed file; TensorFlow's state file last), so a whole one or none is seen."""
+    write atomically (a renamed file; TensorFlow's state file last), so a whole one or none is seen.
+    Read without either framework, in any session: TensorFlow's state file is text, and torch's
+    checkpoint.pt a zip whose pickle holds the loop's state beside tensors (read as placeholders)."""
     if framework == "tensorflow":
         state = out / "checkpoint" / "checkpoint"
         text = state.read_text() if state.exists() else ""
         found = re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.MULTILINE)
         return int(found.group(1)) if found else None
-    import torch
-
     try:
-        return torch.load(out / "checkpoint.pt", weights_only=False)["loop"]["epoch"]
-    except (FileNotFoundError, RuntimeError, EOFError):
+        return torch_checkpoint(out / "checkpoint.pt")["loop"]["epoch"]
+    except (FileNotFoundError, zipfile.BadZipFile, KeyError, EOFError, pickle.UnpicklingError):
         return None
+
+
+class _TorchPlaceholder:
+    """What a torch object in a checkpoint's pickle reads as without torch (a tensor, a storage)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+
+class _WithoutTorch(pickle.Unpickler):
+    """torch.save's pickle read without torch: its classes and functions are placeholders, its
+    storages (the pickle's persistent ids) None; everything else is what it is."""
+
+    def find_class(self, module: str, name: str) -> object:
+        return _TorchPlaceholder if module.split(".")[0] == "torch" else super().find_class(module, name)
+
+    def persistent_load(self, pid: object) -> None:
+        return None
+
+
+def torch_checkpoint(path: Path) -> dict:
+    """A checkpoint.pt's state as torch.save wrote it, its tensors placeholders: what the loop's
+    state says (its epoch), in any session, torch or not."""
+    with zipfile.ZipFile(path) as archive:
+        (name,) = [entry for entry in archive.namelist() if entry.endswith("/data.pkl")]
+        with archive.open(name) as pickled:
+            return _WithoutTorch(pickled).load()
 
 
 def repository_head() -> str:
@@ -499,18 +572,27 @@ def read_records(out: Path) -> tuple[list[dict], dict, dict]:
     return epochs, final, run
 
 
-def read_curves(folder: Path) -> dict[str, list[tuple[int, float]]]:
-    """Each scalar tag of the event files in `folder`: its (step, value) points, as TensorBoard reads them."""
-    from tensorboard.backend.event_processing import event_accumulator
-    from tensorboard.util import tensor_util
+# TensorBoard's reader (each framework's environment has TensorBoard, the pipeline's has not)
+READ_CURVES = """
+import json, sys
+from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.util import tensor_util
 
-    accumulator = event_accumulator.EventAccumulator(str(folder))
-    accumulator.Reload()
-    tags = accumulator.Tags()
-    found = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in tags["scalars"]}  # PyTorch
-    for tag in tags["tensors"]:  # tf.summary.scalar writes a scalar tensor
-        found[tag] = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in accumulator.Tensors(tag)]
-    return found
+accumulator = event_accumulator.EventAccumulator(sys.argv[1])
+accumulator.Reload()
+tags = accumulator.Tags()
+found = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in tags["scalars"]}  # PyTorch
+for tag in tags["tensors"]:  # tf.summary.scalar writes a scalar tensor
+    found[tag] = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in accumulator.Tensors(tag)]
+print(json.dumps(found))
+"""
+
+
+def read_curves(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Each scalar tag of the event files in `folder`: its (step, value) points, as TensorBoard reads
+    them, in an installed framework's environment (the pipeline's has no TensorBoard)."""
+    found = in_framework(environments.installed_frameworks()[0], READ_CURVES, str(folder))
+    return {tag: [(step, value) for step, value in points] for tag, points in found.items()}
 
 
 def expected_curves(epochs: list[dict]) -> dict[str, list[tuple[int, float]]]:
