@@ -1,9 +1,16 @@
 """Shared pieces of the benchmarks: the machine, prepared synthetic data, validated cell settings,
-child processes and the records the project's loops write.
+child processes, the environment each runs in and the records the project's loops write.
 
 Every benchmark runs its measured code in fresh child processes (this file's helpers start
 them), so thread settings, determinism flags or a process group of one run never leak into
 the next, and harness and bare runs alternate.
+
+Each benchmark runs with one environment's Python (`runs_with`, at its top): a framework's
+(.venv/frameworks/<framework>/bin/python) where it imports that framework in its own process, else
+the pipeline's (.venv/bin/python: Snakemake, pandas, jsonschema for the cells' settings, launch.py;
+no framework). The pipeline's benchmarks start what imports a framework in that framework's
+environment: a child (`run_child`) with its Python, a cell's ranks through launch.py as the train
+rule does.
 """
 
 from __future__ import annotations
@@ -11,9 +18,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -27,8 +36,73 @@ SCRIPTS = REPO / "workflow" / "scripts"
 if str(SCRIPTS) not in sys.path:
     sys.path.insert(0, str(SCRIPTS))
 
+from scalebench import environments  # noqa: E402  (the standard library's only)
+
 # Launcher variables that would make rank_env.detect() see a multi-rank job.
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG")
+
+# The environments a benchmark runs with, and what a Python must import to be one: the pipeline's
+# (the cells' settings need jsonschema, the studies Snakemake and pandas) or a framework's
+PIPELINE = "pipeline"
+HOLDS = {PIPELINE: ("jsonschema", "pandas", "snakemake"), "torch": ("torch",), "tensorflow": ("tensorflow", "tf_keras")}
+
+
+def install_root() -> Path:
+    """The pipeline's environment made by ./install.sh: the one this Python belongs to (itself, or
+    the one whose frameworks/ holds it), else the repository's .venv (a Python of no install)."""
+    root = environments.install_root()
+    return root if (root / environments.FRAMEWORKS_FOLDER).is_dir() else REPO / ".venv"
+
+
+def python_of(environment: str) -> Path:
+    """The Python of `environment` (pipeline, torch or tensorflow) as ./install.sh makes it."""
+    root = install_root()
+    return root / "bin" / "python" if environment == PIPELINE else environments.installed_python(environment, root)
+
+
+def shown(path: Path | str) -> str:
+    """A path as a command line prints it: from the working folder where it is below it."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+def runs_with(environment: str, name: str) -> None:
+    """Called at a benchmark's top (`name`: its __name__), before any import beyond the standard
+    library's: run as a script (not imported, not one of its own children, whose Python
+    run_child chose) with a Python that cannot import what `environment` holds, it exits at once
+    with the command that runs it with the right one."""
+    if name != "__main__" or "--child" in sys.argv[1:]:
+        return
+    missing = [module for module in HOLDS[environment] if importlib.util.find_spec(module) is None]
+    if not missing:
+        return
+    python = python_of(environment)
+    whose = "the pipeline's" if environment == PIPELINE else f"{environment}'s"
+    script = shown(sys.argv[0])
+    said = (
+        f"{script} runs with {whose} Python ({shown(python)}): this one ({sys.executable}) cannot import "
+        f"{', '.join(missing)}. Run it as\n    {shlex.join([shown(python), script, *sys.argv[1:]])}"
+    )
+    if not python.exists():
+        install = "./install.sh" if environment == PIPELINE else environments.install_command([environment])
+        said += f"\n{whose} environment is not installed: {install}"
+    raise SystemExit(said)
+
+
+def framework_python(framework: str) -> str:
+    """The Python of `framework`'s environment, which a child that imports the framework runs with;
+    where it is not installed, an exit naming the command that installs it."""
+    python = python_of(framework)
+    if not python.exists():
+        raise SystemExit(
+            f"{framework}'s environment is not installed ({shown(python)}): {environments.install_command([framework])}"
+        )
+    return str(python)
+
+
+def framework_tool(framework: str, name: str) -> str:
+    """A program of `framework`'s environment (torchrun, horovodrun), beside its Python."""
+    return str(Path(framework_python(framework)).parent / name)
 
 
 def parse_options(parser: argparse.ArgumentParser, smoke: dict[str, object]) -> argparse.Namespace:
@@ -154,24 +228,37 @@ def cell_settings(
     return sb_config.train_settings(config, sb_config.Cell(framework, backend, gpus, 1))
 
 
-def single_process_env(**extra: str) -> dict[str, str]:
-    """The environment of a child that must be rank 0 of 1 (no launcher variables)."""
+def single_process_env(framework: str | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a child that must be rank 0 of 1 (no launcher variables), with the bin
+    folder of `framework`'s environment first on PATH (default: this Python's)."""
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES and not k.startswith("SLURM_")}
     env.update(TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    python = framework_python(framework) if framework else sys.executable
+    env["PATH"] = os.pathsep.join([str(Path(python).parent), env.get("PATH", "")])
     env.update(extra)
     return env
 
 
-def run_child(script: str, mode: str, args: dict, env: dict[str, str] | None = None, timeout: float = 600) -> dict:
-    """Run `script --child MODE --args JSON` in a fresh process; its last stdout line is a JSON result."""
-    command = [sys.executable, script, "--child", mode, "--args", json.dumps(args)]
+def run_child(
+    script: str, mode: str, args: dict, env: dict[str, str] | None = None, timeout: float = 600, *, framework: str
+) -> dict:
+    """Run `script --child MODE --args JSON` in a fresh process of `framework`'s environment (the
+    child imports it); its last stdout line is a JSON result."""
+    command = [framework_python(framework), script, "--child", mode, "--args", json.dumps(args)]
     result = subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, env=env or single_process_env(), cwd=REPO
+        command, capture_output=True, text=True, timeout=timeout, env=env or single_process_env(framework), cwd=REPO
     )
     if result.returncode:
         raise RuntimeError(f"{mode} child failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def cell_command(settings: dict, data: Path, out: Path) -> list[str]:
+    """The train rule's command for a cell with the default launchers and the install's environments."""
+    from scalebench import backends
+    from scalebench.launch import launcher as launch
+
+    return launch.command_line(settings, data, out, backends.default_launchers())
 
 
 def read_metrics(out: Path) -> tuple[list[dict], dict]:
@@ -181,11 +268,8 @@ def read_metrics(out: Path) -> tuple[list[dict], dict]:
 
 
 def launch_cell(settings: dict, data: Path, out: Path, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    """Start a cell's ranks the way the train rule does (workflow/scripts/launch.py, local executor)."""
-    from scalebench import config as sb_config
-    from scalebench.launch import launcher as launch
-
-    launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
-    command = launch.command_line(settings, data, out, launchers)
+    """Start a cell's ranks the way the train rule does (workflow/scripts/launch.py, local executor):
+    launch.py with the pipeline's Python, the ranks in their framework's environment."""
+    command = cell_command(settings, data, out)
     child_env = single_process_env(SCALEBENCH_EXECUTOR="local", **env)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=child_env)

@@ -23,6 +23,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402  (puts workflow/scripts on sys.path)
+
+_common.runs_with(_common.PIPELINE, __name__)
+
 from scalebench.cell import Cell  # noqa: E402
 
 FRAMEWORKS = ["torch", "tensorflow"]

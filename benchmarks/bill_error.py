@@ -27,12 +27,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
+
+import pandas as pd  # noqa: E402
+import yaml  # noqa: E402
 
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SMOKE = {"backends": ["native"], "gpus": [1], "seeds": 2, "epochs": 2, "size": [32, 48]}

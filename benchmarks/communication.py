@@ -6,14 +6,15 @@ the ideal ratio of steady-state epoch times (2 ranks / 1 rank) is 1.0. One compu
 rank (training.threads_per_rank: 1; launch.py also sets OMP_NUM_THREADS and TF's intra-op
 threads to it), so on a 2-core machine the two ranks have one core each, like the single rank.
 Cells start through workflow/scripts/launch.py with the default local launchers (torchrun,
-horovod_run.py: horovodrun --gloo without its probe), as the train rule starts them.
+horovod_run.py: horovodrun --gloo without its probe), as the train rule starts them: launch.py with
+the pipeline's Python, which this benchmark runs with, the ranks in their framework's environment.
 
 Where the framework can tell, the share of the time in the reduction:
 - Horovod (both frameworks): HOROVOD_TIMELINE; the union of the ALLREDUCE intervals of every
   tensor (after negotiation, i.e. after all ranks are ready) over the summed epoch times, and
   the same for NEGOTIATE_ALLREDUCE (a tensor is ready on one rank and waits for the other).
-- PyTorch DDP: a probe in this file, started by torchrun with 2 ranks on the same UNet and
-  arrays, times each bucket's allreduce future from launch to completion with a DDP comm hook,
+- PyTorch DDP: a probe in this file, started by torch's torchrun (in torch's environment) with
+  2 ranks on the same UNet and arrays, times each bucket's allreduce future from launch to completion with a DDP comm hook,
   and compares steps with the reduction against steps under no_sync() (no reduction).
 TensorFlow's MultiWorkerMirroredStrategy exposes no such hook; its row has the epoch ratio only.
 A backend that cannot run 1 rank (fsdp) is compared with its framework's native backend on 1
@@ -37,6 +38,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
 
 
 def cpu_backends() -> list[str]:
@@ -233,7 +236,7 @@ def run_ddp_probe(options: argparse.Namespace, data: Path, root: Path) -> list[d
     out.mkdir(parents=True, exist_ok=True)
     args = {"data": str(data), "batch": options.batch, "steps": options.probe_steps, "blocks": 3, "out": str(out)}
     command = [
-        str(Path(sys.executable).parent / "torchrun"),
+        _common.framework_tool("torch", "torchrun"),
         "--nnodes=1",
         "--nproc-per-node=2",
         "--master-addr=127.0.0.1",
@@ -244,7 +247,7 @@ def run_ddp_probe(options: argparse.Namespace, data: Path, root: Path) -> list[d
         "--args",
         json.dumps(args),
     ]
-    env = _common.single_process_env(OMP_NUM_THREADS="1")
+    env = _common.single_process_env("torch", OMP_NUM_THREADS="1")
     result = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout, env=env)
     if result.returncode:
         raise RuntimeError(f"DDP probe failed:\n{result.stderr[-3000:]}")

@@ -26,6 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
+_common.runs_with(_common.PIPELINE, __name__)
+
 # One backend: the benchmark's code is the same for each (the backend is a setting of the cell).
 SMOKE = {"backends": ["torch_native"], "repeats": 1, "epochs": 2, "size": [32, 48], "count": 10, "batch": 2}
 

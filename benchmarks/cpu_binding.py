@@ -30,16 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 
+_common.runs_with(_common.PIPELINE, __name__)
+
 SMOKE = {"cells": 1, "ranks": 1, "epochs": 2, "repeats": 1, "count": 10, "size": [32, 48], "batch": 2}
 
 
 def start_cell(settings: dict, data: Path, out: Path, pool: Path) -> subprocess.Popen:
     """A cell's launch.py, started without waiting (the cells of a round run at the same time)."""
-    from scalebench import config as sb_config
-    from scalebench.launch import launcher as launch
-
-    launchers = sb_config.validate({}, sb_config.load_schema(_common.REPO / "config" / "schema.yaml"))["launchers"]
-    command = launch.command_line(settings, data, out, launchers)
+    command = _common.cell_command(settings, data, out)
     env = _common.single_process_env(SCALEBENCH_EXECUTOR="local", SCALEBENCH_LOCAL_POOL=str(pool))
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 

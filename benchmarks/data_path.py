@@ -6,7 +6,8 @@ in the rank's memory, gathered per step; host: the loader reads each batch); the
 steady-state epoch spent waiting for the next batch is read from the data_wait_s and epoch_time_s
 its metrics.jsonl records. Then the host loaders alone (the DataLoader over DistributedSampler
 exactly as train/torch/data.py builds it, and tf_data.train_dataset) are iterated without a
-model, and their images/s are set against the images/s the model consumes.
+model, and their images/s are set against the images/s the model consumes. The benchmark runs with
+the pipeline's Python (the validated settings); each framework's part with that framework's.
 
     .venv/bin/python benchmarks/data_path.py [--framework torch tensorflow] [--placement device host]
                                              [--epochs 3] [--workers 0] [--smoke]
@@ -26,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
 import harness_overhead  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
 
 TARGET_SHARE = 0.05
 # One placement: the benchmark's code is the same for both (the placement is a setting of the cell).
@@ -114,10 +117,13 @@ def measure(framework: str, placement: str, options: argparse.Namespace, data: P
     out = root / f"{framework}_{placement}_run"
     out.mkdir(parents=True, exist_ok=True)
     trained = _common.run_child(
-        script, f"{framework}-harness", {"settings": settings, "data": str(data), "out": str(out)}
+        script, f"{framework}-harness", {"settings": settings, "data": str(data), "out": str(out)}, framework=framework
     )
     loader = _common.run_child(
-        script, f"{framework}-loader", {"settings": settings, "data": str(data), "epochs": options.loader_epochs}
+        script,
+        f"{framework}-loader",
+        {"settings": settings, "data": str(data), "epochs": options.loader_epochs},
+        framework=framework,
     )
     shares = [w / t for w, t in zip(trained["data_wait_s"][1:], trained["epoch_times"][1:])]
     consumed = _common.median(trained["images_per_s"][1:])

@@ -6,6 +6,7 @@ turn within each round. "torch" and "tensorflow" are the settings the pipeline t
 (PyTorch channels-last, TensorFlow with oneDNN's kernels on: see scalebench/train/torch/runtime.py
 and scalebench/train/tf/__init__.py); the variants are the frameworks' own defaults on this kind
 of CPU (PyTorch NCHW, TensorFlow without oneDNN), which explain the gap the pipeline had before.
+The benchmark runs with the pipeline's Python; each framework's loop with that framework's.
 
     .venv/bin/python benchmarks/framework_parity.py [--rounds 3] [--epochs 3] [--threads 1] [--smoke]
 """
@@ -20,6 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
 
 SCRIPT = str(Path(__file__).resolve().parent / "harness_overhead.py")
 PARITY = (0.75, 1.33)
@@ -58,9 +61,14 @@ def main() -> None:
         for round_number in range(options.rounds):
             for name in options.only:
                 mode, extra, env = CONFIGURATIONS[name]
+                framework = mode.split("-")[0]  # the framework the child's loop imports
                 args = {"data": str(data), "epochs": options.epochs, "batch": options.batch, "threads": options.threads}
                 result = _common.run_child(
-                    SCRIPT, mode, {**args, "repeat": 1, **extra}, _common.single_process_env(**env)
+                    SCRIPT,
+                    mode,
+                    {**args, "repeat": 1, **extra},
+                    _common.single_process_env(framework, **env),
+                    framework=framework,
                 )
                 rate = result["images_per_epoch"] / _common.steady_epoch_s(result["epoch_times"])
                 rates[name].append(rate)

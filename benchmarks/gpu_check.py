@@ -29,16 +29,18 @@ ratios compare like with like:
               nobody), compute near the steps' time, the parts adding up within the tolerance
               (records/); and a profile window whose trace holds CUDA kernels
 
-It needs a CUDA build of torch, NumPy, PyYAML, Pillow and jsonschema (no TensorFlow, Horovod
-or Snakemake). It exits non-zero if a cell fails or did not run on the GPU.
+It runs with the pipeline's Python (the cells' settings, launch.py), and everything that imports
+torch (the cells' ranks, the bare loop, the collectives, FlopCounterMode, what torch sees of the
+GPU) in torch's environment, which needs a CUDA build of torch (no TensorFlow or Horovod). It exits
+non-zero if a cell fails or did not run on the GPU.
 
 `--smoke` runs every check at 32x48 for 2 epochs and judges no speed goal (the harness ratios,
 the split's exposed share): it checks that the checks run. Without a GPU it trains on the CPU
 what needs none (CPU_CHECKS: cells through launch.py whose records are read as every check
 reads them, and the collectives child on Gloo) and names the checks it skipped.
 
-    python benchmarks/gpu_check.py [--checks precision tf32 ... harness] [--epochs 4] [--images 96]
-                                   [--size 768x1024] [--json results.json] [--workdir DIR] [--smoke]
+    .venv/bin/python benchmarks/gpu_check.py [--checks precision tf32 ... harness] [--epochs 4] [--images 96]
+                                             [--size 768x1024] [--json results.json] [--workdir DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
 
 CHECKS = ("precision", "tf32", "determinism", "loader", "shared", "mfu", "harness", "split", "collectives", "width")
 WIDTHS = (1, 4, 16)
@@ -71,27 +75,37 @@ class CheckFailed(RuntimeError):
     """A cell failed or did not run where it had to."""
 
 
-def cuda_available() -> bool:
+def torch_facts(args: dict) -> dict:
+    """What torch sees (a child in torch's environment): whether it has a CUDA device, its version,
+    and the GPU and its libraries where there is one."""
     import torch
 
-    return torch.cuda.is_available()
+    facts = {"cuda": torch.cuda.is_available(), "torch": torch.__version__, "gpu": None}
+    if facts["cuda"]:
+        props = torch.cuda.get_device_properties(0)
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        facts["gpu"] = (
+            f"GPU {props.name} ({props.total_memory / 2**30:.0f} GiB, capability {props.major}.{props.minor}), "
+            f"{torch.cuda.device_count()} visible; torch {torch.__version__}, CUDA {torch.version.cuda}, "
+            f"cuDNN {torch.backends.cudnn.version()}, NCCL {nccl}"
+        )
+    return facts
 
 
-def gpu_line(device: str) -> str:
+def gpu_line(device: str, facts: dict) -> str:
     """The GPU and its libraries; 'cpu' where a smoke run has none (any other run requires one)."""
-    import torch
-
     if device == "cpu":
-        return f"no GPU (smoke run on the CPU); torch {torch.__version__}"
-    if not torch.cuda.is_available():
+        return f"no GPU (smoke run on the CPU); torch {facts['torch']}"
+    if not facts["cuda"]:
         raise SystemExit("gpu_check: torch sees no CUDA device (torch.cuda.is_available() is False)")
-    props = torch.cuda.get_device_properties(0)
-    nccl = ".".join(map(str, torch.cuda.nccl.version()))
-    return (
-        f"GPU {props.name} ({props.total_memory / 2**30:.0f} GiB, capability {props.major}.{props.minor}), "
-        f"{torch.cuda.device_count()} visible; torch {torch.__version__}, CUDA {torch.version.cuda}, "
-        f"cuDNN {torch.backends.cudnn.version()}, NCCL {nccl}"
-    )
+    return facts["gpu"]
+
+
+def counted_flops(args: dict) -> dict:
+    """FlopCounterMode's count of one training step of one image (a child in torch's environment)."""
+    from model_flops import counted_by_torch
+
+    return {"flops": counted_by_torch(*args["size"])}
 
 
 def run_cell(
@@ -210,13 +224,13 @@ def check_shared(root, data, options, results) -> None:
 
 
 def check_mfu(root, data, options, results) -> None:
-    from model_flops import counted_by_torch
-
     cell = (results.get("precision") or [run_cell(root, "fp32", data, options)])[0]
     peak, reported = cell["run"]["peak_tflops"], cell["mfu"]
     if peak is None or reported is None:
         raise CheckFailed(f"no peak for {cell['run']['devices']}: add it to cluster.peak_tflops")
-    counted = counted_by_torch(*options.size)
+    script = str(Path(__file__).resolve())
+    counted = _common.run_child(script, "flops", {"size": options.size}, timeout=options.timeout, framework="torch")
+    counted = counted["flops"]
     independent = cell["images_per_s"] * counted / 1e12 / peak
     print(
         f"  MFU {100 * reported:.2f}% (model FLOPs {cell['run']['model_flops_per_image'] / 1e9:.2f} GFLOP/image); "
@@ -276,7 +290,9 @@ def check_harness(root, data, options, results) -> None:
     for precision in ("fp32", "bf16"):
         for compiled in (False, True):
             args = {"data": str(data), "batch": 4, "epochs": options.epochs, "precision": precision}
-            bare = _common.run_child(script, "bare", {**args, "compile": compiled}, timeout=options.timeout)
+            bare = _common.run_child(
+                script, "bare", {**args, "compile": compiled}, timeout=options.timeout, framework="torch"
+            )
             mode = "compiled" if compiled else "eager"
             print(f"  bare loop {precision} {mode}: {bare['images_per_s']:.1f} img/s", flush=True)
             for placement, goal in HARNESS_GOALS.items():
@@ -334,7 +350,8 @@ def collectives_child(args: dict) -> dict:
 
 def check_collectives(root, data, options, results) -> None:
     args = {**(COLLECTIVES_SMOKE if options.smoke else COLLECTIVES), "device": options.device}
-    measured = _common.run_child(str(Path(__file__).resolve()), "collectives", args, timeout=options.timeout)
+    script = str(Path(__file__).resolve())
+    measured = _common.run_child(script, "collectives", args, timeout=options.timeout, framework="torch")
     rows = [row for row in measured["rows"] if row["latency_us"] is not None]
     if not rows:
         raise CheckFailed(f"no size measured: {[row['reason'] for row in measured['rows']][:3]}")
@@ -403,7 +420,8 @@ def check_split(root, data, options, results) -> None:
         raise CheckFailed("; ".join(failures))
 
 
-CHILDREN = {"bare": bare_loop, "collectives": collectives_child}
+# what runs in a process of torch's environment
+CHILDREN = {"bare": bare_loop, "collectives": collectives_child, "torch": torch_facts, "flops": counted_flops}
 
 
 def main() -> None:
@@ -415,19 +433,20 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600, help="seconds one cell may take (default 600)")
     parser.add_argument("--json", help="also write every figure to this file")
     parser.add_argument("--workdir", help="keep data and cells here (default: a temporary folder)")
-    # the bare loop or the one-rank collectives, in a process of their own
+    # the bare loop, the one-rank collectives, FlopCounterMode or torch's view of the GPU, in a process of their own
     options = _common.parse_options_or_run_child(
         parser, SMOKE, lambda mode, args: print(json.dumps(CHILDREN[mode](args), default=str))
     )
     options.size = tuple(int(part) for part in options.size.split("x"))
     options.device = "cuda"
-    if options.smoke and not cuda_available():
+    facts = _common.run_child(str(Path(__file__).resolve()), "torch", {}, timeout=options.timeout, framework="torch")
+    if options.smoke and not facts["cuda"]:
         skipped = [name for name in options.checks if name not in CPU_CHECKS]
         options.checks = [name for name in options.checks if name in CPU_CHECKS]
         options.device = "cpu"
         print(f"gpu_check: no CUDA device: a smoke run on the CPU; skipped (they need a GPU): {', '.join(skipped)}")
     results: dict = {
-        "gpu": gpu_line(options.device),
+        "gpu": gpu_line(options.device, facts),
         "options": {k: v for k, v in vars(options).items() if k != "json"},
     }
     print(results["gpu"], flush=True)

@@ -5,7 +5,8 @@ in one process without launcher variables, so rank_env.detect() makes it rank 0 
 from scalebench.config.train_settings on a validated config. Bare: the same UNet, loss, Adam and
 arrays in a plain loop written here (no sampler, DataLoader, metrics, DDP or checkpoint).
 Harness and bare runs alternate, each in a fresh process; the figure is the ratio of the
-medians of their steady-state epoch times (median of the epochs after the first).
+medians of their steady-state epoch times (median of the epochs after the first). The benchmark
+runs with the pipeline's Python (the validated settings); each run with its framework's.
 
     .venv/bin/python benchmarks/harness_overhead.py --framework torch [--runs 5] [--epochs 4] [--placement host]
     .venv/bin/python benchmarks/harness_overhead.py --framework tensorflow
@@ -24,6 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
 
 TARGET = 1.02
 # One framework: measure() is the same code for both, and the smoke runs of framework_parity.py
@@ -186,11 +189,16 @@ def measure(framework: str, options: argparse.Namespace, root: Path) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         harness_runs.append(
             _common.run_child(
-                script, f"{framework}-harness", {"settings": settings, "data": str(data), "out": str(out)}
+                script,
+                f"{framework}-harness",
+                {"settings": settings, "data": str(data), "out": str(out)},
+                framework=framework,
             )
         )
         bare_args = {"data": str(data), "epochs": options.epochs, "batch": options.batch, "threads": options.threads}
-        bare_runs.append(_common.run_child(script, f"{framework}-bare", {**bare_args, "repeat": options.repeat}))
+        bare_runs.append(
+            _common.run_child(script, f"{framework}-bare", {**bare_args, "repeat": options.repeat}, framework=framework)
+        )
         h, b = (_common.steady_epoch_s(r["epoch_times"]) for r in (harness_runs[-1], bare_runs[-1]))
         print(
             f"  run {run + 1}: harness {h:.3f} s  bare {b:.3f} s  ratio {h / b:.3f}  load {_common.load_average():.2f}",

@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import _common  # noqa: E402  (puts workflow/scripts on sys.path)
-import numpy as np
+
+_common.runs_with(_common.PIPELINE, __name__)
+
+import numpy as np  # noqa: E402
 from scalebench.cell import OWN_SOURCE, Cell  # noqa: E402
 
 if TYPE_CHECKING:

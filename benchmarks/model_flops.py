@@ -5,7 +5,9 @@ training loops turn into model_tflops and mfu); this prints it at the benchmark 
 with --check, compares it with torch.utils.flop_counter.FlopCounterMode on one real
 forward + backward pass of scalebench.train.torch.model.UNet.
 
-    .venv/bin/python benchmarks/model_flops.py [--sizes 256x256 768x1024] [--check] [--smoke]
+    .venv/frameworks/torch/bin/python benchmarks/model_flops.py [--sizes 256x256 768x1024] [--check] [--smoke]
+
+It runs with torch's Python: FlopCounterMode counts in this process.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402  (puts workflow/scripts on sys.path)
+
+_common.runs_with("torch", __name__)
 
 SMOKE = {"sizes": ["32x48"], "check": True}
 

@@ -34,6 +34,9 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
+
 import analysis_scale  # noqa: E402
 from scalebench.cell import RUNS_ROOT, Cell  # noqa: E402
 from scalebench.config import load_schema, validate  # noqa: E402

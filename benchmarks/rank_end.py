@@ -5,9 +5,10 @@ One-rank native cells of two epochs at 32x48 (the test suite's size, where a ran
 weigh most), each started directly as srun starts a rank, in alternating rounds: the real
 workflow/scripts/train.py, and `python -c` running the same entry.main() and returning through
 sys.exit, as train.py did before. The figure is each rank's CPU time (user + system, its threads
-and children), the median over the rounds.
+and children), the median over the rounds. The benchmark runs with the pipeline's Python (the
+cells' settings), each rank with its framework's.
 
-    python benchmarks/rank_end.py [--rounds 3] [--frameworks torch,tensorflow] [--workdir DIR] [--smoke]
+    .venv/bin/python benchmarks/rank_end.py [--rounds 3] [--frameworks torch,tensorflow] [--workdir DIR] [--smoke]
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402  (puts workflow/scripts on the path)
 
+_common.runs_with(_common.PIPELINE, __name__)
+
 SMOKE = {"rounds": 1, "frameworks": "torch"}
 # the rank as train.py ran it before: entry.main(), then the interpreter's teardown
 WITH_TEARDOWN = (
@@ -31,10 +34,11 @@ WITH_TEARDOWN = (
 )
 
 
-def rank_cpu_s(command: list[str], out: Path) -> float:
-    """Run one rank to its end; its CPU time, the rank's own and its children's."""
+def rank_cpu_s(command: list[str], out: Path, framework: str) -> float:
+    """Run one rank of `framework` to its end; its CPU time, the rank's own and its children's."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run(command, capture_output=True, text=True, env=_common.single_process_env(), timeout=600)
+    env = _common.single_process_env(framework)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     status = json.loads((out / "run.json").read_text()).get("status") if (out / "run.json").exists() else None
     if result.returncode or status != "ok":
@@ -63,8 +67,9 @@ def main() -> None:
                     if way == "train.py":
                         command = launcher.rank_command(settings, data, out)
                     else:
-                        command = [sys.executable, "-c", WITH_TEARDOWN, *launcher.cell_arguments(settings, data, out)]
-                    cpu[way].append(rank_cpu_s(command, out))
+                        python = _common.framework_python(framework)
+                        command = [python, "-c", WITH_TEARDOWN, *launcher.cell_arguments(settings, data, out)]
+                    cpu[way].append(rank_cpu_s(command, out, framework))
             ended, torn = _common.median(cpu["train.py"]), _common.median(cpu["teardown"])
             print(
                 f"{framework}: train.py {ended:.2f} CPU-s, with the teardown {torn:.2f} CPU-s per rank "

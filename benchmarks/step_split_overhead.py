@@ -8,9 +8,9 @@ is at most 1.02 (2% of a steady epoch). It exits non-zero where a backend misses
 prints the range of the repeats' own ratios (on over off of the two runs of one repeat): where
 that range is wider than the goal, only many repeats decide.
 
-    python benchmarks/step_split_overhead.py [--cells torch/native torch/fsdp ...] [--gpus 2]
-                                             [--repeats 3] [--epochs 4] [--images 64] [--size 256x384]
-                                             [--json results.json] [--workdir DIR] [--smoke]
+    .venv/bin/python benchmarks/step_split_overhead.py [--cells torch/native torch/fsdp ...] [--gpus 2]
+                                                       [--repeats 3] [--epochs 4] [--images 64] [--size 256x384]
+                                                       [--json results.json] [--workdir DIR] [--smoke]
 
 Run it on a quiet machine (docs/benchmarks.md records the figures with the command and machine).
 """
@@ -25,6 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402
+
+_common.runs_with(_common.PIPELINE, __name__)
 
 CELLS = ("torch/native", "torch/fsdp", "torch/horovod", "tensorflow/native", "tensorflow/horovod")
 GOAL = 1.02

@@ -6,9 +6,10 @@ included, changes no graph and costs tracing time. Each round runs one rank of a
 MultiWorkerMirrored cell through the real entry point (train/entry.py main: build, trace, train,
 evaluate, predictions) in a fresh process per mode, the modes alternating and taking turns to go
 first; the figure is the process's CPU time (user and system) from its start to the rank's end. The
-second mode wraps the same step functions in tf.function with its default, AutoGraph on.
+second mode wraps the same step functions in tf.function with its default, AutoGraph on. The
+benchmark runs with the pipeline's Python (the cell's settings), each rank with TensorFlow's.
 
-    python benchmarks/tf_autograph_cost.py [--rounds 5] [--epochs 3] [--size 64] [--smoke]
+    .venv/bin/python benchmarks/tf_autograph_cost.py [--rounds 5] [--epochs 3] [--size 64] [--smoke]
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402  (puts workflow/scripts on the path)
+
+_common.runs_with(_common.PIPELINE, __name__)
 
 MODES = ("without AutoGraph (the project's)", "with AutoGraph")
 SMOKE = {"rounds": 1, "epochs": 1, "size": 32}
@@ -58,7 +61,8 @@ def main() -> None:
         cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
         for round_ in range(options.rounds):
             for mode in MODES if round_ % 2 == 0 else MODES[::-1]:  # neither mode always starts first
-                result = _common.run_child(__file__, mode, {"settings": settings, "data": str(data)})
+                args = {"settings": settings, "data": str(data)}
+                result = _common.run_child(__file__, mode, args, framework="tensorflow")
                 cpu[mode].append(result["cpu_s"])
     ours, theirs = (_common.median(cpu[mode]) for mode in MODES)
     for mode in MODES:

@@ -7,10 +7,12 @@ alternative the project does not use), in alternating rounds. The figure per rea
 median call time less the unmarked call's: the host cost the marks add to every step, which
 benchmarks/step_split_overhead.py then compares with a whole epoch.
 
-    python benchmarks/tf_mark_cost.py [--rounds 20] [--calls 500] [--size 64] [--smoke]
+    .venv/frameworks/tensorflow/bin/python benchmarks/tf_mark_cost.py [--rounds 20] [--calls 500] [--size 64]
+                                                                      [--smoke]
 
 TensorFlow runs as a CPU rank does here (one intra-op and one inter-op thread, op determinism);
-the script is its own process, so nothing else has configured TensorFlow before it.
+the script is its own process, so nothing else has configured TensorFlow before it: it runs with
+TensorFlow's Python.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import TYPE_CHECKING
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common  # noqa: E402  (puts workflow/scripts on the path)
+
+_common.runs_with("tensorflow", __name__)
 
 # TensorFlow is imported where it runs, after the options are parsed: a --parse-only (the docs'
 # commands, tests/integration/test_benchmarks_smoke.py) then costs no TensorFlow start.

@@ -1,13 +1,15 @@
 """Train the same four cells with this checkout and compare their records with another checkout's:
 a refactor of the rank that changes no behaviour leaves run.json and metrics.jsonl the same.
 
-    python tools/compare_records.py run OUT                  # train the cells into OUT/<cell>/
-    python tools/compare_records.py compare BEFORE AFTER [--again BEFORE2]
+    .venv/bin/python tools/compare_records.py run OUT                  # train the cells into OUT/<cell>/
+    .venv/bin/python tools/compare_records.py compare BEFORE AFTER [--again BEFORE2]
 
 `run` trains a torch native, a torch horovod, a tensorflow native and a tensorflow mirrored cell of
 two replicas each on the CPU (the same synthetic data, seed and settings every time; a checkpoint
 every epoch, a profile window, TensorBoard curves and predictions on, so those paths run too),
-through launch.py as the train rule starts them.
+through launch.py as the train rule starts them: with the pipeline's Python (the config's
+validation), which runs launch.py, whose ranks run in their framework's environment
+(.venv/frameworks/<framework>, with torchrun and horovodrun; scalebench/environments.py).
 
 `compare` flattens every record to paths (run.training.batch_per_gpu, epoch[2].ranks[1].compute_s,
 ...) and checks, per cell, that both sides wrote the same paths, and that every value is the same
@@ -21,6 +23,7 @@ Exit status 1 on a difference, naming each.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -32,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
-from scalebench import config as sb_config  # noqa: E402
+from scalebench import environments  # noqa: E402
 from scalebench.data import pairing, preprocess, synthetic  # noqa: E402
 from scalebench.launch import launcher  # noqa: E402
 
@@ -76,12 +79,28 @@ def prepare(root: Path) -> Path:
     return prepared
 
 
+def pipeline_python_or_exit() -> None:
+    """`run` validates the config (jsonschema, the pipeline's): with another Python (a framework's,
+    which has neither jsonschema nor the other framework), an exit naming the command to use."""
+    if importlib.util.find_spec("jsonschema") is None:
+        python = environments.install_root() / "bin" / "python"
+        raise SystemExit(
+            f"compare_records.py run needs the pipeline's Python ({python}), which runs launch.py as the train "
+            f"rule does; this one ({sys.executable}) cannot import jsonschema: "
+            f"{python} {' '.join(sys.argv)}"
+        )
+
+
 def run(root: Path) -> int:
+    pipeline_python_or_exit()
+    from scalebench import config as sb_config
+
     schema = sb_config.load_schema(ROOT / "config" / "schema.yaml")
     config = sb_config.validate(json.loads(json.dumps(CONFIG)), schema)
     data = prepare(root)
+    # launch.py (the pipeline's Python) puts each cell's framework environment's bin folder, with its
+    # torchrun and horovodrun, first on its ranks' PATH (launcher.rank_environment)
     env = dict(os.environ, SCALEBENCH_EXECUTOR="local", PYTHONUNBUFFERED="1")
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     failed = 0
     for framework, backend in CELLS:
         settings = sb_config.train_settings(config, sb_config.Cell(framework, backend, GPUS, SEED))

@@ -17,6 +17,9 @@ checks that every mutant plants in this checkout, so a refactor that moves the c
     .venv/bin/python tools/mutants.py --plant-only --tree DIR  # does each plant in DIR? (no test runs)
 
 --clean first runs the tests unmutated (they must pass, or a failure says nothing about the mutant).
+A mutant's tests run as run_tests.sh runs them: one pytest session per environment the copy's .venv
+holds (the pipeline's, then each framework's), each collecting the test modules of its own
+environment (tests/conftest.py).
 Results and the command are recorded in docs/benchmarks.md ("The test suite's power").
 """
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -226,15 +230,70 @@ def problems(tree: Path, mutants: tuple[Mutant, ...] = MUTANTS) -> list[str]:
     return found
 
 
+FRAMEWORKS = ("torch", "tensorflow")  # the environments beside the pipeline's (.venv/frameworks/<framework>)
+
+
+def module_environment(path: Path) -> str:
+    """The environment a test module declares (`ENVIRONMENT = "torch"` at its top level, as
+    tests/conftest.py reads it), else pipeline."""
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "ENVIRONMENT" for t in node.targets):
+            return getattr(node.value, "value", "pipeline")
+    return "pipeline"
+
+
+def sessions(copy: Path) -> list[tuple[str, str, dict[str, str]]]:
+    """(environment, Python, environment variables) of each pytest session run_tests.sh runs in
+    `copy`: the pipeline's, then each installed framework's with the pipeline's packages after its
+    own (tests/layer); one session in a tree from before one environment per framework (no tests/layer)."""
+    venv, layer = copy / ".venv", copy / "tests" / "layer"
+    pipeline = str(venv / "bin" / "python")
+    outside = {k: v for k, v in os.environ.items() if k not in ("SCALEBENCH_TEST_ENVIRONMENT", "SCALEBENCH_TEST_LAYER")}
+    found = [("pipeline", pipeline, outside)]
+    if not layer.is_dir():
+        return found
+    listed = [pipeline, "-c", "import os, site; print(os.pathsep.join(site.getsitepackages()))"]
+    site_packages = subprocess.run(listed, capture_output=True, text=True, check=True).stdout.strip()
+    for framework in FRAMEWORKS:
+        python = venv / "frameworks" / framework / "bin" / "python"
+        if python.exists():
+            env = dict(outside, SCALEBENCH_TEST_ENVIRONMENT=framework, SCALEBENCH_TEST_LAYER=site_packages)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(layer), os.environ.get("PYTHONPATH")]))
+            found.append((framework, str(python), env))
+    return found
+
+
+def session_tests(copy: Path, tests: tuple[str, ...], environment: str, one: bool) -> list[str]:
+    """The tests an environment's session is given: every folder (its session collects its own
+    modules in it), and the modules named alone that declare this environment (every one where
+    `one`: the tree has one session)."""
+    chosen = []
+    for test in tests:
+        path = copy / test.split("::")[0]
+        if one or path.is_dir() or module_environment(path) == environment:
+            chosen.append(test)
+    return chosen
+
+
 def run_tests(copy: Path, tests: tuple[str, ...], workers: int, every: bool) -> tuple[int, list[str], float]:
-    """(pytest's exit code, the failing tests, seconds) of `tests` in `copy`."""
-    command = [str(copy / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
-    command += ["-n", str(workers), f"--basetemp={copy.parent / 'basetemp'}"]
-    command += [] if every else ["--maxfail=1"]
-    started = time.monotonic()
-    result = subprocess.run([*command, *tests], cwd=copy, capture_output=True, text=True)
-    failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", result.stdout, re.MULTILINE)
-    return result.returncode, failed, time.monotonic() - started
+    """(pytest's exit code, the failing tests, seconds) of `tests` in `copy`, over every environment's
+    session: the first failing session's code, else 0, or 5 where no session collected a test."""
+    options = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", "-n", str(workers)]
+    options += [f"--basetemp={copy.parent / 'basetemp'}"] + ([] if every else ["--maxfail=1"])
+    started, codes, failed = time.monotonic(), [], []
+    every_session = sessions(copy)
+    for environment, python, env in every_session:
+        mine = session_tests(copy, tests, environment, len(every_session) == 1)
+        if not mine:
+            continue
+        result = subprocess.run([python, *options, *mine], cwd=copy, capture_output=True, text=True, env=env)
+        codes.append(result.returncode)
+        failed += re.findall(r"^(?:FAILED|ERROR) (\S+)", result.stdout, re.MULTILINE)
+        if failed and not every:  # caught: --maxfail's stop, over the sessions too
+            break
+    collected = [code for code in codes if code != 5]  # 5: this session collected none of the tests
+    code = next((code for code in collected if code != 0), 0 if collected else 5)
+    return code, failed, time.monotonic() - started
 
 
 def main() -> int:

@@ -3,24 +3,68 @@ that breaks a benchmark fails here, not when someone next measures; and every be
 the docs print beside a figure is accepted as printed (`--parse-only`, benchmarks/_common.py).
 
 A smoke run checks that the benchmark runs to its figures and prints them; at that size they
-mean nothing, and no test here reads a time."""
+mean nothing, and no test here reads a time. Each benchmark runs with the Python of its environment
+(PYTHONS: a framework's where it imports that framework in its own process, else the pipeline's,
+whose benchmarks start their framework work in the framework's environment), and the docs print
+that Python in its command. This module runs in the pipeline's session: it imports no framework."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, made_once, tool_env
+from conftest import PYTHON, REPO, framework_python, made_once, tool_env
 from readme_commands import documents, shell_commands
+from scalebench import environments
 
 pytestmark = pytest.mark.integration
 
 BENCHMARKS = REPO / "benchmarks"
+
+# The Python each benchmark runs with (its _common.runs_with), and the frameworks whose environments
+# its smoke run starts children or ranks in
+PYTHONS = {
+    "analysis_scale.py": ("pipeline", ()),
+    "bill_error.py": ("pipeline", ("torch",)),
+    "communication.py": ("pipeline", ("torch",)),
+    "compression.py": ("pipeline", ("torch",)),
+    "cpu_binding.py": ("pipeline", ("torch",)),
+    "data_path.py": ("pipeline", ("torch", "tensorflow")),
+    "framework_parity.py": ("pipeline", ("torch", "tensorflow")),
+    "gpu_check.py": ("pipeline", ("torch",)),
+    "harness_overhead.py": ("pipeline", ("torch",)),
+    "horovod_launch.py": ("pipeline", ("tensorflow",)),
+    "hosts_scale.py": ("pipeline", ()),
+    "model_flops.py": ("torch", ()),
+    "pipeline_scale.py": ("pipeline", ()),
+    "rank_end.py": ("pipeline", ("torch",)),
+    "step_split_overhead.py": ("pipeline", ("torch",)),
+    "tf_autograph_cost.py": ("pipeline", ("tensorflow",)),
+    "tf_mark_cost.py": ("tensorflow", ()),
+}
+# each environment's Python as the docs print it (commands run from the repository's root)
+PRINTED = {
+    "pipeline": ".venv/bin/python",
+    "torch": ".venv/frameworks/torch/bin/python",
+    "tensorflow": ".venv/frameworks/tensorflow/bin/python",
+}
+
+
+def python(environment: str) -> str:
+    """This install's Python of `environment` (the pipeline's whichever session runs this)."""
+    return PYTHON if environment == "pipeline" else framework_python(environment)
+
+
+def skip_unless_installed(frameworks: list[str] | tuple[str, ...], why: str) -> None:
+    missing = sorted({f for f in frameworks if f != "pipeline" and not Path(python(f)).exists()})
+    if missing:
+        pytest.skip(f"{why} needs {' and '.join(missing)}'s environment: {environments.install_command(missing)}")
+
 
 # Each benchmark and the lines its smoke run must print (multiline regexes): each is printed only
 # once its measurement ran, so a benchmark that silently skipped its work fails.
@@ -73,14 +117,33 @@ WORKDIR_OPTION = {
 }
 
 
-def test_every_benchmark_has_a_smoke_run():
+def test_every_benchmark_has_a_smoke_run_and_a_python():
     scripts = sorted(path.name for path in BENCHMARKS.glob("*.py") if not path.name.startswith("_"))
-    assert scripts == sorted(PRINTS)
+    assert scripts == sorted(PRINTS) == sorted(PYTHONS)
+
+
+@pytest.mark.parametrize(
+    ("script", "environment"),
+    [("model_flops.py", "pipeline"), ("bill_error.py", "torch"), ("tf_mark_cost.py", "torch")],
+)
+def test_a_benchmark_run_with_another_python_names_its_own(script, environment):
+    """At once, before any import it lacks: a sentence with the command, not a traceback."""
+    skip_unless_installed([environment], script)
+    command = [python(environment), f"benchmarks/{script}", "--parse-only"]
+    result = subprocess.run(command, capture_output=True, text=True, env=tool_env(), cwd=REPO, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    wanted = PYTHONS[script][0]
+    assert f"runs with {'the pipeline' if wanted == 'pipeline' else wanted}'s Python" in result.stderr
+    shown = os.path.relpath(python(wanted), REPO)  # as _common.shown prints it, run from the repository
+    shown = python(wanted) if shown.startswith("..") else shown
+    assert result.stderr.strip().splitlines()[-1].strip() == f"{shown} benchmarks/{script} --parse-only"
 
 
 @pytest.mark.parametrize("script", sorted(PRINTS))
 def test_the_benchmark_runs_in_its_smoke_mode(script, tmp_path):
-    command = [sys.executable, str(BENCHMARKS / script), "--smoke"]
+    environment, frameworks = PYTHONS[script]
+    skip_unless_installed([environment, *frameworks], f"{script}'s smoke run")
+    command = [python(environment), str(BENCHMARKS / script), "--smoke"]
     option = WORKDIR_OPTION.get(script, "--workdir")
     if option:
         command += [option, str(tmp_path)]
@@ -129,35 +192,56 @@ print(json.dumps(results))
 """
 
 
+def script_at(words: list[str]) -> int:
+    return next(i for i, word in enumerate(words) if re.fullmatch(r"benchmarks/\w+\.py", word))
+
+
 def parse_arguments(command: str) -> list[str]:
     """sys.argv of the command's script, as the docs print it, with --parse-only."""
     words = shlex.split(command)
-    at = next(i for i, word in enumerate(words) if re.fullmatch(r"benchmarks/\w+\.py", word))
-    assert Path(words[0]).name.startswith("python"), command
+    at = script_at(words)
     return [str(REPO / words[at]), *words[at + 1 :], "--parse-only"]
+
+
+def printed_environment(command: str) -> str | None:
+    """The environment whose Python the command runs its script with, None where it names none of them."""
+    words = shlex.split(command)
+    return next((name for name, printed in PRINTED.items() if words[: script_at(words)] == [printed]), None)
 
 
 @pytest.fixture
 def parsed(tmp_path_factory) -> dict[str, dict]:
     """Each command of the docs: the exit code its script's parsing ended with, and what it printed on
-    stderr; parsed once per run for every command's test."""
+    stderr, parsed by the Python the command prints (one process per environment); parsed once per
+    run for every command's test. A command of an environment not installed here is missing."""
 
     def make(folder: Path) -> None:
-        commands = json.dumps({command: parse_arguments(command) for command in COMMANDS})
-        result = subprocess.run(
-            [sys.executable, "-c", PARSE, commands],
-            capture_output=True,
-            text=True,
-            env=tool_env(),
-            cwd=REPO,
-            timeout=300,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-        (folder / "parsed.json").write_text(result.stdout.strip().splitlines()[-1])
+        results = {}
+        for environment in PRINTED:
+            mine = [command for command in COMMANDS if printed_environment(command) == environment]
+            if not mine or not Path(python(environment)).exists():
+                continue
+            commands = json.dumps({command: parse_arguments(command) for command in mine})
+            result = subprocess.run(
+                [python(environment), "-c", PARSE, commands],
+                capture_output=True,
+                text=True,
+                env=tool_env(),
+                cwd=REPO,
+                timeout=300,
+            )
+            assert result.returncode == 0, result.stderr[-3000:]
+            results.update(json.loads(result.stdout.strip().splitlines()[-1]))
+        (folder / "parsed.json").write_text(json.dumps(results))
 
     return json.loads((made_once(tmp_path_factory, "benchmark-commands-parsed", make) / "parsed.json").read_text())
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_benchmark_command_of_the_docs_is_accepted_as_printed(command, parsed):
+    """With the Python its script runs with (PYTHONS), as the docs print it."""
+    script = Path(shlex.split(command)[script_at(shlex.split(command))]).name
+    wanted = PYTHONS[script][0]
+    assert printed_environment(command) == wanted, f"{command}: {script} runs with {PRINTED[wanted]}"
+    skip_unless_installed([wanted], command)
     assert parsed[command]["code"] == 0, parsed[command]["stderr"]
