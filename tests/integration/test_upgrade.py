@@ -66,6 +66,10 @@ def upgraded(tmp_path_factory) -> tuple[Path, Path]:
     (site,) = (BIN.parent / "lib").glob("python3*/site-packages")
     (new_site,) = (env / "lib").glob("python3*/site-packages")
     (new_site / "scalebench-test.pth").write_text(f"{site}\n")
+    # its frameworks' environments where ./install.sh puts them, beside it (these, by their own paths)
+    (env / "frameworks").mkdir()
+    for framework in ("torch", "tensorflow"):
+        (env / "frameworks" / framework).symlink_to(BIN.parent / "frameworks" / framework)
     return checkout, env / "bin" / "python"
 
 
