@@ -460,7 +460,7 @@ def assert_refused(result: subprocess.CompletedProcess, out: Path, message: str)
 
 def rank_pids(out: Path) -> list[int]:
     """Processes running a rank of the cell writing to `out`: Python executing train.py
-    (not torchrun, horovodrun or a shell wrapper)."""
+    (not torchrun, local_ranks.py, horovodrun or a shell wrapper)."""
     pids = []
     for proc in Path("/proc").iterdir():
         try:

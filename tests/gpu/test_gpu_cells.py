@@ -1,7 +1,8 @@
-"""Cells on a real GPU, started through launch.py exactly as the train rule does.
+"""PyTorch's cells on a real GPU, started through launch.py exactly as the train rule does.
 
-Skipped where torch sees no CUDA device (CI, laptops). On a GPU machine:
-    python -m pytest -m gpu tests/gpu
+Skipped where torch sees no CUDA device (CI, laptops). On a GPU machine (each module in its
+environment's session, tests/conftest.py; TensorFlow's cell: test_gpu_cells_tensorflow.py):
+    ./run_tests.sh -m gpu tests/gpu
 benchmarks/gpu_check.py measures the same paths at the benchmark size.
 """
 
@@ -14,6 +15,8 @@ import pytest
 import torch
 from conftest import assert_refused, cell_settings, launch_cell
 from gpu_cells import train_on_gpu
+
+ENVIRONMENT = "torch"
 
 pytestmark = [
     pytest.mark.gpu,
@@ -80,21 +83,6 @@ def test_mfu_is_the_measured_flops_over_the_gpus_peak(prepared_data, tmp_path):
     for record in (r for r in records if r["type"] == "epoch"):
         counted = record["images_per_s"] * counter.get_total_flops() / 1e12 / run["peak_tflops"]
         assert record["mfu"] == pytest.approx(counted, rel=0.05)
-
-
-def test_tensorflow_trains_on_the_gpu_with_batches_prefetched_to_it(prepared_data, tmp_path):
-    tf = pytest.importorskip("tensorflow", reason="TensorFlow is not installed here")
-    if not tf.config.list_physical_devices("GPU"):
-        pytest.skip("TensorFlow sees no GPU (its CUDA build or libraries are missing)")
-    settings = cell_settings("tensorflow", "native", 1, device="cuda")
-    result = launch_cell(settings, prepared_data, tmp_path / "tf", timeout=600)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    run = json.loads((tmp_path / "tf" / "run.json").read_text())
-    assert (
-        run["device"] == run["training"]["device"] == "cuda"
-        and run["status"] == "ok"
-        and run["compute_dtype"] == "float32"
-    )
 
 
 def test_the_step_split_of_one_gpu_has_no_exposed_communication_and_its_trace_holds_kernels(prepared_data, tmp_path):

@@ -10,6 +10,8 @@ import torch
 from gpu_cells import train_on_gpu
 from scalebench.cluster import cpu_binding, gpu_ids, nvidia_smi
 
+ENVIRONMENT = "torch"
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),

@@ -13,6 +13,8 @@ import pytest
 import torch
 from gpu_cells import train_on_gpu
 
+ENVIRONMENT = "torch"
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),

@@ -12,8 +12,13 @@ The trainings that tests of several modules read live here too, so that no test 
 another (pytest would collect the imported module's tests and fixtures a second time in the
 importer's namespace): test_resume.py's interrupted and resumed cells (RESUMED_CELLS, read by
 test_framework_isolation.py, its DDP reference by test_tensorboard.py and test_steps_per_epoch.py)
-and test_tf_training.py's MultiWorkerMirrored reference runs (read by the same two) and attempt
-with a killed worker (taken on by test_resume.py's agreement test too).
+and test_tf_training.py's MultiWorkerMirrored reference runs (read by the same two and
+test_framework_isolation.py) and attempt with a killed worker (taken on by test_resume.py's
+agreement test too).
+
+A cell is shared within one pytest session (made_once: the run's folder), so the modules that read
+these cells run in one, the pipeline's: they start cells as the train rule does (launch.py, each
+cell's ranks in its framework's environment) and read what the cells wrote, importing no framework.
 """
 
 from __future__ import annotations
@@ -39,7 +44,6 @@ from conftest import (
     start_cell,
     tiny_config,
     tool_env,
-    unimportable,
     wait_for,
 )
 
@@ -128,7 +132,6 @@ RESUMED_CELLS = [
 ]
 RESUMED_IDS = [f"{f}-{b}" for f, b, _, _ in RESUMED_CELLS]
 EPOCHS = 2
-OTHER_FRAMEWORK = {"torch": ["tensorflow", "tf_keras"], "tensorflow": ["torch"]}
 
 
 def resumable_settings(framework: str, backend: str, gpus: int, extra: dict | None) -> dict:
@@ -139,11 +142,6 @@ def resumable_settings(framework: str, backend: str, gpus: int, extra: dict | No
         settings = cell_settings(framework, backend, gpus, epochs=EPOCHS, checkpoint_every=1, **extra)
     assert (settings["training"]["epochs"], settings["training"]["checkpoint_every"]) == (EPOCHS, 1)
     return settings
-
-
-def blocked_path(folder: Path, framework: str) -> str:
-    """A folder that shadows the other framework's packages with ones that refuse to import."""
-    return unimportable(folder, OTHER_FRAMEWORK[framework])
 
 
 def stale_curves(out: Path) -> Path:
@@ -157,8 +155,7 @@ def stale_curves(out: Path) -> Path:
 def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tuple) -> Path:
     """The cell of RESUMED_CELLS trained to its end without interruption, once per test run for every
     test that asks: test_data_placement's cell where it is one, else test_resume.py's own, trained over
-    an earlier run's curves (test_tensorboard.py reads that they are gone) with the other framework
-    unimportable."""
+    an earlier run's curves (test_tensorboard.py reads that they are gone)."""
     framework, backend, gpus, extra = cell
     settings = resumable_settings(*cell)
     if extra is None:
@@ -166,34 +163,20 @@ def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory, data: Path, cell
 
     def make(folder: Path) -> None:
         stale_curves(folder / "cell")
-        # with the other framework unimportable, as both attempts of the interrupted cell: torch's
-        # curve writer loads TensorFlow where it can, seconds of a rank's start for nothing here
-        blocked = blocked_path(folder / "blocked", framework)
-        result = launch_cell(settings, data, folder / "cell", PYTHONPATH=blocked)
+        result = launch_cell(settings, data, folder / "cell")
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     return made_once(tmp_path_factory, f"uninterrupted-{framework}-{backend}-{gpus}", make) / "cell"
 
 
-def isolated(framework: str, backend: str) -> bool:
-    """Whether the cell's launcher runs with the other framework unimportable (TensorFlow's native
-    launcher is torchrun, which is torch itself)."""
-    return (framework, backend) != ("tensorflow", "native")
-
-
 def first_attempt(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tuple, out: Path) -> None:
     """A copy in `out` of the cell's first attempt, interrupted at the start of its last epoch after
-    the checkpoint before it, with the other framework unimportable (launchers and ranks inherit
-    PYTHONPATH) where the launcher allows: made once per test run for every test that takes the
-    cell on from there (the copy keeps the made one as it was); its output in first-attempt.txt
-    beside `out`."""
+    the checkpoint before it: made once per test run for every test that takes the cell on from
+    there (the copy keeps the made one as it was); its output in first-attempt.txt beside `out`."""
     framework, backend, gpus, _ = cell
 
     def make(folder: Path) -> None:
-        env = {"PYTHONPATH": blocked_path(folder / "blocked", framework)} if isolated(framework, backend) else {}
-        output = interrupt_after_checkpoint(
-            resumable_settings(*cell), data, folder / "cell", framework, EPOCHS - 1, **env
-        )
+        output = interrupt_after_checkpoint(resumable_settings(*cell), data, folder / "cell", framework, EPOCHS - 1)
         (folder / "launch.txt").write_text(output)
 
     made = made_once(tmp_path_factory, f"first-attempt-{framework}-{backend}-{gpus}", make)
@@ -203,24 +186,23 @@ def first_attempt(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tu
 
 def resumed_run(tmp_path_factory: pytest.TempPathFactory, data: Path, cell: tuple) -> Path:
     """The cell of RESUMED_CELLS taken on from its first attempt to its end, once per test run for
-    every test that asks (test_resume.py's, test_framework_isolation.py's), with the other framework
-    unimportable: the cell's folder, both attempts' output in first-attempt.txt and launch.txt."""
+    every test that asks (test_resume.py's, test_framework_isolation.py's): the cell's folder, both
+    attempts' output in first-attempt.txt and launch.txt."""
     framework, backend, gpus, _ = cell
 
     def make(folder: Path) -> None:
         first_attempt(tmp_path_factory, data, cell, folder / "cell")
-        blocked = blocked_path(folder / "blocked", framework)
-        result = launch_cell(resumable_settings(*cell), data, folder / "cell", PYTHONPATH=blocked)
+        result = launch_cell(resumable_settings(*cell), data, folder / "cell")
         (folder / "launch.txt").write_text(result.stdout + result.stderr)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     return made_once(tmp_path_factory, f"resumed-{framework}-{backend}-{gpus}", make) / "cell"
 
 
-def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework: str, epoch: int, **env: str) -> str:
+def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework: str, epoch: int) -> str:
     """A first attempt that stops at the start of epoch `epoch` + 1, after `epoch`'s checkpoint,
     ended by SIGTERM to its launcher; no rank is left behind. Its output."""
-    process = start_cell(settings, data, out, SCALEBENCH_FAULT=f"stall:{epoch + 1}", **env)
+    process = start_cell(settings, data, out, SCALEBENCH_FAULT=f"stall:{epoch + 1}")
     try:  # (a cell that ends before its checkpoint ends the wait: its output says why)
         wait_for(lambda: checkpoint_epoch(out, framework) == epoch or process.poll() is not None, 300)
     finally:
@@ -256,7 +238,8 @@ def multiworker_settings() -> dict:
 def multiworker_reference(tmp_path_factory: pytest.TempPathFactory, data: Path) -> Path:
     """One two-worker MultiWorkerMirrored run (uninterrupted) of multiworker_settings(), made once per
     test run for the tests that read it (the horovod and mirrored backends' reference, the resumed
-    run's, test_tensorboard.py's curves over an earlier run's, test_steps_per_epoch.py's steps),
+    run's, test_tensorboard.py's curves over an earlier run's, test_steps_per_epoch.py's steps,
+    test_framework_isolation.py's launch of TensorFlow's workers: its output in output.txt beside it),
     whichever xdist worker runs each (a module-scoped fixture would train it again in every worker).
     That the same settings train to the same figures twice is asserted where a second run is trained
     anyway: test_data_placement's two-worker cells, device against host, bit for bit, and the killed
@@ -265,6 +248,7 @@ def multiworker_reference(tmp_path_factory: pytest.TempPathFactory, data: Path) 
     def make(root: Path) -> None:
         stale_curves(root / "cell")
         result = launch_cell(multiworker_settings(), data, root / "cell")
+        (root / "output.txt").write_text(result.stdout + result.stderr)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
 
     return made_once(tmp_path_factory, "tf-native-reference-run", make) / "cell"
@@ -275,7 +259,7 @@ KILLED_AFTER = 2
 
 
 def start_workers(settings: dict, data: Path, out: Path) -> list[subprocess.Popen]:
-    """Both workers without a supervising launcher (torchrun would kill the survivor itself):
+    """Both workers without a supervising launcher (local_ranks.py would kill the survivor itself):
     what remains to stop the survivor is TensorFlow's own failure detection."""
     from scalebench.cluster import ports
 
@@ -342,25 +326,3 @@ def two_rank_native_cell(tmp_path_factory: pytest.TempPathFactory, data: Path, f
     if framework == "torch":
         return uninterrupted_run(tmp_path_factory, data, RESUMED_CELLS[0])
     return multiworker_reference(tmp_path_factory, data)
-
-
-# --- a one-rank TensorFlow cell started as srun starts it, without torch
-
-
-def bf16_rank_without_torch(tmp_path_factory: pytest.TempPathFactory, data: Path, placement: str) -> Path:
-    """The folder of a one-rank TensorFlow native cell of two epochs in bf16 with its samples at
-    `placement`, its rank started directly, as srun starts it (the local launcher of native cells is
-    torchrun, which is torch itself), with torch unimportable; its output in output.txt beside it.
-    Once per run: test_tf_training.py's bf16 test reads both placements, test_framework_isolation.py
-    the device one (a TensorFlow rank of its own would cost it seconds of import and tracing)."""
-    loader = {"placement": placement}
-    settings = cell_settings("tensorflow", "native", 1, precision="bf16", epochs=2, loader=loader)
-
-    def make(folder: Path) -> None:
-        env = tool_env(PYTHONPATH=blocked_path(folder / "blocked", "tensorflow"))
-        command = rank_command(settings, data, folder / "cell")
-        result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
-        (folder / "output.txt").write_text(result.stdout + result.stderr)
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-
-    return made_once(tmp_path_factory, f"tf-native-bf16-{placement}-without-torch", make) / "cell"

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import BIN, SCRIPTS, cell_settings, launch_cell, read_records, tool_env
+from conftest import SCRIPTS, cell_settings, framework_python, launch_cell, read_records, tool_env
 from paired_cells import COLLECTIVES, SCHEDULE, placed, trained_once, unmeasured_over_loopback
 from scalebench.collective_table import TABLE
 from scalebench.train import collectives
@@ -178,7 +178,9 @@ def test_bus_bandwidth_at_four_ranks_follows_nccl_tests_from_a_timing_taken_outs
     # latency can only be longer, by the call's overhead), and applies the factors written out here.
     script = tmp_path / "outside.py"
     script.write_text(OUTSIDE)
-    command = [str(BIN / "torchrun"), "--standalone", "--nproc-per-node=4", str(script), "3"]
+    # torchrun in torch's environment, as the local template starts it (torch.distributed.run)
+    torchrun = [framework_python("torch"), "-m", "torch.distributed.run"]
+    command = [*torchrun, "--standalone", "--nproc-per-node=4", str(script), "3"]
     env = tool_env(OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPTS))
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stderr[-3000:]

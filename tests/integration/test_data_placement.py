@@ -1,7 +1,8 @@
 """training.loader.placement: device and host give every backend the same batches in the same order.
 
 Each cell runs as the train rule runs it (workflow/scripts/launch.py with the default launchers:
-torchrun, horovodrun (horovod_run.py), one process for dp and mirrored), on CPU ranks, once with the samples in
+torchrun for PyTorch, local_ranks.py for TensorFlow, horovodrun (horovod_run.py), one process for dp
+and mirrored, each in the cell's framework's environment), on CPU ranks, once with the samples in
 the ranks' memory (device) and once read through the loader each step (host). Same samples,
 same order, same conversion: the losses, validation and test figures are equal. The cells are
 trained once per run (paired_cells.py): test_collectives reads the device ones' benchmark, and

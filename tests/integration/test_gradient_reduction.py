@@ -20,6 +20,8 @@ from scalebench.train import rank_env
 from scalebench.train.torch import fsdp, native
 from torch import nn
 
+ENVIRONMENT = "torch"
+
 pytestmark = pytest.mark.integration
 
 GRADIENTS = (1 + 2**-12, 3.0)

@@ -5,21 +5,30 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import allreduce_counts, cell_settings, launch_cell, read_records, skip_unless_horovod_ran
+from conftest import (
+    allreduce_counts,
+    cell_settings,
+    in_framework,
+    launch_cell,
+    read_records,
+    skip_unless_horovod_ran,
+)
 from scalebench.train.collectives import TENSOR_NAME
 
 pytestmark = pytest.mark.integration
 
 
+# How many gradient tensors the UNet without batch norm has (one allreduce each per step), as the
+# framework builds it, asked in its own environment: this module runs in the pipeline's, which has neither
+GRADIENT_TENSORS = {
+    "torch": "from scalebench.train.torch.model import UNet\nprint(len(list(UNet(batch_norm=False).parameters())))",
+    "tensorflow": "from scalebench.train.tf.model import build_unet\n"
+    "print(len(build_unet((32, 48), batch_norm=False).trainable_variables))",
+}
+
+
 def gradient_tensors(framework: str) -> int:
-    """How many gradient tensors the UNet without batch norm has (one allreduce each per step)."""
-    if framework == "torch":
-        from scalebench.train.torch.model import UNet
-
-        return len(list(UNet(batch_norm=False).parameters()))
-    from scalebench.train.tf.model import build_unet
-
-    return len(build_unet((32, 48), batch_norm=False).trainable_variables)
+    return in_framework(framework, GRADIENT_TENSORS[framework])
 
 
 @pytest.mark.parametrize("framework", ["torch", "tensorflow"])

@@ -8,6 +8,8 @@ import pytest
 from conftest import rank_in_process
 from scalebench.train import loop
 
+ENVIRONMENT = "torch"
+
 pytestmark = pytest.mark.integration
 
 

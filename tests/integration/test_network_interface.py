@@ -32,4 +32,4 @@ def test_an_interface_the_node_lacks_refuses_the_cell_at_its_first_attempt(prepa
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["status"] == "refused"
     assert "cluster.network_interface is 'nosuch0'" in run["reason"] and "lo (127.0.0.1)" in run["reason"]
-    assert "torchrun" not in result.stdout  # no rank was started
+    assert "torch.distributed.run" not in result.stdout  # no rank was started (torchrun, as torch's Python runs it)

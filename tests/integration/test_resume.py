@@ -11,9 +11,9 @@ of one worker (the other failing on its own) in test_tf_training.py.
 The uninterrupted reference of each cell is the one test_data_placement trains anyway (its
 device cell, paired_cells.placed: two epochs with a checkpoint after each, as here), read once per
 test run (paired_cells.trained_once); the PyTorch DDP cell, which writes curves and never times out a
-collective, trains its own, which test_tensorboard.py and test_steps_per_epoch.py read too. Both attempts of the interrupted
-cell run with the other framework unimportable, and test_framework_isolation.py reads the resumed
-cell: the isolation check costs no training of its own. The agreement test takes on attempts made
+collective, trains its own, which test_tensorboard.py and test_steps_per_epoch.py read too.
+test_framework_isolation.py reads both attempts of the resumed cell (each in its framework's own
+environment): the isolation check costs no training of its own. The agreement test takes on attempts made
 for other tests: the DDP cell's first attempt, and test_tf_training.py's MultiWorkerMirrored attempt
 whose worker was killed after a checkpoint. The cells and their trainings are in paired_cells.py,
 where those modules find them.

@@ -11,6 +11,9 @@ varied a rank's compute by 0.1 s per step); a split that missed the delay would 
 Each framework's native cell has three ranks and carries every delay its test looks for, a straggler
 among them: the test of one slow rank among three reads the same cell (trained once per run,
 faulted_once), so the two tests cost one cell of each framework, not two.
+
+That measuring changes nothing that is trained is read from each framework's checkpoints, in its own
+session: test_step_split_torch.py and test_step_split_tensorflow.py, with the cells trained here.
 """
 
 from __future__ import annotations
@@ -406,37 +409,20 @@ def stalled_cell(settings: dict, data: Path, out: Path) -> None:
     assert (run["status"], run["error"]) == ("failed", "SystemExit: 143"), run
 
 
-def checkpoint_tensors(outs: list[Path], framework: str) -> list[dict[str, np.ndarray]]:
-    """The model's and optimizer's state in each cell's checkpoint (not the loop's records, which hold
-    timings), read in this process: a process of its own would import the framework again (seconds),
-    where the test process has it already or for the next test that needs it. TensorFlow's
-    checkpoint reader starts no runtime: a test of this process that sets TensorFlow's threads
-    still can (and those that train it in process run in one of their own: in_fresh_process)."""
-    if framework == "torch":
-        import torch
-
-        found = []
-        for out in outs:
-            state = torch.load(out / "checkpoint.pt", weights_only=False)
-            flat = {f"model.{k}": v for k, v in state["model"].items()}
-            flat.update({f"optimizer.{i}.{k}": v for i, s in state["optimizer"]["state"].items() for k, v in s.items()})
-            found.append({key: value.numpy() for key, value in flat.items() if torch.is_tensor(value)})
-        return found
-    import tensorflow as tf
-
-    readers = [tf.train.load_checkpoint(str(out / "checkpoint" / "ckpt-2")) for out in outs]
-    return [{k: r.get_tensor(k) for k in r.get_variable_to_shape_map() if "meta" not in k} for r in readers]
-
-
-@pytest.mark.parametrize(("framework", "backend"), [("torch", "native"), ("torch", "fsdp"), ("tensorflow", "native")])
-def test_measuring_the_split_changes_nothing_that_is_trained(framework, backend, prepared_data, tmp_path):
-    outs = [tmp_path / f"split-{split}" for split in (True, False)]
+def assert_measuring_the_split_changes_nothing_that_is_trained(
+    framework: str, backend: str, data: Path, folder: Path, checkpoint_tensors
+) -> None:
+    """Two cells stalled after epoch 2's checkpoint, one measuring the split and one not, trained the
+    same: the same records and, read by `checkpoint_tensors(outs)` (each framework's test reads its
+    own checkpoints, in its own session: test_step_split_torch.py, test_step_split_tensorflow.py),
+    the same model and optimizer state to the bit."""
+    outs = [folder / f"split-{split}" for split in (True, False)]
     for split, out in zip((True, False), outs):
-        stalled_cell(cell_settings(framework, backend, 2, epochs=3, eval_every=1, step_split=split), prepared_data, out)
+        stalled_cell(cell_settings(framework, backend, 2, epochs=3, eval_every=1, step_split=split), data, out)
     measured, unmeasured = (
         [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()] for out in outs
     )
-    tensors, reference = checkpoint_tensors(outs, framework)
+    tensors, reference = checkpoint_tensors(outs)
     assert [e["epoch"] for e in measured] == [1, 2] == [e["epoch"] for e in unmeasured]
     assert [(e["loss"], e["val_loss"], e["val_iou"]) for e in measured] == [
         (e["loss"], e["val_loss"], e["val_iou"]) for e in unmeasured

@@ -8,6 +8,8 @@ from __future__ import annotations
 import pytest
 from conftest import in_fresh_process
 
+ENVIRONMENT = "tensorflow"
+
 pytestmark = pytest.mark.integration
 
 

@@ -1,15 +1,14 @@
 """TensorFlow's GPU cells run on their GPUs or fail saying why, as torch's do (tests/unit/train/
-test_devices.py): checked with faked device queries in a fresh process, since TensorFlow's devices can
-be set only before its runtime starts. One process checks every case (a cold TensorFlow import costs
-seconds)."""
+test_devices_torch.py): checked with faked device queries in a fresh process of TensorFlow's
+environment, since TensorFlow's devices can be set only before its runtime starts. One process
+checks every case (a cold TensorFlow import costs seconds)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
-from conftest import SCRIPTS, cell_settings, tool_env
+from conftest import SCRIPTS, cell_settings, framework_python, tool_env
 
 SLURM_JOB = {"SCALEBENCH_EXECUTOR": "slurm"}  # launch.py sets it for the ranks of a SLURM cell
 
@@ -55,7 +54,7 @@ def case_input(gpus: int, ranks: int, env: dict) -> list:
 def test_tensorflow_refuses_like_torch():
     cases = json.dumps([case_input(gpus, ranks, env) for gpus, ranks, env, _ in CASES])
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, cases],
+        [framework_python("tensorflow"), "-c", PROBE, cases],
         capture_output=True,
         text=True,
         env=tool_env(PYTHONPATH=str(SCRIPTS)),

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import (
-    REPO,
     assert_refused,
     cell_settings,
     launch_cell,
@@ -18,15 +17,8 @@ from conftest import (
     skip_unless_horovod_ran,
     tool_env,
 )
-from paired_cells import (
-    KILLED_AFTER,
-    LEARN,
-    bf16_rank_without_torch,
-    killed_worker_attempt,
-    multiworker_reference,
-    multiworker_settings,
-)
-from scalebench import config as sb_config
+from paired_cells import KILLED_AFTER, LEARN, killed_worker_attempt, multiworker_reference, multiworker_settings
+from scalebench import backends
 from scalebench.launch import launcher as sb_launch
 
 pytestmark = pytest.mark.integration
@@ -143,7 +135,8 @@ def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_worke
     settings = cell_settings("tensorflow", "mirrored", 2, seed=3, **{**LEARN, "threads_per_rank": 1})
     result = launch_cell(settings, prepared_data, tmp_path / "m")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "torchrun" not in result.stdout.splitlines()[0]  # one process, no launcher of ranks
+    launched = result.stdout.splitlines()[0]  # one process, no launcher of ranks
+    assert "local_ranks.py" not in launched and "torch.distributed.run" not in launched, launched
     # it says where its replicas are: not on GPUs, sharing this process's CPU
     assert "rank 0/1: MirroredStrategy with 2 replicas (local) on 2 logical CPU devices: no GPU" in result.stdout
     epochs, final, run = read_records(tmp_path / "m")
@@ -162,7 +155,7 @@ def test_mirrored_in_one_process_learns_the_same_losses_as_two_multiworker_worke
 
 def test_mirrored_refuses_a_launcher_that_starts_a_process_per_gpu(prepared_data, tmp_path):
     settings = cell_settings("tensorflow", "mirrored", 2, epochs=1)
-    launchers = sb_config.validate({}, sb_config.load_schema(REPO / "config" / "schema.yaml"))["launchers"]
+    launchers = backends.default_launchers()
     launchers["local"]["tensorflow_mirrored"] = launchers["local"]["tensorflow_native"].replace("{ranks}", "2")
     result = subprocess.run(
         sb_launch.command_line(settings, prepared_data, tmp_path, launchers),
@@ -176,13 +169,16 @@ def test_mirrored_refuses_a_launcher_that_starts_a_process_per_gpu(prepared_data
     assert_refused(result, tmp_path, message)
 
 
-def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_path_factory):
-    # fp16 needs a GPU (and is refused on CPUs, test_config); bf16 runs on the CPU here, on both placements:
-    # one-rank cells started as srun starts them, without torch (test_framework_isolation reads one too)
-    runs = {
-        placement: read_records(bf16_rank_without_torch(tmp_path_factory, prepared_data, placement))
-        for placement in ("device", "host")
-    }
+def test_bf16_mixed_precision_trains_under_the_keras_policy(prepared_data, tmp_path):
+    # fp16 needs a GPU (and is refused on CPUs, test_config); bf16 runs on the CPU here, on both
+    # placements: one-rank cells of two epochs, each rank started as srun starts it (rank_command)
+    runs = {}
+    for placement in ("device", "host"):
+        settings = cell_settings("tensorflow", "native", 1, precision="bf16", epochs=2, loader={"placement": placement})
+        command = rank_command(settings, prepared_data, tmp_path / placement)
+        result = subprocess.run(command, capture_output=True, text=True, env=tool_env(), timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        runs[placement] = read_records(tmp_path / placement)
     epochs, final, run = runs["device"]
     assert run["status"] == "ok", run.get("reason")  # a mismatch refuses the cell, naming both
     assert run["precision"] == "bf16" and run["training"]["precision"] == "bf16"

@@ -1,7 +1,8 @@
 """PyTorch fsdp and dp trained for real on the CPU, each rank through the rank entry (workflow/scripts/train.py).
 
-The ranks of a multi-rank cell are started by torchrun directly, as the torch_native launcher
-template does, with the cell's settings switched to the backend under test. The uninterrupted FSDP
+The ranks of a multi-rank cell are started by torchrun (torch.distributed.run in torch's environment)
+directly, as the torch_native launcher template does, with the cell's settings switched to the
+backend under test. The uninterrupted FSDP
 and DDP cells the parity and the resume compare with, and dp's cell of one device, are
 test_data_placement's, trained once per run through launch.py (paired_cells.py).
 """
@@ -17,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import (
-    BIN,
     assert_refused,
     cell_settings,
     checkpoint_epoch,
+    framework_python,
+    in_framework,
     rank_command,
     rank_pids,
     read_records,
@@ -50,7 +52,7 @@ def rank_processes(settings: dict, data: Path, out: Path) -> list[str]:
     processes = 1 if settings["cell"]["backend"] == "dp" else settings["cell"]["gpus"]
     if processes == 1:
         return command
-    torchrun = [str(BIN / "torchrun"), "--nnodes=1", f"--nproc-per-node={processes}"]
+    torchrun = [framework_python("torch"), "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={processes}"]
     return [*torchrun, "--master-addr=127.0.0.1", f"--master-port={free_port()}", *command[1:]]
 
 
@@ -62,6 +64,14 @@ def train(settings: dict, data: Path, out: Path, **env: str) -> subprocess.Compl
 def losses(out: Path) -> list[float]:
     epochs, final, _ = read_records(out)
     return [e["loss"] for e in epochs] + [final["test_loss"], final["iou"]]
+
+
+# the parameters of the model's state in a checkpoint, counted by torch (its environment's Python)
+CHECKPOINT_PARAMETERS = """
+import sys, torch
+state = torch.load(sys.argv[1], weights_only=False)["model"]
+print(sum(t.numel() for name, t in state.items() if "running" not in name and "num_batches" not in name))
+"""
 
 
 # FSDP's and DDP's cells of both tests below are test_data_placement's device cells, trained once per
@@ -118,27 +128,13 @@ def test_fsdp_resumes_from_its_checkpoint_to_identical_results(prepared_data, tm
             os.killpg(process.pid, signal.SIGKILL)
         for pid in rank_pids(out):  # never leave a stalled rank behind
             os.kill(pid, signal.SIGKILL)
-    checkpoint = _load(out / "checkpoint.pt")
     # whole tensors, as the plain model holds them: the parameter count, not a rank's shard
-    assert (
-        sum(
-            tensor.numel()
-            for name, tensor in checkpoint["model"].items()
-            if "running" not in name and "num_batches" not in name
-        )
-        == UNET_PARAMETERS
-    )
+    assert in_framework("torch", CHECKPOINT_PARAMETERS, str(out / "checkpoint.pt")) == UNET_PARAMETERS
     resumed = train(settings, prepared_data, out)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from checkpoint after epoch 1" in resumed.stdout
     assert losses(out) == losses(fsdp_run)
     assert read_records(out)[2]["resumed_from_epoch"] == 1
-
-
-def _load(path: Path) -> dict:
-    import torch
-
-    return torch.load(path, weights_only=False)
 
 
 def test_fsdp_of_one_rank_is_refused_before_training(prepared_data, tmp_path):

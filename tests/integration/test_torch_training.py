@@ -1,4 +1,5 @@
-"""Real multi-rank PyTorch training on CPU, started the way the train rule starts it."""
+"""Real multi-rank PyTorch training on CPU, started the way the train rule starts it (what needs torch
+in the test's own process: test_torch_training_torch.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import math
 import os
 import signal
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,7 @@ from conftest import (  # horovod_imports: needs_horovod's condition names it
     SCRIPTS,
     assert_refused,
     cell_settings,
+    framework_python,
     horovod_imports,  # noqa: F401
     launch_cell,
     rank_pids,
@@ -74,7 +75,8 @@ def test_records_follow_the_contract(prepared_data, tmp_path_factory):
     out = never_reached(prepared_data, tmp_path_factory)
     # one rank of the default torchrun template starts without torchrun's agent: rank 0 of 1
     launched = next(line for line in launch_output(out).splitlines() if line.startswith("launch (local): "))
-    assert launched.split()[2:4] == [sys.executable, str(SCRIPTS / "train.py")], launched
+    # in torch's environment (scalebench/environments.py)
+    assert launched.split()[2:4] == [framework_python("torch"), str(SCRIPTS / "train.py")], launched
     epochs, final, run = read_records(out)
     assert [e["epoch"] for e in epochs] == [1, 2]
     for record in epochs:
@@ -227,20 +229,6 @@ def test_killed_rank_fails_the_cell_quickly_and_leaves_no_process(prepared_data,
     assert wait_for(lambda: not rank_pids(tmp_path), 10), "ranks left behind"
 
 
-def test_checkpoint_from_another_config_or_truncated_is_ignored(prepared_data, tmp_path):
-    import torch
-
-    (tmp_path / "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated")
-    result = launch_cell(cell_settings("torch", "native", 1, epochs=1), prepared_data, tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "ignoring unreadable checkpoint" in result.stderr
-    torch.save({"config_hash": "0123456789abcdef", "epoch": 1}, tmp_path / "checkpoint.pt")
-    result = launch_cell(cell_settings("torch", "native", 1, epochs=1), prepared_data, tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert "written for config 0123456789abcdef" in result.stderr
-    assert "resuming" not in result.stdout
-
-
 @needs_horovod
 def test_ddp_and_horovod_agree_without_batch_norm(prepared_data, tmp_path):
     losses = {}
@@ -276,17 +264,6 @@ def test_horovod_with_batch_norm_learns(prepared_data, tmp_path):
     _, final, run = read_records(tmp_path)
     assert final["iou"] > 3 * foreground_iou(prepared_data)
     assert run["versions"]["horovod"] == "0.28.1"
-
-
-def test_missing_horovod_names_the_fix(monkeypatch):
-    from scalebench.settings import RunSettings
-    from scalebench.train import rank_env
-    from scalebench.train.torch import horovod as torch_horovod
-
-    monkeypatch.setitem(sys.modules, "horovod.torch", None)  # as if Horovod were not installed
-    run = RunSettings.from_json(cell_settings("torch", "horovod", 1), "data", "out")
-    with pytest.raises(RuntimeError, match=r"cannot import horovod.torch .*run ./install.sh"):
-        torch_horovod.create(run, rank_env.detect({}), "cpu", False)
 
 
 def test_a_gpu_cell_without_a_gpu_fails_before_its_first_step(prepared_data, tmp_path):

@@ -32,9 +32,11 @@ def test_the_registry_names_each_backend_once_and_the_schema_lists_them(schema):
     assert backends.frameworks_of("fsdp") == ["torch"] and backends.frameworks_of("mirrored") == ["tensorflow"]
     assert backends.frameworks_of("horovod") == ["torch", "tensorflow"]
     # every pair has a launcher template per executor, one key per framework_backend as before
-    launchers = sb_config.validate({}, schema)["launchers"]
+    launchers = backends.default_launchers()
     pairs = {f"{f}_{b}" for f, names in backends.REGISTRY.items() for b in names}
     assert set(launchers["local"]) == set(launchers["slurm"]) == pairs
+    listed = schema["properties"]["launchers"]["properties"]
+    assert {executor: set(listed[executor]["properties"]) for executor in launchers} == dict.fromkeys(launchers, pairs)
 
 
 def test_a_new_registry_entry_reaches_the_schema_legend_launchers_and_docs_with_no_other_change(monkeypatch):

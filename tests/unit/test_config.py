@@ -6,6 +6,7 @@ import copy
 
 import pytest
 from conftest import tiny_config
+from scalebench import backends
 from scalebench import config as sb_config
 
 
@@ -14,7 +15,9 @@ def test_defaults_fill_every_section(schema):
     assert resolved["dataset"]["image_size"] == [768, 1024]
     assert resolved["training"]["loader"]["workers"] == 2
     assert resolved["cluster"]["time"]["floor_min"] == 15
-    assert resolved["launchers"]["local"]["torch_native"].startswith("torchrun")
+    assert resolved["launchers"] == backends.default_launchers()
+    # torchrun as torch's environment runs it (scalebench/environments.py fills {python})
+    assert "{python} -m torch.distributed.run " in resolved["launchers"]["local"]["torch_native"]
 
 
 def test_validate_does_not_modify_its_input(schema):
@@ -240,12 +243,15 @@ def test_a_profile_window_inside_the_run_is_accepted_from_command_line_text(sche
 
 
 def test_a_profile_for_a_framework_without_its_profiler_is_refused_naming_the_key(schema, monkeypatch):
-    from scalebench.config import checks
+    # asked of torch's environment itself (environments.probe): its profiler's file, its package's folder
+    from scalebench import environments
 
-    monkeypatch.setitem(checks.PROFILERS, "torch", ("torch", "no/such/profiler.py"))
+    monkeypatch.setitem(environments.PROFILERS, "torch", "no/such/profiler.py")
     with pytest.raises(sb_config.ConfigError) as error:
         sb_config.validate(tiny_config(training={"profile": {"epoch": 1, "steps": 1}}), schema)
-    assert "config key 'training.profile': the torch cells cannot be traced: torch has no profiler" in str(error.value)
-    monkeypatch.setitem(checks.PROFILERS, "torch", ("no_such_framework_package", "profiler"))
-    with pytest.raises(sb_config.ConfigError, match="no_such_framework_package is not installed"):
+    said = str(error.value)
+    assert "config key 'training.profile': the torch cells cannot be traced: torch's environment" in said
+    assert "has no profiler (torch/no/such/profiler.py)" in said
+    monkeypatch.setitem(environments.PACKAGES, "torch", "no_such_framework_package")
+    with pytest.raises(sb_config.ConfigError, match="it has no no_such_framework_package package"):
         sb_config.validate(tiny_config(training={"profile": {"epoch": 1, "steps": 1}}), schema)

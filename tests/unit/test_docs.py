@@ -304,26 +304,6 @@ def listed_names(folder: Path) -> list[str]:
     return sorted(f"`{p.name}/`" if p.is_dir() else f"`{p.name}`" for p in folder.iterdir())
 
 
-def test_cell_files_table_names_each_frameworks_checkpoint(tmp_path):
-    """A real checkpoint of each framework, written into a cell folder, is what the user guide lists."""
-    import tensorflow as tf
-    from scalebench.train.tf import checkpoint as tf_checkpoint
-    from scalebench.train.torch import checkpoint as torch_checkpoint
-
-    torch_cell, tf_cell = tmp_path / "torch", tmp_path / "tensorflow"
-    torch_cell.mkdir()
-    tf_cell.mkdir()
-    torch_checkpoint.Checkpoint(torch_cell, "hash").save({"epoch": 1})
-    tf_checkpoint.Checkpoint(tf_cell, "hash", {"step": tf.Variable(1)}, writes=True, participates=False).save({}, 1)
-    assert listed_names(torch_cell) == ["`checkpoint.pt`"] and listed_names(tf_cell) == ["`checkpoint/`"]
-    table = cell_files_table()
-    assert "`checkpoint.pt` (PyTorch)" in table and "`checkpoint/` (TensorFlow" in table
-    assert "`ckpt-EPOCH.*`" in table and list((tf_cell / "checkpoint").glob("ckpt-1.*"))
-    torch_checkpoint.remove(torch_cell)  # "removed when it finishes"
-    tf_checkpoint.remove(tf_cell)
-    assert listed_names(torch_cell) == listed_names(tf_cell) == []
-
-
 def test_cell_files_table_lists_the_train_rules_outputs():
     rule = (REPO / "rules" / "train.smk").read_text()
     table = cell_files_table()

@@ -1,5 +1,7 @@
 """One definition per record (records/definitions.py): the writers' builders write exactly its
-fields, with its types, and the analysis reads nothing it does not define."""
+fields, with its types, and the analysis reads nothing it does not define. The records a framework's
+own objects write (its backends' training records, run.json from PyTorch's rank): test_records_torch.py,
+test_records_tensorflow.py, with the checks here."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from cell_records import write_cell
@@ -20,7 +21,19 @@ from scalebench.launch import accounting
 from scalebench.records.definitions import COLLECTIVES, COMPILED, EPOCH, FINAL, RANK, RECORDS, RUN, TRAINING
 from scalebench.records.fields import TYPES, Field, Record, UndefinedField
 from scalebench.settings import RunSettings
-from scalebench.train import binding, collectives, flops, metrics, observed, profiling, provenance, site, step_timing
+from scalebench.train import (
+    binding,
+    collectives,
+    flops,
+    metrics,
+    observed,
+    profiling,
+    provenance,
+    rank_env,
+    site,
+    step_timing,
+)
+from scalebench.train.interfaces import Backend
 from scalebench.train.step_timing import StepTimes
 
 PROVENANCE = {"model_flops_per_image": 1e9, "peak_tflops": 100.0, "replicas": 2}
@@ -66,19 +79,13 @@ def test_the_final_record_and_the_cost_are_the_defined_fields(tmp_path):
     check_written(RUN, json.loads((tmp_path / "run.json").read_text()), complete=False)
 
 
-def training_record_of(training, framework: str, backend: str) -> tuple[dict, dict]:
-    """run.json's training record of a two-rank cell of `backend` with these settings, and the backend's options."""
-    from scalebench.train import rank_env
-    from scalebench.train.tf.native import MultiWorkerBackend
-    from scalebench.train.torch.horovod import HorovodTorchBackend
+# a two-rank cell's place, for the backends whose training record the tests build
+TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
 
-    place = rank_env.detect({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"})
-    if backend == "horovod":
-        made = HorovodTorchBackend(place, training.horovod)
-    else:  # around the default strategy: its options need no workers
-        import tensorflow as tf
 
-        made = MultiWorkerBackend(place, "cpu", False, tf.distribute.get_strategy(), "RING")
+def training_record_of(training, framework: str, made) -> tuple[dict, dict]:
+    """run.json's training record of a two-rank cell of `framework` with these settings whose
+    backend is `made`, and the backend's options."""
     options = made.options()
     record = provenance.training_record(
         training,
@@ -102,10 +109,14 @@ def training_mismatch(record: dict, options: dict) -> tuple[list[str], list[str]
     return sorted(names - set(TRAINING.names)), sorted(set(TRAINING.written()) - names)
 
 
-@pytest.mark.parametrize(("framework", "backend"), [("torch", "horovod"), ("tensorflow", "native")])
-def test_the_training_record_is_the_defined_settings_and_the_backends_options(framework, backend):
+def assert_the_training_record_is_the_defined_settings_and_the_backends_options(
+    framework: str, backend: str, make
+) -> None:
+    """The training record of a two-rank cell of `backend`, which `make(place, training)` builds (each
+    framework's: test_records_torch.py, test_records_tensorflow.py)."""
     run = RunSettings.from_json(cell_settings(framework, backend, 2), "data", "out")
-    record, options = training_record_of(run.training, framework, backend)
+    made = make(rank_env.detect(TWO_RANKS), run.training)
+    record, options = training_record_of(run.training, framework, made)
     assert record["device"] == "cuda"
     check_written(TRAINING, {key: value for key, value in record.items() if key not in options})
     assert training_mismatch(record, options) == ([], [])  # exactly the defined names (training is open)
@@ -125,7 +136,8 @@ def test_a_renamed_training_setting_fails_against_the_definition():
     Renamed = dataclasses.make_dataclass("TrainingSettings", renamed_fields, frozen=True)  # noqa: N806
     values = {known.name: getattr(training, known.name) for known in dataclasses.fields(training)}
     values["validate_every"] = values.pop("eval_every")
-    record, options = training_record_of(Renamed(**values), "torch", "native")
+    # a backend without options of its own (the base class): the record is the settings' alone
+    record, options = training_record_of(Renamed(**values), "torch", Backend(rank_env.detect(TWO_RANKS)))
     assert record["validate_every"] == training.eval_every and "eval_every" not in record
     assert training_mismatch(record, options) == (["validate_every"], ["eval_every"])
 
@@ -175,65 +187,6 @@ def test_a_key_added_to_the_schema_is_defined_in_the_training_record_with_its_ow
     assert fields["epochs"].meaning == "training.epochs: Epochs to train, each a pass over the shard."
     keys["device"]["description"] = "Changed."  # a resolved value keeps its own meaning
     assert definitions.training_fields(schema)[list(fields).index("device")].meaning.startswith("cuda or cpu")
-
-
-def written_run_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch | None = None, drop: str = "") -> dict:
-    """run.json as the writers of a cell that ended ok leave it: the rank's RunRecord from the cell's
-    start to its finish (one process, with a real DataParallel backend, PyTorch's device and model
-    on the CPU) and launch.py's accounting after it. `drop`: a field the rank's writer leaves out."""
-    from scalebench.settings import ProcessFacts
-    from scalebench.train import rank_env, run_record
-    from scalebench.train.placement import DataPlacement
-    from scalebench.train.torch import dp, model, runtime
-
-    if drop:
-        monkeypatch.setattr(run_record.provenance, "start_record", dropping(provenance.start_record, drop))
-    run = RunSettings.from_json(cell_settings("torch", "dp", 1), tmp_path / "data", tmp_path / "out")
-    Path(run.out_dir).mkdir(parents=True)
-    process, place = ProcessFacts.of_rank(run, {}), rank_env.detect({})
-    device = runtime.build_device(run, process, place)
-    backend = dp.create(run, place, device.type, process.share_gpu)
-    numerics = runtime.Numerics(None, True)  # build_numerics would seed this test process's generators
-    built = model.build(run, device, numerics, backend)
-    placement = DataPlacement("host", 0, "training.loader.placement: host")
-    record = run_record.RunRecord(
-        run, backend, process, "hash", framework="torch", model=built, device=device, numerics=numerics,
-        placement=placement,
-    )  # fmt: skip
-    record.add(collectives.run_fields(collectives.Result(reason="one replica: nothing to exchange"), 1))
-    steps = {"compute_dtype": "float32", "compiled": observed.compiled_record("torch.compile (inductor)", 0, 0, [])}
-    record.observe(steps)
-    record.first_epoch()
-    final = records.final_record("ok", 1.0, 2.0, 1) | dict.fromkeys(records.COST_FIELDS) | {"iou": 0.5}
-    record.finish(final, 0, lambda: steps)
-    accounting.record(record.path, None)  # launch.py, after the ranks: a local cell
-    return json.loads(record.path.read_text())
-
-
-def dropping(builder, name: str):
-    """`builder` whose record lacks `name` (a writer that forgot a field)."""
-
-    def built(*args, **kwargs) -> dict:
-        record = builder(*args, **kwargs)
-        record.pop(name)
-        return record
-
-    return built
-
-
-def test_run_json_as_the_writers_leave_it_holds_every_defined_field(tmp_path):
-    run = written_run_json(tmp_path)
-    check_written(RUN, run)  # every field a cell that ended ok holds: all but reason and error
-    check_written(TRAINING, {key: value for key, value in run["training"].items() if key != "dp"})
-    check_written(COLLECTIVES, run["collectives"])
-    check_written(COMPILED, run["compiled"])
-    assert {field.name for field in RUN.fields if field.absent} == {"reason", "error"}
-
-
-def test_a_run_json_writer_that_drops_a_defined_field_fails_naming_it(tmp_path, monkeypatch):
-    run = written_run_json(tmp_path, monkeypatch, drop="python")
-    with pytest.raises(AssertionError, match=r"run record lacks \[.python.\]"):
-        check_written(RUN, run)
 
 
 def test_run_json_from_the_ranks_builders_and_the_launchers_accounting_is_the_defined_fields():

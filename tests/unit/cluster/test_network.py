@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 from conftest import REPO, tiny_config
 from scalebench import config as sb_config
+from scalebench import environments
 from scalebench.cell import Cell
 from scalebench.cluster import network
 from scalebench.cluster.slurm import Allocation, SlurmError
@@ -29,14 +30,15 @@ def test_the_interface_s_address_or_a_refusal_naming_the_key_and_the_nodes_inter
 
 def test_every_library_and_the_ranks_are_told_the_interface():
     allocation = Allocation("local", ["localhost"], "127.0.0.1", 30000, 1)
-    env = rank_environment(1, allocation, "ib0")
+    torch_environment = environments.resolve("torch")  # the cell's framework's, as launch.py resolves it
+    env = rank_environment(1, allocation, torch_environment, "ib0")
     assert {key: env[key] for key in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE")} == {
         "NCCL_SOCKET_IFNAME": "ib0",
         "GLOO_SOCKET_IFNAME": "ib0",
         "HOROVOD_GLOO_IFACE": "ib0",
     }
     assert env[network.VARIABLE] == "ib0"
-    assert network.VARIABLE not in rank_environment(1, allocation)
+    assert network.VARIABLE not in rank_environment(1, allocation, torch_environment)
 
 
 def test_tensorflow_workers_on_one_node_are_named_by_the_interfaces_address():
@@ -84,7 +86,7 @@ def test_tensorflow_workers_on_several_nodes_are_named_by_each_node_s_interface_
     # what launch.py exports after gathering every node's address on the interface
     allocation = Allocation("slurm", ["gpu01", "gpu02"], "10.1.0.1", 30000, 1, ("10.0.0.1", "10.0.0.2"))
     allocation = dataclasses.replace(allocation, interface_addresses=("127.0.0.1", "127.0.0.2"))
-    exported = rank_environment(1, allocation, "lo")
+    exported = rank_environment(1, allocation, environments.resolve("tensorflow"), "lo")
     assert exported[network.ADDRESSES] == "gpu01=127.0.0.1,gpu02=127.0.0.2"
     env = two_node_tf_env(**{key: exported[key] for key in (network.VARIABLE, network.ADDRESSES)})
     workers = tf_config.build_tf_config(rank_env.detect(env), env)["cluster"]["worker"]

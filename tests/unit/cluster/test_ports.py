@@ -5,9 +5,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import urllib.request
 
-import pytest
 import yaml
 from conftest import REPO, SCRIPTS
 from scalebench.cluster import ports
@@ -56,21 +54,6 @@ def test_a_block_with_a_port_in_use_is_passed_over(tmp_path):
         busy.bind(("", probe + 5))
         busy.listen()
         assert ports.reserve_local_block(tmp_path / "fresh") != probe
-
-
-def test_horovod_rendezvous_listens_on_the_cells_block(tmp_path):
-    pytest.importorskip("horovod")
-    from scalebench.launch.horovod_rendezvous import start_rendezvous
-
-    port = ports.reserve_local_block(tmp_path)
-    server = start_rendezvous(port)
-    try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/global/key", data=b"value", method="PUT")
-        urllib.request.urlopen(request, timeout=10).close()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/global/key", timeout=10) as answer:
-            assert answer.read() == b"value"
-    finally:
-        server.stop()
 
 
 HOLD_SLURM = (

@@ -1,12 +1,18 @@
-"""Horovod ranks started by srun: the rendezvous plan and each rank's HOROVOD_* variables."""
+"""Horovod ranks started by srun: the rendezvous plan and each rank's HOROVOD_* variables, and the
+rendezvous server on the cell's port block. Horovod's runner (its rendezvous and its plan) is in each
+framework's environment, not the pipeline's: these tests run in torch's."""
 
 import json
 import subprocess
+import urllib.request
 
 import pytest
 from conftest import cell_settings, rank_command, tool_env
+from scalebench.cluster import ports
 from scalebench.cluster.slurm import block_distribution
 from scalebench.train.rank_env import LayoutMismatch, adopt_srun_rank
+
+ENVIRONMENT = "torch"  # Horovod's runner, which horovod_srun.py runs in the cell's framework's environment
 
 
 def test_plan_follows_srun_block_distribution():
@@ -143,3 +149,18 @@ def test_a_rank_placed_against_the_plan_fails_its_cell_before_training(tmp_path)
     assert "rank 0: failed: srun placed the ranks as n1:4,n2:3,n3:3" in result.stderr
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     assert run["status"] == "failed" and "LayoutMismatch" in run["error"]
+
+
+def test_horovod_rendezvous_listens_on_the_cells_block(tmp_path):
+    pytest.importorskip("horovod", reason="Horovod is built by ./install.sh")
+    from scalebench.launch.horovod_rendezvous import start_rendezvous
+
+    port = ports.reserve_local_block(tmp_path)
+    server = start_rendezvous(port)
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/global/key", data=b"value", method="PUT")
+        urllib.request.urlopen(request, timeout=10).close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/global/key", timeout=10) as answer:
+            assert answer.read() == b"value"
+    finally:
+        server.stop()

@@ -1,19 +1,19 @@
 """horovod_run.py, the local Horovod cells' launcher: horovodrun without its probe of Horovod's
 framework extensions, the ranks checking the build themselves.
 
-The ranks here are one-line Pythons, and both frameworks are unimportable in the launcher's
-environment: horovodrun's probe (a forked process importing horovod.tensorflow, then
-horovod.torch) then finds no Gloo and refuses the run, so a run that starts its ranks did not probe."""
+The launcher runs in torch's environment (where the local Horovod template runs it for a torch cell,
+with its horovodrun beside it), the ranks are one-line Pythons, and both frameworks are made
+unimportable there for the test: horovodrun's probe (a forked process importing Horovod's extension of
+each framework) then finds no Gloo and refuses the run, so a run that starts its ranks did not probe."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import BIN, SCRIPTS, tool_env, unimportable
+from conftest import SCRIPTS, framework_python, tool_env, unimportable
 from scalebench.refusal import HorovodBuildError
 from scalebench.train.horovod_common import check_build
 
@@ -25,28 +25,33 @@ RANK = (
 )
 
 
+# the Python of the environment horovod_run.py runs in, and horovodrun beside it
+PYTHON = framework_python("torch")
+HOROVODRUN = str(Path(PYTHON).parent / "horovodrun")
+
+
 def without_frameworks(folder: Path) -> dict[str, str]:
     """An environment in which tensorflow and torch refuse to import (packages that shadow them)."""
     return tool_env(PYTHONPATH=unimportable(folder, ["tensorflow", "torch"]))
 
 
 def launch(launcher: list[str], env: dict[str, str], rank_1_exit: int = 0) -> subprocess.CompletedProcess:
-    command = [*launcher, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable, "-c", RANK, str(rank_1_exit)]
+    command = [*launcher, "--gloo", "-np", "2", "-H", "localhost:2", PYTHON, "-c", RANK, str(rank_1_exit)]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
 
 
 def test_the_ranks_start_without_horovodrun_s_probe_and_a_failed_rank_fails_the_launch(tmp_path):
     env = without_frameworks(tmp_path / "blocked")
     # horovodrun itself probes: with neither extension importable it finds no Gloo and starts nothing
-    probed = launch([str(BIN / "horovodrun")], env)
+    probed = launch([HOROVODRUN], env)
     assert probed.returncode != 0 and "Gloo support has not been built" in probed.stderr, probed.stderr[-2000:]
     assert "rank 0 of 2" not in probed.stdout
 
-    started = launch([sys.executable, str(SCRIPTS / "horovod_run.py")], env)
+    started = launch([PYTHON, str(SCRIPTS / "horovod_run.py")], env)
     assert started.returncode == 0, started.stderr[-2000:]
     assert "rank 0 of 2 gloo" in started.stdout and "rank 1 of 2 gloo" in started.stdout, started.stdout
 
-    failed = launch([sys.executable, str(SCRIPTS / "horovod_run.py")], env, rank_1_exit=3)
+    failed = launch([PYTHON, str(SCRIPTS / "horovod_run.py")], env, rank_1_exit=3)
     assert failed.returncode != 0  # as horovodrun: one rank's failure is the launch's
     assert "exited with non-zero status" in failed.stderr, failed.stderr[-2000:]
 

@@ -1,5 +1,6 @@
 """Gradient accumulation (training.horovod.backward_passes_per_step): which batches share an
-optimizer step (tests/integration/test_accumulation_steps.py trains with it)."""
+optimizer step (tests/integration/test_accumulation_steps_torch.py and _tensorflow.py train with it).
+The batches each framework's loader yields per epoch: test_accumulation_torch.py, _tensorflow.py."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from scalebench.train.accumulation import (
     epoch_parts,
     optimizer_steps,
 )
+
+# (samples, replicas, batch): each framework's loader yields batches_per_epoch's count of whole batches
+# per epoch (test_accumulation_torch.py, test_accumulation_tensorflow.py)
+LOADERS = [(32, 1, 4), (32, 2, 5), (33, 2, 4), (10, 4, 2), (3, 4, 1)]
 
 
 def test_batches_are_grouped_into_steps_and_the_remainder_is_a_shorter_step():
@@ -30,18 +35,6 @@ def test_one_pass_per_step_steps_on_every_batch():
 def test_a_pass_count_below_one_names_the_key():
     with pytest.raises(ValueError, match="training.horovod.backward_passes_per_step"):
         epoch_parts(4, 0)
-
-
-@pytest.mark.parametrize(("samples", "replicas", "batch"), [(32, 1, 4), (32, 2, 5), (33, 2, 4), (10, 4, 2), (3, 4, 1)])
-def test_batches_per_epoch_is_what_the_loaders_yield(samples, replicas, batch):
-    from scalebench.train.tf import data as tf_data
-    from torch.utils.data import DataLoader, DistributedSampler
-
-    expected = batches_per_epoch(samples, replicas, batch)
-    for rank in range(replicas):
-        sampler = DistributedSampler(range(samples), num_replicas=replicas, rank=rank, seed=1, drop_last=False)
-        assert len(DataLoader(range(samples), batch_size=batch, sampler=sampler, drop_last=True)) == expected
-        assert len(tf_data.distributed_order(samples, replicas, rank, 1, 0)) // batch == expected
 
 
 def test_fixed_steps_give_every_replica_their_batches_at_any_replica_count():

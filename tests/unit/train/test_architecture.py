@@ -12,6 +12,8 @@ from scalebench.config.resources import runtime_minutes
 from scalebench.train import flops
 from scalebench.train.torch.model import UNet
 
+ENVIRONMENT = "torch"
+
 
 @pytest.mark.parametrize("width", [0, -1, 1.5, "2"])
 def test_a_width_that_is_not_a_whole_number_of_at_least_one_is_refused(width):

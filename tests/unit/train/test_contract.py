@@ -2,7 +2,9 @@
 the products the loop holds (train/interfaces.py: the same class names in the same files, with the
 methods of their protocols), and one Backend module per entry of the backend registry
 (scalebench/backends.py), named there by its dotted path and imported as named; every fact of an
-entry is read from it, restated by no class."""
+entry is read from it, restated by no class. What each framework's modules are, imported:
+test_contract_torch.py, test_contract_tensorflow.py (each in its framework's environment), through
+the checks here."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import textwrap
 import pytest
 from conftest import SCRIPTS
 from scalebench import backends
-from scalebench.train import entry, interfaces
+from scalebench.train import interfaces
 from scalebench.train.entry import FRAMEWORK_PACKAGES
 from scalebench.train.interfaces import Backend, FrameworkSpec
 
@@ -38,7 +40,6 @@ SHARED_ROLES = {
 }
 # a framework's own helpers beside its backends: TensorFlow's two strategies share strategy.py
 HELPERS = {"torch": set(), "tensorflow": {"strategy.py"}}
-PAIRS = [(framework, backend) for framework, names in backends.REGISTRY.items() for backend in names]
 # the facts of a registry entry (its name aside, which with `framework` says which entry a class is),
 # and the names classes restated them under before they read them from the entry
 FACTS = {f.name for f in dataclasses.fields(backends.BackendSpec)} - {"name"}
@@ -82,19 +83,6 @@ def test_every_entry_names_a_module_for_each_framework_that_has_it_and_no_other(
             assert framework in backends.spec(framework, backend).modules, f"{framework}/{backend} names no module"
 
 
-def test_the_rank_imports_the_module_the_entry_names_whatever_the_backend_is_called(monkeypatch):
-    """A backend named like a role file (model) whose entry names DDP's module gets DDP's module,
-    not train/torch/model.py: the rank never builds a module's name from the backend's."""
-    native = importlib.import_module("scalebench.train.torch.native")
-    assert entry.backend_module("torch", "native") is native
-    model = dataclasses.replace(backends.NATIVE_TORCH, name="model", label="model", colour="#000000")
-    monkeypatch.setitem(backends.REGISTRY["torch"], "model", model)
-    assert entry.backend_module("torch", "model") is native
-    moved = dataclasses.replace(backends.NATIVE_TORCH, modules={"torch": "scalebench.train.torch.dp"})
-    monkeypatch.setitem(backends.REGISTRY["torch"], "native", moved)
-    assert entry.backend_module("torch", "native") is importlib.import_module("scalebench.train.torch.dp")
-
-
 def test_the_entry_point_knows_the_registrys_frameworks():
     assert set(FRAMEWORK_PACKAGES) == set(backends.FRAMEWORKS) == set(FOLDERS)
 
@@ -119,8 +107,8 @@ def protocol_members(protocol: type) -> set[str]:
     return declared | set(getattr(protocol, "__annotations__", {}))
 
 
-@pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
-def test_each_framework_is_a_spec_of_every_builder(framework):
+def assert_a_spec_of_every_builder(framework: str) -> None:
+    """The framework's spec (train/<framework>/spec.py) fills in every builder of FrameworkSpec."""
     spec = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.spec").SPEC
     assert isinstance(spec, FrameworkSpec) and spec.name == framework
     for known in dataclasses.fields(FrameworkSpec):
@@ -128,11 +116,9 @@ def test_each_framework_is_a_spec_of_every_builder(framework):
         assert known.name == "name" or callable(value), f"{framework}: {known.name} is not a builder"
 
 
-@pytest.mark.parametrize("framework", sorted(FRAMEWORK_PACKAGES))
-@pytest.mark.parametrize(("role", "name", "protocol"), PRODUCTS, ids=[name for _, name, _ in PRODUCTS])
-def test_each_product_has_the_same_name_and_role_in_both_frameworks_and_its_protocols_members(
-    framework, role, name, protocol
-):
+def assert_the_product(framework: str, role: str, name: str, protocol: type) -> None:
+    """The framework's product `name` is a class in its module of `role`, with its protocol's members:
+    the same name and role in both frameworks."""
     module = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.{role}")
     product = getattr(module, name, None)
     assert inspect.isclass(product), f"{FOLDERS[framework]}/{role}.py defines no class {name}"
@@ -155,8 +141,8 @@ def instance_attributes(kind: type) -> set[str]:
     }
 
 
-@pytest.mark.parametrize(("framework", "backend"), PAIRS, ids=[f"{f}-{b}" for f, b in PAIRS])
-def test_each_backend_module_creates_a_backend_that_overrides_what_it_must(framework, backend):
+def assert_a_backend_module(framework: str, backend: str) -> None:
+    """The entry's module defines one Backend, which overrides what it must and says which entry it is."""
     module = importlib.import_module(backends.module(framework, backend))
     classes = [
         c
@@ -179,9 +165,10 @@ def restated_facts(kind: type) -> list[str]:
     return sorted(set(vars(kind)) & (FACTS | FORMER_RESTATEMENTS | {"spec"}))
 
 
-def backend_classes() -> list[type]:
-    """Every Backend subclass of the registered modules (and the classes they build on), after importing them."""
-    for framework, backend in PAIRS:
+def backend_classes(framework: str) -> list[type]:
+    """Every Backend subclass of the framework's registered modules (and the classes they build on),
+    after importing them."""
+    for backend in backends.REGISTRY[framework]:
         importlib.import_module(backends.module(framework, backend))
     found, todo = [], [Backend]
     while todo:
@@ -192,9 +179,10 @@ def backend_classes() -> list[type]:
     return found
 
 
-def test_no_backend_class_restates_a_fact_of_its_registry_entry():
-    classes = backend_classes()
-    assert {c.__name__ for c in classes} >= {"DDPBackend", "FSDPBackend", "DataParallelBackend", "MirroredBackend"}
+def assert_no_backend_class_restates_a_fact(framework: str, names: set[str]) -> None:
+    """No Backend class of the framework (among them those `names`) states a fact of its registry entry."""
+    classes = backend_classes(framework)
+    assert {c.__name__ for c in classes} >= names
     for kind in classes:
         assert not restated_facts(kind), f"{kind.__name__} restates {restated_facts(kind)}: read them from self.spec"
 
@@ -203,27 +191,3 @@ def test_no_backend_class_restates_a_fact_of_its_registry_entry():
         shards_parameters = True
 
     assert restated_facts(Restating) == ["shards_parameters", "shards_state"]
-
-
-def test_a_backend_reads_its_facts_from_its_entry(monkeypatch):
-    from scalebench.train import rank_env
-    from scalebench.train.torch.fsdp import FSDPBackend
-
-    backend = FSDPBackend(rank_env.detect({}))
-    assert backend.spec is backends.FSDP and backend.spec.shards_state
-    monkeypatch.setitem(backends.REGISTRY["torch"], "fsdp", dataclasses.replace(backends.FSDP, shards_state=False))
-    assert not backend.spec.shards_state  # the entry, changed: the class follows with no other edit
-
-
-def test_whether_horovod_accumulates_is_the_registry_s_fact(monkeypatch):
-    pytest.importorskip("horovod.torch", reason="Horovod is built by ./install.sh")
-    from conftest import training_settings
-    from scalebench.train import rank_env
-    from scalebench.train.torch.horovod import HorovodTorchBackend
-
-    settings = training_settings(horovod={"backward_passes_per_step": 3}).horovod
-    assert HorovodTorchBackend(rank_env.detect({}), settings).backward_passes_per_step == 3
-    # the entry, flipped: the backend follows it with no other change
-    plain = dataclasses.replace(backends.HOROVOD, accumulates=False)
-    monkeypatch.setitem(backends.REGISTRY["torch"], "horovod", plain)
-    assert HorovodTorchBackend(rank_env.detect({}), settings).backward_passes_per_step == 1

@@ -6,6 +6,8 @@ from scalebench.train.flops import forward_flops, mfu, peak_fields, peak_tflops,
 from scalebench.train.torch.model import UNet
 from torch.utils.flop_counter import FlopCounterMode
 
+ENVIRONMENT = "torch"
+
 
 @pytest.mark.parametrize("size", [(32, 48), (96, 128)])
 def test_flops_match_torch_flop_counter(size):

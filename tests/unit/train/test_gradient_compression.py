@@ -1,19 +1,14 @@
-"""training.compression: which backends reduce gradients in fp16, and what each applies.
-(tests/integration/test_gradient_reduction.py reduces on real ranks.)"""
+"""training.compression: which backends reduce gradients in fp16, and the refusal of the others.
+What each backend applies: test_gradient_compression_torch.py, test_gradient_compression_tensorflow.py
+(tests/integration/test_gradient_reduction.py reduces on real ranks)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
-import torch
 from conftest import REPO, sb_config, training_settings
 from conftest import backend_run_settings as run_settings
 from scalebench import backends
-from scalebench.train import rank_env
 from scalebench.train.entry import check_settings
-from scalebench.train.preflight import check_compression
-from scalebench.train.torch import fsdp, native
 
 # the backends that reduce gradients in fp16; every other one refuses training.compression: fp16
 COMPRESSING = {("torch", "native"), ("torch", "horovod"), ("torch", "fsdp"), ("tensorflow", "horovod")}
@@ -53,54 +48,3 @@ def test_a_rank_asked_for_a_compression_its_backend_lacks_stops_before_it_starts
     run = run_settings(framework, backend, "fp16")
     with pytest.raises(ValueError, match=rf"^training\.compression: compression fp16 is not available .* {backend}:"):
         check_settings(run)
-
-
-def test_a_backend_that_does_not_apply_the_asked_compression_fails_the_cell():
-    backend = native.DDPBackend(rank_env.detect({}))  # built without the cell's compression
-    check_compression(backend, "none")
-    with pytest.raises(RuntimeError, match=r"training.compression: the cell asks for fp16, but backend native .* none"):
-        check_compression(backend, "fp16")
-
-
-@pytest.mark.parametrize("compression", ["none", "fp16"])
-def test_the_backends_take_the_cells_compression(compression, monkeypatch):
-    place = rank_env.detect({})
-    monkeypatch.setattr(native, "join", lambda *args: ("gloo", None))  # the process group: not here
-    assert native.create(run_settings("torch", "native", compression), place, "cpu", False).gradient_compression == (
-        compression
-    )
-    assert fsdp.create(run_settings("torch", "fsdp", compression), place, "cpu", False).gradient_compression == (
-        compression
-    )
-    assert fsdp.reduce_policy(compression).reduce_dtype == (torch.float16 if compression == "fp16" else None)
-
-
-def test_tensorflow_horovod_compresses_with_hvd_fp16(monkeypatch):
-    hvd = pytest.importorskip("horovod.tensorflow", reason="Horovod is built with TensorFlow by ./install.sh")
-    from scalebench.train import horovod_common
-    from scalebench.train.tf import horovod as tf_horovod
-
-    monkeypatch.setattr(horovod_common, "join", lambda hvd, run, place, device_type: place)  # hvd.init(): not here
-    for compression, expected in (("none", hvd.Compression.none), ("fp16", hvd.Compression.fp16)):
-        run = run_settings("tensorflow", "horovod", compression)
-        backend = tf_horovod.create(run, rank_env.detect({}), "cpu", False)
-        assert backend.compression is expected and backend.gradient_compression == compression
-
-
-def test_run_json_records_the_compression_the_backend_applied():
-    from scalebench.train import provenance
-
-    run = run_settings("torch", "native", "fp16")
-    backend = native.DDPBackend(rank_env.detect({}), compression=run.training.compression)
-    record = provenance.training_record(
-        dataclasses.replace(run.training, compression="none"),  # the record follows the backend
-        framework="torch",
-        device_type="cpu",
-        replicas=2,
-        threads=1,
-        deterministic=True,
-        passes=1,
-        compression=backend.gradient_compression,
-        backend_options=backend.options(),
-    )
-    assert record["compression"] == "fp16"

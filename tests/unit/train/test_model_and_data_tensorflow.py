@@ -1,67 +1,110 @@
-"""The Keras UNet matches the PyTorch one; tf.data follows DistributedSampler's order."""
+"""The Keras UNet is the architecture's (scalebench/architecture.py), tensor for tensor PyTorch's;
+tf.data follows DistributedSampler's order. PyTorch's side of each comparison is computed by
+PyTorch itself in its own environment (TORCH_SIDE: one process per run); its UNet against the
+architecture: test_model_and_data_torch.py."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-import torch
-import yaml
-from conftest import REPO, sb_config
+from conftest import configured_image_size, in_framework, made_once
 from scalebench import architecture
 from scalebench.measures import batches_per_epoch
 from scalebench.train.tf import data as tf_data
 from scalebench.train.tf import model as tf_model
-from scalebench.train.torch import data as torch_data
-from scalebench.train.torch import model as torch_model
+
+ENVIRONMENT = "tensorflow"
+
+WIDTHS = [(1, 0.49), (4, 7.8), (16, 124)]  # (model.width, millions of parameters)
+RANDPERMS = [(n, seed) for n in (1, 7, 32, 33) for seed in (0, 1, 12345)]
+SAMPLERS = [(32, 1), (32, 2), (33, 2), (10, 4), (3, 4)]  # (samples, replicas)
+CYCLED = [(30, 3, 2), (30, 3, 7), (10, 4, 5), (33, 2, 40)]  # (samples, replicas, batches of 3)
+
+# PyTorch's answers to what these tests ask of TensorFlow's model and data, in torch's environment:
+# its UNet's parameter tensors at each width (built on the meta device: sizes, no memory), torch.randperm
+# with a seeded generator, DistributedSampler's shard of each rank (seed 7), and torch/data.py's
+# ReplicaShards cycled to a number of batches (seed 5, batches of 3)
+TORCH_SIDE = """
+import json, sys
+import torch
 from torch.utils.data import DistributedSampler
+from scalebench import architecture
+from scalebench.train.torch import data, model
+
+widths, randperms, samplers, cycled = json.loads(sys.argv[1])
+with torch.device("meta"):
+    sizes = {w: sorted(p.numel() for p in model.UNet(channels=architecture.channels(w)).parameters()) for w in widths}
+perms = {}
+for n, seed in randperms:
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    perms[f"{n},{seed}"] = torch.randperm(n, generator=generator).tolist()
+orders = {}
+for n, world in samplers:
+    for rank in range(world):
+        for epoch in (0, 3):
+            sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=7, drop_last=False)
+            sampler.set_epoch(epoch)
+            orders[f"{n},{world},{rank},{epoch}"] = list(sampler)
+shards = {}
+for n, world, batches in cycled:
+    for rank in range(world):
+        for epoch in (0, 4):
+            replica = data.ReplicaShards(range(n), world, [rank], seed=5, batch=3, batches=batches)
+            replica.set_epoch(epoch)
+            shards[f"{n},{world},{rank},{batches},{epoch}"] = list(replica)
+print(json.dumps({"sizes": sizes, "randperms": perms, "samplers": orders, "shards": shards}))
+"""
 
 
-def configured_image_size() -> tuple[int, int]:
-    config = sb_config.validate(
-        yaml.safe_load((REPO / "config" / "config.yaml").read_text()),
-        sb_config.load_schema(REPO / "config" / "schema.yaml"),
-    )
-    return tuple(config["dataset"]["image_size"])
+@pytest.fixture(scope="session")
+def torch_side(tmp_path_factory) -> dict:
+    """PyTorch's answers (TORCH_SIDE), once per run for every test here, whichever worker runs it."""
+
+    def make(folder: Path) -> None:
+        asked = [[width for width, _ in WIDTHS], RANDPERMS, SAMPLERS, CYCLED]
+        (folder / "torch.json").write_text(json.dumps(in_framework("torch", TORCH_SIDE, json.dumps(asked))))
+
+    return json.loads((made_once(tmp_path_factory, "torch-side-of-tf-model-and-data", make) / "torch.json").read_text())
 
 
 @pytest.mark.parametrize("batch_norm", [True, False])
-def test_keras_unet_has_the_pytorch_parameter_count_and_output_shape(batch_norm):
+def test_keras_unet_has_the_architecture_s_parameter_count_and_output_shape(batch_norm):
     height, width = configured_image_size()
     keras_model = tf_model.build_unet((height, width), batch_norm=batch_norm)
-    torch_unet = torch_model.UNet(batch_norm=batch_norm)
-    assert tf_model.parameter_count(keras_model) == torch_model.parameter_count(torch_unet)
+    # the architecture's count, which PyTorch's UNet has too (test_model_and_data_torch.py)
+    assert tf_model.parameter_count(keras_model) == architecture.parameter_count(1, batch_norm)
     if batch_norm:
         assert tf_model.parameter_count(keras_model) == 486409
-    torch_out = torch_unet(torch.zeros(2, 1, height, width)).shape  # channels first
     keras_out = keras_model(np.zeros((2, height, width, 1), np.float32)).shape  # channels last
-    assert (torch_out[0], torch_out[2], torch_out[3], torch_out[1]) == tuple(keras_out) == (2, height, width, 1)
+    assert tuple(keras_out) == (2, height, width, 1)  # PyTorch's, channels first: (2, 1, height, width)
 
 
-@pytest.mark.parametrize(("width", "millions"), [(1, 0.49), (4, 7.8), (16, 124)])
-def test_both_frameworks_build_the_same_unet_at_every_model_width(width, millions):
+@pytest.mark.parametrize(("width", "millions"), WIDTHS)
+def test_keras_builds_pytorch_s_unet_at_every_model_width(width, millions, torch_side):
     channels = architecture.channels(width)
     keras_model = tf_model.build_unet((32, 48), channels=channels)
-    torch_unet = torch_model.UNet(channels=channels)
     count = architecture.parameter_count(width)
-    assert tf_model.parameter_count(keras_model) == torch_model.parameter_count(torch_unet) == count
+    assert tf_model.parameter_count(keras_model) == count  # PyTorch's too (test_model_and_data_torch.py)
     assert count == pytest.approx(millions * 1e6, rel=0.02)
     # tensor by tensor (the layouts differ: NCHW kernels against HWCN ones), and the bytes a step reduces
     keras_sizes = sorted(int(v.shape.num_elements()) for v in keras_model.trainable_variables)
-    assert keras_sizes == sorted(p.numel() for p in torch_unet.parameters())
-    assert tf_model.gradient_bytes(keras_model) == torch_model.gradient_bytes(torch_unet) == 4 * count
+    assert keras_sizes == torch_side["sizes"][str(width)]
+    assert tf_model.gradient_bytes(keras_model) == 4 * count
     assert architecture.gradient_bytes(width) == 4 * count
 
 
-def test_batch_norm_layers_update_their_statistics_alike():
-    # Keras weighs the old running value by momentum, PyTorch the new batch's value
+def test_batch_norm_layers_update_their_statistics_as_pytorch_s():
+    # Keras weighs the old running value by momentum, PyTorch (and the architecture) the new batch's value
     keras_bn = [layer for layer in tf_model.build_unet((32, 48)).layers if "_bn" in layer.name]
-    torch_bn = [m for m in torch_model.UNet().modules() if isinstance(m, torch.nn.BatchNorm2d)]
-    assert len(keras_bn) == len(torch_bn) == 18
+    assert len(keras_bn) == 18  # as PyTorch's BatchNorm2d layers (test_model_and_data_torch.py)
     assert {(layer.momentum, layer.epsilon) for layer in keras_bn} == {(0.9, 1e-5)}
-    assert {(m.momentum, m.eps) for m in torch_bn} == {(0.1, 1e-5)}
+    assert (0.9, 1e-5) == (1 - architecture.BN_MOMENTUM, architecture.BN_EPS)
 
 
 def test_initial_weights_follow_pytorch_bounds():
@@ -71,32 +114,27 @@ def test_initial_weights_follow_pytorch_bounds():
     assert np.abs(kernel).max() > 0.8 / math.sqrt(72)
 
 
-@pytest.mark.parametrize("n", [1, 7, 32, 33])
-@pytest.mark.parametrize("seed", [0, 1, 12345])
-def test_randperm_reimplementation_is_torchs(n, seed):
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-    assert tf_data.torch_randperm(n, seed).tolist() == torch.randperm(n, generator=generator).tolist()
+@pytest.mark.parametrize(("n", "seed"), RANDPERMS)
+def test_randperm_reimplementation_is_torchs(n, seed, torch_side):
+    assert tf_data.torch_randperm(n, seed).tolist() == torch_side["randperms"][f"{n},{seed}"]
 
 
-@pytest.mark.parametrize("n, world", [(32, 1), (32, 2), (33, 2), (10, 4), (3, 4)])
+@pytest.mark.parametrize(("n", "world"), SAMPLERS)
 @pytest.mark.parametrize("epoch", [0, 3])
-def test_shard_order_equals_distributed_sampler(n, world, epoch):
+def test_shard_order_equals_distributed_sampler(n, world, epoch, torch_side):
     for rank in range(world):
-        sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=7, drop_last=False)
-        sampler.set_epoch(epoch)
-        assert tf_data.distributed_order(n, world, rank, seed=7, epoch=epoch) == list(sampler)
+        order = tf_data.distributed_order(n, world, rank, seed=7, epoch=epoch)
+        assert order == torch_side["samplers"][f"{n},{world},{rank},{epoch}"]
 
 
-@pytest.mark.parametrize(("n", "world", "batches"), [(30, 3, 2), (30, 3, 7), (10, 4, 5), (33, 2, 40)])
-def test_a_cycled_shard_is_the_same_in_both_frameworks_samplers(n, world, batches):
+@pytest.mark.parametrize(("n", "world", "batches"), CYCLED)
+def test_a_cycled_shard_is_the_same_in_both_frameworks_samplers(n, world, batches, torch_side):
     # training.steps_per_epoch: more (or fewer) batches than one pass, the shard repeated in its order
     for rank in range(world):
         for epoch in (0, 4):
-            shards = torch_data.ReplicaShards(range(n), world, [rank], seed=5, batch=3, batches=batches)
-            shards.set_epoch(epoch)
             tf_order = tf_data.replica_shard(list(range(n)), world, rank, seed=5, epoch=epoch, samples=3 * batches)
-            assert list(shards) == tf_order.tolist() and len(tf_order) == 3 * batches
+            assert torch_side["shards"][f"{n},{world},{rank},{batches},{epoch}"] == tf_order.tolist()
+            assert len(tf_order) == 3 * batches
             one_pass = tf_data.distributed_order(n, world, rank, seed=5, epoch=epoch)
             assert tf_order.tolist() == (one_pass * batches)[: 3 * batches]
 

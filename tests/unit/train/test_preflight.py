@@ -7,6 +7,8 @@ from scalebench.train import rank_env
 from scalebench.train.preflight import LaunchMismatch, check_batch, check_launch
 from scalebench.train.torch.native import DDPBackend
 
+ENVIRONMENT = "torch"
+
 TWO_RANKS = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
 
 

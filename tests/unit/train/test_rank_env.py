@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
-from conftest import SCRIPTS
+from conftest import SCRIPTS, framework_python
 from scalebench.cluster.slurm import SlurmError, port_for_job
 from scalebench.train import rank_env
 
@@ -88,11 +87,12 @@ def test_one_process_without_launcher_is_rank_0_of_1():
 
 
 def test_a_rank_imports_neither_the_launcher_nor_the_rendezvous():
+    # in a rank's own environment, torch's, where Horovod is installed and could be imported
     code = (
         "import sys; import scalebench.train.rank_env, scalebench.train.tf_config; "
         "print(sorted(m for m in sys.modules if m.startswith(('scalebench', 'horovod'))))"
     )
     loaded = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SCRIPTS
+        [framework_python("torch"), "-c", code], capture_output=True, text=True, check=True, cwd=SCRIPTS
     ).stdout
     assert "launcher" not in loaded and "horovod_rendezvous" not in loaded and "horovod'" not in loaded

@@ -16,6 +16,8 @@ from scalebench.train import faults, step_timing
 from scalebench.train.step_timing import RANK_FIELDS, StepTimes
 from scalebench.train.torch import step_timing as torch_marks
 
+ENVIRONMENT = "torch"
+
 
 def gathered(rows: list[np.ndarray]) -> np.ndarray:
     """What the loop's one allreduce of every rank's placed row gives each rank."""

@@ -10,6 +10,8 @@ from scalebench.train.tf import model as tf_model
 from scalebench.train.tf import runtime
 from scalebench.train.tf.checkpoint import Checkpoint
 
+ENVIRONMENT = "tensorflow"
+
 tf = runtime.tf
 keras = tf_model.keras
 

@@ -21,6 +21,8 @@ from scalebench.train.preflight import check_launch, check_replicas
 from scalebench.train.torch import data, dp, fsdp, model, runtime, steps
 from scalebench.train.torch.model import UNet
 
+ENVIRONMENT = "torch"
+
 BATCH = 4
 
 

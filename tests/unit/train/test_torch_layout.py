@@ -9,6 +9,8 @@ from scalebench.train.torch import horovod as torch_horovod
 from scalebench.train.torch import runtime as torch_runtime
 from scalebench.train.torch.model import UNet
 
+ENVIRONMENT = "torch"
+
 compression = pytest.importorskip("horovod.torch.compression", reason="Horovod is built by ./install.sh")
 
 

@@ -6,6 +6,8 @@ from conftest import training_settings
 from scalebench.train.lr_schedule import learning_rate, scaled_lr
 from scalebench.train.torch.model import UNet, parameter_count
 
+ENVIRONMENT = "torch"
+
 TRAINING = {"base_lr": 0.001, "lr_scaling": "linear", "warmup_epochs": 0, "decay_every": 0, "decay_factor": 0.5}
 
 

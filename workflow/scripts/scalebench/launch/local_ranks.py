@@ -6,7 +6,8 @@ Its ranks need only what torchrun gives each process: RANK, LOCAL_RANK, WORLD_SI
 LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (train/rank_env.py reads them, and the TensorFlow
 rank builds its TF_CONFIG from them). As with torchrun, a rank that fails ends the others: the
 first to end badly is waited for, the rest get SIGTERM, then SIGKILL after a grace, and its exit
-code is the launcher's. SIGTERM and SIGINT (a time limit, scancel, Ctrl-C) go to every rank.
+code is the launcher's. SIGTERM and SIGINT (a time limit, scancel, Ctrl-C) go to every rank, once:
+each rank runs in a session of its own, as torchrun's workers do.
 
     python local_ranks.py --ranks 2 --master-addr 127.0.0.1 --master-port 29500 python train.py ...
 
@@ -53,8 +54,12 @@ def end(processes: list[subprocess.Popen]) -> None:
 
 def run(command: list[str], ranks: int, master_addr: str, master_port: int) -> int:
     """Start `ranks` copies of `command` and return 0 once all ended well, else the first bad exit code."""
+    # each rank in a session of its own, as torchrun starts its workers: a signal to the launcher's
+    # process group (launch.py's stop) reaches the ranks once, through forward(), not twice
     processes = [
-        subprocess.Popen(command, env={**os.environ, **rank_variables(rank, ranks, master_addr, master_port)})
+        subprocess.Popen(
+            command, env={**os.environ, **rank_variables(rank, ranks, master_addr, master_port)}, start_new_session=True
+        )
         for rank in range(ranks)
     ]
     received: list[int] = []
