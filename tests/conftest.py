@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import fcntl
 import functools
+import importlib.util
 import json
 import os
 import pickle
@@ -43,8 +44,19 @@ from scalebench.launch import launcher as sb_launch  # noqa: E402
 # The pipeline's environment (Snakemake, launch.py: the train rule's Python), whichever session runs
 BIN = environments.install_root() / "bin"
 PYTHON = str(BIN / "python")
-# This session's environment: pipeline, torch or tensorflow (run_tests.sh sets it)
-SESSION = os.environ.get("SCALEBENCH_TEST_ENVIRONMENT", "pipeline")
+# This session's environment: pipeline, torch or tensorflow, as run_tests.sh names it; a pytest run
+# without it (one Python of one's own: a GPU node's image, a site's module) runs the modules whose
+# framework this Python imports, and the pipeline's
+SESSION = os.environ.get("SCALEBENCH_TEST_ENVIRONMENT", "")
+
+
+def runs_here(environment: str) -> bool:
+    """Whether this session runs the test modules of `environment`."""
+    if SESSION:
+        return environment == SESSION
+    return environment == "pipeline" or importlib.util.find_spec(environments.PACKAGES[environment]) is not None
+
+
 ENVIRONMENTS = ("pipeline", *environments.PACKAGES)
 
 
@@ -81,7 +93,7 @@ class OtherEnvironment(pytest.File):
 def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.File | None:
     """Every test module, found in a folder or named on the command line, passes here before pytest
     imports it: one of another environment stays unimported."""
-    if module_environment(module_path) == SESSION:
+    if runs_here(module_environment(module_path)):
         return None
     return OtherEnvironment.from_parent(parent, path=module_path)
 
@@ -90,7 +102,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
     if LEFT:
         said = ", ".join(f"{count} to {name}'s" for name, count in sorted(LEFT.items()))
         terminalreporter.write_line(
-            f"{SESSION}'s session: test modules left to other environments' sessions: {said} (./run_tests.sh runs each)"
+            f"{SESSION or 'this Python'}'s session: test modules left to other environments' sessions: {said} "
+            "(./run_tests.sh runs each)"
         )
 
 
