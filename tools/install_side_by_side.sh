@@ -2,7 +2,8 @@
 # The README's first command of two commits side by side: each on a fresh clone of this repository,
 # with an empty Horovod wheel cache of its own (the machine's pip cache is shared, and warm after the
 # first install), alternating the commits, ROUNDS rounds. Prints each part's wall and CPU seconds
-# (/usr/bin/time: user + sys of the command and the processes it waited for), and the load average.
+# (/usr/bin/time: user + sys of the command and the processes it waited for), the load average, and
+# with --demo the cells the demo trained (its seed rounds add cells where a verdict is open).
 #
 #   tools/install_side_by_side.sh OLD NEW [ROUNDS] [--demo]
 #
@@ -34,6 +35,8 @@ for round in $(seq "$rounds"); do
         if [[ $demo == --demo ]]; then
             timed "round $round $commit demo" "$dir" .venv/bin/snakemake --profile profiles/local
             timed "round $round $commit report" "$dir" .venv/bin/snakemake --profile profiles/local --report results/report.html
+            # the seed rounds add cells where a verdict is still open: how many the demo trained
+            echo "round $round $commit: $(find "$dir/results/runs" -name run.json | wc -l) cells trained"
         fi
     done
 done
