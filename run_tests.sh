@@ -38,7 +38,7 @@ session() {
     shift
     echo "== pytest in the $environment environment: $*"
     if [[ $environment == pipeline ]]; then
-        python -m pytest "$@" || code=$?
+        SCALEBENCH_TEST_ENVIRONMENT=pipeline python -m pytest "$@" || code=$?
     else
         SCALEBENCH_TEST_ENVIRONMENT=$environment SCALEBENCH_TEST_LAYER=$LAYER \
             PYTHONPATH="$PWD/tests/layer${PYTHONPATH:+:$PYTHONPATH}" \

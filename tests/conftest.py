@@ -87,6 +87,11 @@ class OtherEnvironment(pytest.File):
     def collect(self) -> list:
         wanted = module_environment(self.path)
         LEFT[wanted] = LEFT.get(wanted, 0) + 1
+        if not SESSION:  # a run by hand: say why the module does not run here
+            pytest.skip(
+                f"runs in {wanted}'s environment, and this Python ({sys.executable}) cannot import "
+                f"{environments.PACKAGES.get(wanted, wanted)}: ./run_tests.sh {self.path.relative_to(REPO)} runs it there"
+            )
         return []
 
 
