@@ -249,9 +249,9 @@ def sessions(copy: Path) -> list[tuple[str, str, dict[str, str]]]:
     venv, layer = copy / ".venv", copy / "tests" / "layer"
     pipeline = str(venv / "bin" / "python")
     outside = {k: v for k, v in os.environ.items() if k not in ("SCALEBENCH_TEST_ENVIRONMENT", "SCALEBENCH_TEST_LAYER")}
-    found = [("pipeline", pipeline, outside)]
     if not layer.is_dir():
-        return found
+        return [("pipeline", pipeline, outside)]
+    found = [("pipeline", pipeline, dict(outside, SCALEBENCH_TEST_ENVIRONMENT="pipeline"))]
     listed = [pipeline, "-c", "import os, site; print(os.pathsep.join(site.getsitepackages()))"]
     site_packages = subprocess.run(listed, capture_output=True, text=True, check=True).stdout.strip()
     for framework in FRAMEWORKS:
