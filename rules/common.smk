@@ -152,11 +152,24 @@ def study_cell(wildcards):
 def round_read(number):
     """The cells round `number` reads: the plan's first cells for round 1, else those the round before
     read and added, from its file (a checkpoint's output: until it exists Snakemake schedules it and
-    asks again)."""
+    asks again). The round's inputs and its script both read them from here."""
     if number == 1:
         return list(PLAN.cells)
-    before = checkpoints.seed_round.get(round=number - 1).output[0]
-    return asked(PLAN.round_cells_of, sb_seeds.read_round(before).next_cells)
+    return asked(PLAN.round_cells_of, round_record(number - 1).next_cells)
+
+
+def round_record(number):
+    """Round `number`'s file, read (planning removed an unreadable one: its checkpoint decides it again)."""
+    found = checkpoints.seed_round.get(round=number).output[0]
+    try:
+        return sb_seeds.read_round(found)
+    except sb_seeds.RoundFileError as error:
+        raise WorkflowError(f"{error}; remove it to decide the round again") from None
+
+
+def round_read_json(wildcards):
+    """The keys of the cells round `wildcards.round` reads (config/seeds.py ROUND_KEYS), for its script."""
+    return PLAN.keys_json(round_read(int(wildcards.round)))
 
 
 def round_inputs(wildcards):
@@ -177,8 +190,7 @@ def last_round():
     """The number of the round that adds nothing, walking the rounds' checkpoints from the first. Each
     round adds a cell or is the last, and a cell is added once, so the walk ends."""
     for number in range(1, len(PLAN.round_cells) + 2):
-        found = checkpoints.seed_round.get(round=number).output[0]
-        if not sb_seeds.read_round(found).adds:
+        if not round_record(number).adds:
             return number
     raise WorkflowError(
         f"the rounds of matrix.seeds add more cells than the {len(PLAN.round_cells)} they can; "
@@ -199,17 +211,8 @@ def last_round_file(wildcards):
 
 
 def rounds_rules_json():
-    """What the rounds decide by (analysis/rounds.py Rules), or null for a list of seeds."""
-    seeds = STUDY.seed_rule
-    if not seeds.adaptive:
-        return "null"
-    return json.dumps(
-        {
-            "initial": len(seeds.initial),
-            "max": seeds.max,
-            "equivalence": config["verdicts"]["equivalence"],
-        }
-    )
+    """What the rounds decide by (config/seeds.py Rules), or null for a list of seeds."""
+    return sb_seeds.Rules.json_of(config)
 
 
 # --- analysis helpers (rules/analysis.smk)

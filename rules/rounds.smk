@@ -21,7 +21,7 @@ checkpoint seed_round:
     params:
         runs_root=runs_folder,
         cells=cells_json(),
-        first=PLAN.first_cells_json(),
+        read=round_read_json,
         rules=rounds_rules_json(),
         target_iou=config["training"]["target_iou"],
         data_key=sb_keys.prepared_key(config["dataset"]),

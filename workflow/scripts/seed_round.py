@@ -1,5 +1,6 @@
-"""Snakemake script: one round of matrix.seeds {initial, max}: the records of the cells it reads -> its
-file, with the comparisons the answer rests on and the cells it adds (analysis/rounds.py decides)."""
+"""Snakemake script: one round of matrix.seeds {initial, max}: the records of the cells it reads (rules/
+common.smk round_read names them) -> its file, with the comparisons the answer rests on and the cells
+it adds (analysis/rounds.py decides)."""
 
 import json
 import sys
@@ -9,13 +10,11 @@ sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 from scalebench.analysis import rounds
 from scalebench.analysis.collect import collect
 from scalebench.analysis.tables import KEYS
-from scalebench.config.seeds import read_round
 from scalebench.files import write_text_atomic
 
 params, number = snakemake.params, int(snakemake.wildcards.round)
 planned = json.loads(params.cells)  # every cell the study can run, with its settings
-read = json.loads(params.first) if number == 1 else read_round(snakemake.input.previous).next_cells
-wanted = {tuple(key[name] for name in KEYS) for key in read}
+wanted = {tuple(key[name] for name in KEYS) for key in json.loads(params.read)}
 entries = [entry for entry in planned if tuple(entry[name] for name in KEYS) in wanted]
 runs, _ = collect(params.runs_root, entries, params.target_iou, params.data_key)
 possible = {tuple(entry[name] for name in KEYS) for entry in planned}

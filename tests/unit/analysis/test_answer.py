@@ -177,7 +177,9 @@ def test_each_comparison_the_answer_rests_on_with_the_seeds_it_took_and_what_the
         2,
     )
     assert f"Against native: {against['native']['verdict']}, decided in round 1 at n = 2." in torch["sentences"]
-    assert against["fsdp"]["state"] == "open" and against["fsdp"]["open_reason"].endswith("(matrix.seeds max 3)")
+    # fsdp's seeds scatter by a third: 3 seeds a side could not decide it, so round 1 stopped it, saying so
+    assert against["fsdp"]["state"] == "open" and against["fsdp"]["open_reason"].startswith("throughput: about ")
+    assert against["fsdp"]["open_reason"].endswith(" seeds a side to tell 5.9% (matrix.seeds max 3); stopped at 2")
     assert (
         f"Against fsdp: {against['fsdp']['verdict']}; still open: {against['fsdp']['open_reason']}."
         in torch["sentences"]

@@ -137,7 +137,7 @@ def test_planning_plans_the_cells_a_round_could_add_and_stamps_what_decides_the_
     with pytest.raises(plan.PlanError, match="torch/native/g1/s3 is named by a round of matrix.seeds"):
         made.round_cells_of(({"framework": "torch", "backend": "native", "variant": "", "gpus": 1, "seed": 3},))
     # what the analysis reads: every cell a round could add (it keeps those the rounds added)
-    assert len(json.loads(made.cells_json())) == 12 and len(json.loads(made.first_cells_json())) == 8
+    assert len(json.loads(made.cells_json())) == 12 and len(json.loads(made.keys_json(made.cells))) == 8
     # the stamp: rewritten only when what decides the rounds changes
     stamp = Path(seeds.ROUNDS_STAMP)
     before = stamp.read_text()
@@ -157,3 +157,86 @@ def test_a_list_of_seeds_plans_no_round_and_writes_no_stamp(schema, workdir):
     )
     assert made.round_cells == () and made.possible == made.cells
     assert not Path(seeds.ROUNDS_STAMP).exists()
+
+
+def test_the_rounds_rules_are_read_once_from_matrix_seeds_and_verdicts(schema):
+    study = adaptive_study(schema)
+    rules = seeds.Rules.of(study.config)
+    assert rules == seeds.Rules(2, 4, 0.02, ("throughput", "time_to_target"))
+    assert seeds.Rules(**json.loads(seeds.Rules.json_of(study.config))) == rules  # as the scripts read it
+    assert seeds.Rules.json_of(config(schema, [1, 2])) == "null"
+    chosen = adaptive_study(schema, verdicts={"rounds_decide": ["throughput"], "equivalence": 0.05})
+    assert seeds.Rules.of(chosen.config) == seeds.Rules(2, 4, 0.05, ("throughput",))
+
+
+def test_the_kinds_the_rounds_may_decide_are_the_kinds_the_answer_rests_on(schema):
+    from scalebench.analysis.verdicts import KINDS
+
+    listed = schema["properties"]["verdicts"]["properties"]["rounds_decide"]
+    assert tuple(listed["items"]["enum"]) == seeds.ANSWER_KINDS == tuple(listed["default"])
+    assert set(seeds.ANSWER_KINDS) <= set(KINDS)
+
+
+@pytest.mark.parametrize(
+    "given, said",
+    [
+        (
+            ["throughput", "epochs"],
+            "config key 'verdicts.rounds_decide[1]': 'epochs' is not one of ['throughput', 'time_to_target']",
+        ),
+        (
+            ["epoch_time"],
+            "config key 'verdicts.rounds_decide[0]': 'epoch_time' is not one of ['throughput', 'time_to_target']",
+        ),
+        ([], "config key 'verdicts.rounds_decide': the list is empty"),
+        ("throughput", "config key 'verdicts.rounds_decide': 'throughput' is not of type 'array'"),
+    ],
+)
+def test_a_kind_of_verdict_the_project_does_not_have_is_refused_before_any_job(schema, given, said):
+    with pytest.raises(ConfigError) as refused:
+        adaptive_study(schema, verdicts={"rounds_decide": given})
+    assert said in str(refused.value)
+
+
+ROUND_ONE = {
+    "round": 1,
+    "cells": [{"framework": "torch", "backend": "native", "variant": "", "gpus": 2, "seed": 1}],
+    "adds": [],
+    "stopped": "every comparison the answer rests on is decided",
+}
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('{"round": 1, "cells": ', "JSONDecodeError: Expecting value"),
+        ("", "JSONDecodeError"),
+        (json.dumps({**ROUND_ONE, "round": "1"}), "'1' is not a whole number"),
+        (json.dumps({**ROUND_ONE, "cells": 3}), "3 is not a list of cells"),
+        (json.dumps({**ROUND_ONE, "cells": [{**ROUND_ONE["cells"][0], "gpus": "2"}]}), "gpus '2' is not of type int"),
+        (json.dumps({key: value for key, value in ROUND_ONE.items() if key != "adds"}), "no 'adds'"),
+        (json.dumps([1, 2]), "TypeError"),
+        (b"\xff\xfe".decode("latin-1"), "JSONDecodeError"),
+    ],
+)
+def test_a_round_file_that_cannot_be_read_is_named_never_a_traceback(tmp_path, text, said):
+    path = tmp_path / "round-1.json"
+    path.write_text(text)
+    with pytest.raises(seeds.RoundFileError) as refused:
+        seeds.read_round(path)
+    assert str(refused.value).startswith(f"the round file {path} cannot be read (") and said in str(refused.value)
+
+
+def test_planning_removes_a_round_file_that_cannot_be_read_and_says_so(schema, workdir):
+    folder = Path(seeds.ROUNDS_FOLDER)
+    folder.mkdir(parents=True)
+    (folder / "round-1.json").write_text(json.dumps(ROUND_ONE))
+    (folder / "round-2.json").write_text('{"round": 1, "cells": ')
+    out = io.StringIO()
+    planning.plan_study(adaptive_study(schema), start("-n", declared_gpus=0), env={}, out=out)
+    assert (folder / "round-1.json").exists() and not (folder / "round-2.json").exists()
+    assert (
+        f"warning: the round file {folder / 'round-2.json'} cannot be read (JSONDecodeError: Expecting value: "
+        "line 1 column 23 (char 22)): removed; the round is decided again from the cells' records"
+    ) in out.getvalue()
+    assert seeds.read_round(folder / "round-1.json").stopped == ROUND_ONE["stopped"]

@@ -8,8 +8,9 @@ Among the study's own cells (imported studies answer nothing here):
 - the frameworks on each backend, at the largest GPU count two frameworks share, in the best
   variant of a framework.
 
-The counts are the study's (its cells of any status), as config/seeds.py's round_configurations
-reads them from the plan: the rounds only ever add cells the planner planned.
+Where they are (the GPU counts) is config/seeds.py's answer_scope, which round_configurations reads
+from the plan: the rounds only ever add cells the planner planned. The counts are the study's (its
+cells of any status), as the plan's are.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pandas as pd
 
 from scalebench.analysis.verdicts import compared_cells
 from scalebench.cell import OWN_SOURCE
-from scalebench.config.seeds import configuration
+from scalebench.config.seeds import ANSWER_KINDS, answer_scope, configuration
 
 SIDE_KEYS = ("framework", "backend", "variant", "gpus")
 
@@ -42,13 +43,13 @@ def sides(row: pd.Series) -> list[tuple[str, str, str, int]]:
 def answer_rows(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The rows of verdicts.csv (`table`) the answer rests on (the module docstring), from `runs`."""
     own = runs[runs["source"] == OWN_SOURCE]
+    scope = answer_scope(configuration(*key) for key in own[list(SIDE_KEYS)].itertuples(index=False))
     good = compared_cells(own)
     good = good[good["speed"] == "throughput"]
-    mine = table[(table["source"] == OWN_SOURCE) & table["kind"].isin(["throughput", "time_to_target"])]
+    mine = table[(table["source"] == OWN_SOURCE) & table["kind"].isin(ANSWER_KINDS)]
     chosen = pd.Series(False, index=mine.index)
     best_variants = set()
-    for framework, cells in own.groupby("framework"):
-        gpus = int(cells["gpus"].max())
+    for framework, gpus in scope.framework_gpus.items():
         at = good[(good["framework"] == framework) & (good["gpus"] == gpus)]
         if at.empty:
             continue
@@ -61,15 +62,11 @@ def answer_rows(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
             & (mine["gpus"] == gpus)
             & ((mine["a"] == best["backend"]) | (mine["b"] == best["backend"]))
         )
-    for backend, cells in own.groupby("backend"):
-        shared = cells.groupby("gpus")["framework"].nunique()
-        shared = shared[shared > 1]
-        if shared.empty:
-            continue
+    for backend, gpus in scope.backend_gpus.items():
         chosen |= (
             (mine["compared"] == "frameworks")
             & (mine["backend"] == backend)
-            & (mine["gpus"] == int(shared.index.max()))
+            & (mine["gpus"] == gpus)
             & mine["variant"].isin(best_variants)
         )
     return mine[chosen]

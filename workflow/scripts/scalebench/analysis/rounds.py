@@ -5,9 +5,13 @@ makes their verdicts (verdicts.py) and takes the comparisons the answer rests on
 Each one that is still open (verdicts.py's state: neither a difference nor inside the band of
 equivalence) gives the configurations on its two sides one more seed each, their next one, unless:
 
+- its kind is not among verdicts.rounds_decide (a study may leave time to target to its first seeds);
 - a side's last seed did not end ok (failed, oom, diverged, refused, or no record): the comparison
   stays open with that cell named, and gets no seed (a round never retries what failed, so a broken
   configuration cannot start a round after round);
+- its measured scatter says that M seeds a side could not decide it either (`seeds_needed`): it stops
+  now, and says how many seeds a side it would take ("time to target: about 40 seeds a side to tell
+  5% (matrix.seeds max 5); stopped at 3"), rather than spending rounds that cannot change the answer;
 - a side has M seeds already: it gets none (the other side still may);
 - the next seed is no cell the planner planned (`possible`: config/seeds.py round_cells, less what
   the machine or SLURM leaves out): named, none added.
@@ -25,32 +29,21 @@ import json
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from scalebench.analysis.comparisons import answer_rows, sides
+from scalebench.analysis.scaling import LEVEL
 from scalebench.analysis.tables import KEYS, ROUNDS
-from scalebench.analysis.verdicts import verdicts
+from scalebench.analysis.verdicts import KINDS, compared_cells, verdicts
 from scalebench.cell import OWN_SOURCE, cell_path
+from scalebench.config.seeds import Rules
+from scalebench.distributions import t_quantile
 
 # a comparison across rounds: the same pair whichever side is the faster
 PAIR = ["kind", "compared", "framework", "backend", "variant", "gpus"]
-
-
-@dataclass(frozen=True)
-class Rules:
-    """What the rounds decide by: matrix.seeds {initial, max} and verdicts.equivalence."""
-
-    initial: int
-    max: int
-    equivalence: float
-
-    @classmethod
-    def of(cls, config: dict) -> Rules | None:
-        """The rules of a validated config; None for a list of seeds (no rounds)."""
-        seeds = config["matrix"]["seeds"]
-        if not isinstance(seeds, dict):
-            return None
-        return cls(int(seeds["initial"]), int(seeds["max"]), float(config["verdicts"]["equivalence"]))
+KIND_WORDS = {"throughput": "throughput", "time_to_target": "time to target"}
+MOST_SEEDS = 1000  # a comparison that needs more seeds a side than this is said to need "more than" it
 
 
 @dataclass(frozen=True)
@@ -113,15 +106,20 @@ class NextSeed:
     failed: bool = False
 
 
+def of_configuration(cells: pd.DataFrame, side: tuple) -> pd.DataFrame:
+    """The rows of `cells` of configuration `side` (config/seeds.py configuration)."""
+    framework, backend, variant, gpus = side
+    return cells[
+        (cells["framework"] == framework)
+        & (cells["backend"] == backend)
+        & (cells["variant"] == variant)
+        & (cells["gpus"] == gpus)
+    ]
+
+
 def next_seed(own: pd.DataFrame, side: tuple, rules: Rules, possible: set[tuple] | None) -> NextSeed:
     """The next cell of configuration `side` (config/seeds.py configuration) after the cells of `own`."""
-    framework, backend, variant, gpus = side
-    tried = own[
-        (own["framework"] == framework)
-        & (own["backend"] == backend)
-        & (own["variant"] == variant)
-        & (own["gpus"] == gpus)
-    ]
+    tried = of_configuration(own, side)
     if tried.empty:
         return NextSeed(None, f"{label(*side)} has no cell", failed=True)
     last = tried.loc[tried["seed"].idxmax()]
@@ -136,10 +134,95 @@ def next_seed(own: pd.DataFrame, side: tuple, rules: Rules, possible: set[tuple]
     return NextSeed(key)
 
 
+def half_width(var_a: float, var_b: float, seeds: int) -> float:
+    """The half-width, in log values, of the t-interval verdicts.py makes (Welch's, distributions.welch,
+    at scaling.LEVEL) of two sides of `seeds` seeds each whose log values have the sample variances
+    `var_a` and `var_b`: t(LEVEL, df) * sqrt(var_a / n + var_b / n), with Welch's degrees of freedom
+    df = (n - 1) (var_a + var_b)^2 / (var_a^2 + var_b^2) (1 where both are 0, as there)."""
+    spread = var_a + var_b
+    dof = (seeds - 1) * spread**2 / (var_a**2 + var_b**2) if spread > 0 else 1.0
+    return t_quantile(1 - (1 - LEVEL) / 2, dof) * math.sqrt(spread / seeds)
+
+
+def decidable(var_a: float, var_b: float, difference: float, equivalence: float, seeds: int) -> bool:
+    """Whether an interval of `seeds` a side, centred on the measured `difference` of log means (>= 0),
+    could state a verdict: "different" where it leaves out 0 (half-width < difference), "equivalent"
+    where it lies inside the band (difference + half-width <= log(1 + equivalence)). Holm's correction
+    is left out: it only widens the test, so a comparison this calls undecidable is so with it too."""
+    width = half_width(var_a, var_b, seeds)
+    return width < difference or difference + width <= math.log1p(equivalence)
+
+
+def seeds_needed(var_a: float, var_b: float, difference: float, equivalence: float) -> int | None:
+    """The fewest seeds a side (from 2) at which `decidable`, with the measured variances and
+    difference held; None beyond MOST_SEEDS. The half-width only narrows as seeds grow (its variance
+    term and its t quantile both fall), so a bisection finds it."""
+    if not decidable(var_a, var_b, difference, equivalence, MOST_SEEDS):
+        return None
+    low, high = 1, MOST_SEEDS  # undecidable at `low` (or below 2), decidable at `high`
+    while high - low > 1:
+        middle = (low + high) // 2
+        if middle >= 2 and decidable(var_a, var_b, difference, equivalence, middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def side_logs(good: pd.DataFrame, kind: str, side: tuple) -> np.ndarray:
+    """The log values of one side's cells (`good`: verdicts.compared_cells) that its verdict of `kind` compares."""
+    return np.log(of_configuration(good, side)[KINDS[kind][0]].dropna().to_numpy(float))
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """What a comparison's seeds measured: its two sides' seeds and variances of log values, and the
+    difference of their log means (the log of the verdict's ratio, >= 0)."""
+
+    seeds: tuple[int, int]
+    variances: tuple[float, float]
+    difference: float
+
+    def needed(self, equivalence: float) -> int | None:
+        return seeds_needed(*self.variances, self.difference, equivalence)
+
+
+def scatter(good: pd.DataFrame, row: pd.Series) -> Scatter | None:
+    """The Scatter of verdict row `row`; None where a side has fewer than two seeds (no spread known)."""
+    logs = [side_logs(good, row["kind"], side) for side in sides(row)]
+    if min(len(values) for values in logs) < 2:
+        return None
+    variances = tuple(float(np.var(values, ddof=1)) for values in logs)
+    return Scatter((len(logs[0]), len(logs[1])), variances, abs(math.log(row["ratio"])))
+
+
+def percent_text(fraction: float) -> str:
+    """A difference as a percentage with two figures at most ('3.4%', '12%')."""
+    value = 100 * fraction
+    return f"{value:.0f}%" if value >= 10 else f"{value:.2g}%"
+
+
+def stop_reason(found: Scatter, kind: str, rules: Rules) -> str | None:
+    """Why a comparison stops now: its scatter says `rules.max` seeds a side could not decide it (and how
+    many would); None where they could."""
+    if decidable(*found.variances, found.difference, rules.equivalence, rules.max):
+        return None
+    band = math.log1p(rules.equivalence)
+    if found.difference >= band - found.difference:  # telling a difference is the nearer verdict
+        what = f"to tell {percent_text(math.expm1(found.difference))}"
+    else:
+        what = f"to show no difference larger than {percent_text(rules.equivalence)}"
+    needed = found.needed(rules.equivalence)
+    many = f"about {needed}" if needed is not None else f"more than {MOST_SEEDS}"
+    seeds = min(found.seeds)
+    return f"{KIND_WORDS[kind]}: {many} seeds a side {what} (matrix.seeds max {rules.max}); stopped at {seeds}"
+
+
 def decide(runs: pd.DataFrame, rules: Rules, number: int, possible: set[tuple] | None = None) -> Round:
     """Round `number` over the cells of `runs` (the module docstring). `possible`: the keys (tables.KEYS)
     of the cells the planner planned; None takes every next seed as possible."""
     own = runs[runs["source"] == OWN_SOURCE]
+    good = compared_cells(own)
     table = verdicts(runs, rules.equivalence)
     comparisons = answer_rows(table, runs).copy()
     adds: dict[tuple, dict] = {}
@@ -148,16 +231,73 @@ def decide(runs: pd.DataFrame, rules: Rules, number: int, possible: set[tuple] |
         if row["state"] != "open":
             reasons.append(None)
             continue
+        if row["kind"] not in rules.decide:
+            reasons.append(f"{KIND_WORDS[row['kind']]}: the rounds add no seeds for it (verdicts.rounds_decide)")
+            continue
         found = [next_seed(own, side, rules, possible) for side in sides(row)]
-        added = [side.key for side in found if side.key is not None]
-        if any(side.failed for side in found) or not added:  # a failure stops it: no seed for either side
+        if any(side.failed for side in found):  # a failure stops it: no seed for either side
             reasons.append("; ".join(side.why for side in found if side.key is None))
+            continue
+        measured = scatter(good, row)
+        stop = stop_reason(measured, row["kind"], rules) if measured is not None else None
+        if stop:
+            reasons.append(stop)
+            continue
+        added = [side.key for side in found if side.key is not None]
+        if not added:
+            reasons.append("; ".join(side.why for side in found))
             continue
         adds.update({tuple(key[name] for name in KEYS): key for key in added})
         reasons.append(None)
     comparisons["open_reason"] = pd.Series(reasons, index=comparisons.index, dtype=object)
     cells = tuple(key_of(row) for _, row in own.iterrows())
     return Round(number, cells, table, comparisons, tuple(adds[key] for key in sorted(adds)))
+
+
+def expected_adds(runs: pd.DataFrame, rules: Rules, possible: set[tuple]) -> dict[tuple, float]:
+    """The chance that a round adds each cell it still could, from the scatter the study's records
+    measured so far: for the bill's and the report's expected cost of the rounds, beside their worst
+    case (every cell a round could add).
+
+    `runs`: the study's runs table so far (runs.csv's reading); `possible`: the keys (tables.KEYS) of
+    every cell the planner planned (config/plan.py possible: the first cells and those a round could
+    add). Returns, for each key of `possible` whose seed is above matrix.seeds initial and that `runs`
+    holds no record of, a number from 0 to 1 (a cell is added once at most, so its expected number of
+    additions is the chance it is added):
+
+    - 1 for every one while a first cell (seed <= initial) has no record: round 1 decides only once they
+      all ran, so nothing is measured yet, and the rounds may still go to max (the worst case);
+    - else the next round (`decide` on `runs`) is made, and each open comparison it adds seeds to adds,
+      on each side, the seeds up to the number its scatter needs (`seeds_needed`: the fewest seeds a side
+      whose interval, with the measured variances and difference held, would state a verdict), at most
+      `rules.max`, and at least the next one (the round adds it: an interval that would decide
+      before Holm's correction may not after it): 1 for those cells. A side of one seed (no spread measured) goes to max. A comparison
+      that cannot be decided by max (it stops now), is decided, failed or outside the answer adds
+      nothing: 0. A cell on the sides of several comparisons takes the largest of their chances.
+
+    A point estimate: the scatter of a few seeds is itself uncertain, so the rounds may stop earlier or
+    later than it says; their worst case stays the bound."""
+    own = runs[runs["source"] == OWN_SOURCE]
+    recorded = {tuple(row[name] for name in KEYS) for _, row in own.iterrows() if row["status"] != "missing"}
+    chances = {key: 0.0 for key in possible if key[-1] > rules.initial and key not in recorded}
+    first = {key for key in possible if key[-1] <= rules.initial}
+    if not first <= recorded:
+        return dict.fromkeys(chances, 1.0)
+    good = compared_cells(own)
+    found = decide(runs, rules, 0, possible)
+    adding = found.comparisons[(found.comparisons["state"] == "open") & found.comparisons["open_reason"].isna()]
+    for _, row in adding.iterrows():
+        measured = scatter(good, row)
+        needed = measured.needed(rules.equivalence) if measured is not None else None
+        most = min(needed, rules.max) if needed is not None else rules.max
+        for side in sides(row):
+            tried = of_configuration(own, side)
+            last = int(tried["seed"].max())
+            for seed in range(last + 1, last + 1 + max(most - len(tried), 1)):
+                key = (*side, seed)
+                if key in chances:
+                    chances[key] = 1.0
+    return chances
 
 
 def missing_row(key: dict) -> dict:

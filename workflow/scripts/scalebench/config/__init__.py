@@ -22,7 +22,7 @@ plan (plan.py) in one place (planning.py), which the rules only read. One module
 - slurm_check.py: the requests SLURM would refuse, found before any submission (`sbatch --test-only`);
 - slurm_plugin.py: the SLURM plugin patched for the version it was written for (another refused): a refusal ends its job, a busy controller is asked again, a round's jobs are submitted by priority;
 - run_order.py: the order the cells start in (order.seed, order.blocks): priorities, blocks.
-- seeds.py: matrix.seeds' two forms (a list, or {initial, max} and the rounds), the cells a round could add, the rounds' files.
+- seeds.py: matrix.seeds' two forms (a list, or {initial, max} and the rounds), what the rounds decide by (Rules), where the answer's comparisons are (answer_scope), the cells a round could add, the rounds' files.
 
 The rules and the analysis read the names below from here.
 """

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -224,11 +224,13 @@ class StudyPlan:
     def possible_keys_json(self) -> str:
         """The keys of every cell the study can run, a round's too: the answer replays the rounds
         (analysis/rounds.py) with what they could add."""
-        return json.dumps([{name: cell.key()[name] for name in ROUND_KEYS} for cell in self.possible])
+        return self.keys_json(self.possible)
 
-    def first_cells_json(self) -> str:
-        """The keys of the cells the first round reads (config/seeds.py ROUND_KEYS)."""
-        return json.dumps([{name: cell.key()[name] for name in ROUND_KEYS} for cell in self.cells])
+    @staticmethod
+    def keys_json(cells: Iterable[Cell]) -> str:
+        """The keys of `cells` (config/seeds.py ROUND_KEYS): a round's script reads those of the cells
+        it reads (rules/common.smk round_read)."""
+        return json.dumps([{name: cell.key()[name] for name in ROUND_KEYS} for cell in cells])
 
     def left_out_json(self) -> str:
         """The left-out cells with their reasons, for the report's table."""

@@ -28,7 +28,8 @@ rule exists and before the analysis rules read the cells):
    said (they would retrain finished cells);
 6. the analysis' stamp (config/freshness.py), and for matrix.seeds {initial, max} the rounds'
    stamp (config/seeds.py: what the rounds decide by; the cells a round could add are planned in
-   steps 2 to 5 like the others: settings.json, the pre-flight, the bill, the priorities).
+   steps 2 to 5 like the others: settings.json, the pre-flight, the bill, the priorities), a round
+   file that cannot be read removed (its round is decided again from the records).
 
 In a job's own process (Snakemake reads the Snakefile again there) both plan nothing: the bill is
 empty (each limit the formula's: nothing in a job reads it), the plan holds the config's cells and the
@@ -57,7 +58,7 @@ from scalebench.config.freshness import OUTPUTS, Verdict, code_digest, verdict, 
 from scalebench.config.matrix import cell_problem
 from scalebench.config.plan import PlanError, Study, StudyPlan, finished_cells
 from scalebench.config.run_order import study_priorities
-from scalebench.config.seeds import ROUNDS_STAMP, round_cells
+from scalebench.config.seeds import ROUNDS_STAMP, remove_unreadable_rounds, round_cells
 
 ANALYSIS_STAMP = "results/summary/.analysis-inputs.json"
 # A train job's output named on the command line: results/runs/{framework}/{backend}[/{variant}]/g{gpus}/s{seed}/<output>
@@ -149,7 +150,7 @@ def plan_study(
     say_bill(study, bill, [*reasons, *((cell, None) for cell in named)], command, out)
     warn_about_rerun_triggers(command, out)
     stamp_analysis(study, start)
-    stamp_rounds(study, cells)
+    stamp_rounds(study, cells, out)
     return StudyPlan(
         study,
         machine,
@@ -303,14 +304,17 @@ def stamp_analysis(study: Study, start: Start) -> None:
     write_stamp(ANALYSIS_STAMP, content)
 
 
-def stamp_rounds(study: Study, cells: tuple[Cell, ...]) -> None:
-    """The rounds' stamp (matrix.seeds {initial, max}): what decides them (the seeds' form, the band of
-    equivalence, the target IOU) and the cells the first round reads; rewritten only when one of them
-    changes, so the rounds are decided again then (from the cells' records: a cell a round added
-    before trains only if its settings changed), and not otherwise."""
+def stamp_rounds(study: Study, cells: tuple[Cell, ...], out: TextIO) -> None:
+    """The rounds' stamp (matrix.seeds {initial, max}): what decides them (the seeds' form, the
+    verdicts' settings, the target IOU) and the cells the first round reads; rewritten only when one of
+    them changes, so the rounds are decided again then (from the cells' records: a cell a round added
+    before trains only if its settings changed), and not otherwise. A round file that cannot be read
+    (damaged, truncated, edited by hand) is removed, said, and so decided again from the records."""
     config = study.config
     if not study.seed_rule.adaptive:
         return
+    for said in remove_unreadable_rounds():
+        print(said, file=out)
     content = {
         "seeds": config["matrix"]["seeds"],
         "verdicts": config["verdicts"],

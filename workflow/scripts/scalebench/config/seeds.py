@@ -7,6 +7,11 @@
   (analysis/rounds.py decides; rules/rounds.smk runs each round as a Snakemake checkpoint that
   writes ``results/plan/rounds/round-<r>.json``).
 
+Which comparisons the answer rests on is said once, here (`answer_scope`): the planner reads it for
+the cells a round could add (`round_configurations`), the analysis for the verdicts it states
+(analysis/comparisons.py answer_rows). matrix.seeds and verdicts are read once too (`seed_rule`, and
+`Rules.of` for what the rounds decide by, which the round jobs and the analysis receive as JSON).
+
 The planner plans every cell a round could add (`possible_cells`: each one's settings.json is
 written at the start, as the first seeds' are, so a round's train jobs only read), and the bill
 prices the worst case, every open comparison to M (`round_cells`).
@@ -14,6 +19,7 @@ prices the worst case, every open comparison to M (`round_cells`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,6 +32,9 @@ ROUNDS_FOLDER = "results/plan/rounds"
 # round file older than it is decided again (config/planning.py writes it, only when it changes).
 ROUNDS_STAMP = f"{ROUNDS_FOLDER}/rules.json"
 ROUND_KEYS = ("framework", "backend", "variant", "gpus", "seed")
+# The kinds of verdict the answer rests on (analysis/verdicts.py KINDS less an imported study's
+# epoch_time), and those verdicts.rounds_decide may name (config/schema.yaml lists the same).
+ANSWER_KINDS = ("throughput", "time_to_target")
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,36 @@ def seed_rule(config: dict) -> SeedRule:
     return SeedRule(tuple(sorted(int(seed) for seed in seeds)), None, tuple(int(seed) for seed in seeds))
 
 
+@dataclass(frozen=True)
+class Rules:
+    """What the rounds decide by: matrix.seeds {initial, max}, verdicts.equivalence and the kinds of
+    verdict whose open comparisons may add seeds (verdicts.rounds_decide)."""
+
+    initial: int
+    max: int
+    equivalence: float
+    decide: tuple[str, ...] = ANSWER_KINDS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decide", tuple(self.decide))  # a list, as JSON gives it back
+
+    @classmethod
+    def of(cls, config: dict) -> Rules | None:
+        """The rules of a validated config (matrix.seeds read by `seed_rule`); None for a list of seeds."""
+        rule = seed_rule(config)
+        if not rule.adaptive:
+            return None
+        verdicts = config["verdicts"]
+        return cls(len(rule.initial), rule.max, float(verdicts["equivalence"]), tuple(verdicts["rounds_decide"]))
+
+    @staticmethod
+    def json_of(config: dict) -> str:
+        """`of` as the rules give it to a script ('null' for a list of seeds); Rules(**json.loads(...))
+        reads it back."""
+        rules = Rules.of(config)
+        return json.dumps(dataclasses.asdict(rules) if rules else None)
+
+
 def seeds_problems(config: dict) -> list[str]:
     """matrix.seeds' values the schema admits but a study cannot use: a float (its integer check
     admits 2.0, which would name a folder s2.0), a mapping whose max is below its initial."""
@@ -77,24 +116,46 @@ def configuration(framework: str, backend: str, variant: str, gpus: int) -> tupl
     return (framework, backend, variant, int(gpus))
 
 
-def round_configurations(configurations: Iterable[tuple[str, str, str, int]]) -> list[tuple[str, str, str, int]]:
-    """The configurations (`configuration`) a round may add seeds to, of a study whose first cells
-    have `configurations`: per framework, every one at its largest GPU count (any backend may turn
-    out the best, and the best is compared with each other one); per backend, those of every
-    framework at the largest count two frameworks share (the frameworks compared on one backend).
-    The rounds add to those of them whose comparisons are open (analysis/rounds.py)."""
+@dataclass(frozen=True)
+class AnswerScope:
+    """Where the comparisons the answer rests on are, among a study's configurations (`configuration`):
+    each framework's backends at its largest GPU count, and the frameworks on each backend at the
+    largest count two frameworks share. analysis/comparisons.py answer_rows picks its verdicts there
+    (the best backend against each other one, in the best variants), and `round_configurations` the
+    configurations a round may add seeds to (all of them there: any backend may turn out the best)."""
+
+    framework_gpus: dict[str, int]  # per framework, its largest GPU count
+    backend_gpus: dict[str, int]  # per backend that two frameworks share a count of, the largest such count
+
+    def holds(self, key: tuple[str, str, str, int]) -> bool:
+        """Whether configuration `key` is where a comparison the answer rests on can be."""
+        framework, backend, _, gpus = key
+        return self.framework_gpus.get(framework) == gpus or self.backend_gpus.get(backend) == gpus
+
+
+def answer_scope(configurations: Iterable[tuple[str, str, str, int]]) -> AnswerScope:
+    """The AnswerScope of a study whose cells have `configurations` (the plan's, or a runs table's
+    cells of any status: the same counts)."""
     found = list(dict.fromkeys(configurations))
-    chosen: dict[tuple, None] = {}
-    for framework in dict.fromkeys(key[0] for key in found):
-        own = [key for key in found if key[0] == framework]
-        largest = max(key[3] for key in own)
-        chosen.update(dict.fromkeys(key for key in own if key[3] == largest))
+    largest: dict[str, int] = {}
+    for framework, _, _, gpus in found:
+        largest[framework] = max(largest.get(framework, gpus), gpus)
+    shared: dict[str, int] = {}
     for backend in dict.fromkeys(key[1] for key in found):
         on = [key for key in found if key[1] == backend]
-        shared = [gpus for gpus in {key[3] for key in on} if len({key[0] for key in on if key[3] == gpus}) > 1]
-        if shared:
-            chosen.update(dict.fromkeys(key for key in on if key[3] == max(shared)))
-    return list(chosen)
+        counts = [gpus for gpus in {key[3] for key in on} if len({key[0] for key in on if key[3] == gpus}) > 1]
+        if counts:
+            shared[backend] = max(counts)
+    return AnswerScope(largest, shared)
+
+
+def round_configurations(configurations: Iterable[tuple[str, str, str, int]]) -> list[tuple[str, str, str, int]]:
+    """The configurations (`configuration`) a round may add seeds to, of a study whose first cells
+    have `configurations`: every one in its `answer_scope`. The rounds add to those of them whose
+    comparisons are open (analysis/rounds.py)."""
+    found = list(dict.fromkeys(configurations))
+    scope = answer_scope(found)
+    return [key for key in found if scope.holds(key)]
 
 
 def round_cells(cells: Iterable[Cell], rule: SeedRule) -> tuple[Cell, ...]:
@@ -141,8 +202,59 @@ class RoundRecord:
         return self.cells + self.adds
 
 
+class RoundFileError(ValueError):
+    """A round's file that cannot be read (damaged, truncated, edited by hand), naming it."""
+
+
 def read_round(path: str | Path) -> RoundRecord:
-    """A round's file, as the rules read it to know the next round's cells."""
-    data = json.loads(Path(path).read_text())
-    keys = lambda entries: tuple({name: entry[name] for name in ROUND_KEYS} for entry in entries)  # noqa: E731
-    return RoundRecord(int(data["round"]), keys(data["cells"]), keys(data["adds"]), data["stopped"])
+    """A round's file, as the rules read it to know the next round's cells; RoundFileError naming the
+    file where it cannot be read or does not say what a round says."""
+    try:
+        data = json.loads(Path(path).read_text())
+        record = RoundRecord(_whole(data["round"]), _keys(data["cells"]), _keys(data["adds"]), _text(data["stopped"]))
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as error:
+        what = f"{type(error).__name__}: {error}" if not isinstance(error, KeyError) else f"no {error}"
+        raise RoundFileError(f"the round file {path} cannot be read ({what})") from None
+    return record
+
+
+def _whole(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
+
+
+def _keys(entries) -> tuple[dict, ...]:
+    """A round file's list of cells, each with ROUND_KEYS of their types."""
+    if not isinstance(entries, list):
+        raise TypeError(f"{entries!r} is not a list of cells")
+    kinds = {"framework": str, "backend": str, "variant": str, "gpus": int, "seed": int}
+    found = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise TypeError(f"{entry!r} is not a cell's keys")
+        key = {name: entry[name] for name in ROUND_KEYS}
+        for name, kind in kinds.items():
+            if not isinstance(key[name], kind) or isinstance(key[name], bool):
+                raise TypeError(f"{name} {key[name]!r} is not of type {kind.__name__}")
+        found.append(key)
+    return tuple(found)
+
+
+def remove_unreadable_rounds(folder: str | Path = ROUNDS_FOLDER) -> list[str]:
+    """Remove each round file in `folder` that cannot be read (read_round), so that its checkpoint
+    decides that round again from the cells' records; what was removed, in words (planning says it)."""
+    said = []
+    for path in sorted(Path(folder).glob("round-*.json")):
+        try:
+            read_round(path)
+        except RoundFileError as error:
+            path.unlink(missing_ok=True)
+            said.append(f"warning: {error}: removed; the round is decided again from the cells' records")
+    return said
