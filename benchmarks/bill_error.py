@@ -4,15 +4,17 @@ A study of CPU ranks runs through the real workflow in two starts, as the user g
 (docs/user-guide.md#the-bill): its first seed, then the whole study, whose other cells the bill
 predicts from the first seed's measured runs (the run keeps each cell's prediction as it starts it,
 results/plan/submitted.csv). The report's cost table (results/summary/cost.csv) then sets each
-prediction against the cell's measured run, run.json's start to its end, as GPU-hours (ranks x run).
+prediction against what the cell's job held, launch.py's job_s (its process from before the
+framework's imports to the ranks' end), as GPU-hours (ranks x job wall: gpu_hours). The first cell
+of each framework on the machine is a cold start, whose start-up the bill does not multiply into
+the others (config/prediction.py).
 
 Printed: each cell's source, predicted and measured GPU-hours and error (predicted / measured - 1);
 then the median and the worst error of the cells predicted from measured cells, how many ran inside
 their 95% interval, the study's total as billed and as taken, and the time limits asked against the
 formula's. The cells run two at a time on this machine's two cores, as the demo's do, so a cell's
-run depends on what runs beside it: that is part of the error measured. run.json's start and end
-are to the second, so the cells are sized to run a minute or so (the smoke run's seconds are not
-figures).
+run depends on what runs beside it: that is part of the error measured. The cells are sized to run
+some seconds each (the smoke run's seconds are not figures).
 
     .venv/bin/python benchmarks/bill_error.py [--workdir DIR] [--backends native horovod] [--gpus 1 2]
                                               [--seeds 3] [--epochs 5] [--size 64 96]
@@ -92,12 +94,12 @@ def main() -> None:
 
 def report(cost: pd.DataFrame, bill: pd.DataFrame) -> None:
     """Each cell's prediction against its run, and the figures of docs/benchmarks.md."""
-    print("cell                      source       predicted GPU-h  measured GPU-h  error   limit min")
+    print("cell                      source       predicted GPU-h  measured GPU-h  error   limit min  job s")
     for _, row in cost.iterrows():
         name = f"{row['backend']} g{row['gpus']} s{row['seed']}"
         print(
             f"{name:25} {row['predicted_from']:12} {row['predicted_gpu_hours']:15.5f} {row['gpu_hours']:15.5f} "
-            f"{row['error']:+6.1%}  {row['time_limit_min']:.0f}"
+            f"{row['error']:+6.1%}  {row['time_limit_min']:9.0f}  {row['job_s']:.1f}"
         )
     measured = cost[cost["predicted_from"] == "this study"]
     errors = measured["error"].dropna()

@@ -74,7 +74,9 @@ def test_tensorflow_workers_use_the_chosen_interface_and_slurm_s_unaccounted_fig
     assert run["step_energy_j"] is None and run["step_energy_source"] is None
     assert run["step_energy_reason"].startswith("no accounting: AccountingStorageType is accounting_storage/none")
     assert run["alloc_gpu_hours"] is None and "holds no GPUs" in run["alloc_gpu_hours_reason"]
-    assert run["gpu_hours"] > 0  # the epochs' own figure is still there
+    assert run["train_gpu_hours"] > 0  # the epochs' own figure is still there
+    # what the job held: SLURM's elapsed, not the launch process's clock
+    assert run["job_s_source"] == "slurm elapsed" and run["job_s"] > 0 and run["job_attempts"] == 1
     # and sacct itself has nothing to say here: the reason is this cluster's, not a guess
     sacct = subprocess.run(
         ["sacct", "-j", f"{run['slurm']['job_id']}.1", "-n", "-P", "--format=ConsumedEnergyRaw"],

@@ -90,6 +90,17 @@ def trained_once(tmp_path_factory: pytest.TempPathFactory, settings: dict, data:
     return made_once(tmp_path_factory, name, make) / "out"
 
 
+def job_beyond_ranks(run: dict) -> float:
+    """Seconds launch.py's job wall (job_s, from its own process's start) holds beyond rank 0's
+    run.json start to end: the ranks' imports and start, the same span for a cell of one rank
+    started directly and one torchrun or horovodrun starts."""
+    from datetime import datetime
+
+    ranks = (datetime.fromisoformat(run["end"]) - datetime.fromisoformat(run["start"])).total_seconds()
+    assert run["job_s_source"] == "launch" and run["job_s_reason"] is None, run
+    return run["job_s"] - ranks
+
+
 def launch_output(out: Path) -> str:
     """What the launcher and the ranks of the cell trained_once put in `out` printed (stdout, then stderr)."""
     return (out.parent / "output.txt").read_text()

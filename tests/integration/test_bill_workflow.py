@@ -50,10 +50,14 @@ def test_a_dry_run_bills_the_formula_and_a_first_cell_predicts_the_rest(tmp_path
     assert rows[("1", "1")]["state"] == "finished"
     same, more = rows[("1", "2")], rows[("2", "1")]
     assert (same["source"], same["method"]) == ("this study", "measured at 1 GPUs (1 cell(s))")
-    # one measured cell at its own count: its run, start to end, is the prediction
+    # one measured cell at its own count: what its job held (launch.py's job_s, from before the
+    # framework's imports: more than rank 0's start to end) is the prediction
     run = json.loads((tmp_path / CELL / "run.json").read_text())
-    took = (datetime.fromisoformat(run["end"]) - datetime.fromisoformat(run["start"])).total_seconds()
+    took = run["job_s"]
+    ranks = (datetime.fromisoformat(run["end"]) - datetime.fromisoformat(run["start"])).total_seconds()
+    assert run["job_s_source"] == "launch" and took > ranks
     assert float(same["predicted_s"]) == pytest.approx(took, rel=1e-3)
+    assert "cold start" in same["note"]  # the study's only cell was its first on this host
     assert (more["source"], more["method"]) == ("this study", "scaled by the work from 1 GPUs")
     assert "no extrapolation of the scaling" in more["note"] and float(more["predicted_s"]) < took
     line = bill_line(again)

@@ -50,6 +50,8 @@ def test_interrupted_run_resumes_to_identical_results(prepared_data, tmp_path_fa
     epochs_ref, final_ref, _ = read_records(reference)
     epochs_res, final_res, run_res = read_records(out)
     assert run_res["status"] == "ok" and run_res["resumed_from_epoch"] == EPOCHS - 1
+    # what the cell held: both attempts' job walls, the first's as its launch.py recorded it when stopped
+    assert run_res["job_attempts"] == 2 and run_res["job_s_reason"] is None
     assert [e["epoch"] for e in epochs_res] == list(range(1, EPOCHS + 1))
     # the record says where the run resumed: its first epoch after the checkpoint warmed up again
     assert [e["resumed"] for e in epochs_res] == [False] * (EPOCHS - 1) + [True]

@@ -29,7 +29,7 @@ from conftest import (
     tool_env,
     wait_for,
 )
-from paired_cells import launch_output, placed, trained_once
+from paired_cells import job_beyond_ranks, launch_output, placed, trained_once
 from scalebench.cluster.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -95,6 +95,8 @@ def test_fsdp_shards_the_model_and_trains_like_ddp(prepared_data, tmp_path_facto
     epochs, final, run = read_records(fsdp_run)
     assert epochs[1]["val_iou"] is not None and final["status"] == "ok"  # evaluation of a sharded model
     assert run["status"] == "ok" and (run["replicas"], run["processes"]) == (2, 2)
+    # torchrun's cells: the job's wall from launch.py's start, as a one-rank cell's (test_torch_training)
+    assert job_beyond_ranks(read_records(native)[2]) > 0 and job_beyond_ranks(run) > 0
     assert run["parameters"] == UNET_PARAMETERS
     assert "FSDP2" in run["versions"]["distributed"] and run["training"]["fsdp"]["reshard_after_forward"]
     assert run["training"]["global_batch"] == 2 * 4

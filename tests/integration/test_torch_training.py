@@ -24,7 +24,7 @@ from conftest import (  # horovod_imports: needs_horovod's condition names it
     start_cell,
     wait_for,
 )
-from paired_cells import launch_output, trained_once
+from paired_cells import job_beyond_ranks, launch_output, trained_once
 from scalebench.analysis import collect
 
 pytestmark = pytest.mark.integration
@@ -84,18 +84,20 @@ def test_records_follow_the_contract(prepared_data, tmp_path_factory):
         assert 0 <= record["val_iou"] <= 1 and record["peak_mem_mb"] > 0
         assert record["model_tflops"] > 0 and record["mfu"] is None  # no peak is known for a CPU
     assert final["status"] == "ok" and 0 <= final["iou"] <= 1 and final["setup_s"] > 0
+    # what the job held, from launch.py's start: the rank's imports too, which its run.json starts after
+    assert job_beyond_ranks(run) > 0 and run["job_attempts"] == 1
     assert not (out / "tensorboard").exists(), "TensorBoard curves are off by default"
     assert final["train_time_s"] == pytest.approx(sum(e["epoch_time_s"] for e in epochs))
-    # the cost: GPU-hours over the epochs' time; energy only where a counter is read, else empty
+    # the epochs' cost: GPU-hours over the epochs' time (train_gpu_hours); energy only where a counter is read, else empty
     # with the reason (never 0): the test machine may or may not expose RAPL to this user
-    assert final["gpu_hours"] == pytest.approx(final["train_time_s"] / 3600)
+    assert final["train_gpu_hours"] == pytest.approx(final["train_time_s"] / 3600)
     assert final["energy_source"] == "rapl" and run["energy_source"] == "rapl"
     if final["energy_j"] is None:
         assert final["energy_reason"] and all(e["energy_j"] is None for e in epochs)
     else:
         assert final["energy_j"] == pytest.approx(sum(e["energy_j"] for e in epochs)) and final["energy_j"] > 0
-    assert (run["gpu_hours"], run["energy_j"], run["energy_reason"]) == (
-        final["gpu_hours"],
+    assert (run["train_gpu_hours"], run["energy_j"], run["energy_reason"]) == (
+        final["train_gpu_hours"],
         final["energy_j"],
         final["energy_reason"],
     )

@@ -228,12 +228,26 @@ def test_cost_columns_gpu_hours_and_energy_of_the_epochs(tmp_path):
     )
     write_cell(tmp_path, gpus=4, seed=4)  # written before energy was recorded
     runs, epochs = analysis.collect(tmp_path, [cell(gpus=4, seed=s) for s in (1, 2, 3, 4)])
-    assert list(runs["gpu_hours"]) == pytest.approx([4 * 25.0 / 3600] * 4)  # GPUs x the epochs' summed time
+    assert list(runs["train_gpu_hours"]) == pytest.approx([4 * 25.0 / 3600] * 4)  # GPUs x the epochs' summed time
     assert runs["energy_j"].iloc[0] == 1000.0 and runs["energy_j"].iloc[1] == 1000.0
     assert list(runs["energy_source"].iloc[:3]) == ["nvml", "nvml", "rapl"]
     assert math.isnan(runs["energy_j"].iloc[2]) and runs["energy_reason"].iloc[2] == unread  # empty, never 0
     assert math.isnan(runs["energy_j"].iloc[3]) and "not recorded" in runs["energy_reason"].iloc[3]
     assert list(epochs[epochs["seed"] == 1]["energy_j"]) == [100.0, 200.0, 300.0, 400.0]
+
+
+def test_gpu_hours_are_what_the_job_held_and_an_older_record_leaves_them_empty_with_the_reason(tmp_path):
+    """One cost: gpu_hours = GPUs x the job's wall (launch.py's job_s), never the epochs' share and
+    never 0 where the record has no job wall."""
+    held = {"job_s": 90.0, "job_s_source": "launch", "job_attempts": 1, "job_s_reason": None}
+    write_cell(tmp_path, gpus=4, seed=1, run_extra=held)
+    write_cell(tmp_path, gpus=4, seed=2)  # written before launch.py recorded the job's wall
+    runs, _ = analysis.collect(tmp_path, [cell(gpus=4, seed=s) for s in (1, 2)])
+    first, older = runs.iloc[0], runs.iloc[1]
+    assert first["gpu_hours"] == pytest.approx(4 * 90.0 / 3600) and first["job_s_source"] == "launch"
+    assert first["train_gpu_hours"] == pytest.approx(4 * 25.0 / 3600)
+    assert math.isnan(older["gpu_hours"]) and math.isnan(older["job_s"])
+    assert older["job_s_reason"].startswith("not recorded (run.json has no job_s")
 
 
 def test_slurm_s_accounting_columns_beside_the_epochs_cost(tmp_path):
@@ -257,7 +271,7 @@ def test_slurm_s_accounting_columns_beside_the_epochs_cost(tmp_path):
     runs, _ = analysis.collect(tmp_path, [cell(gpus=4, seed=s) for s in (1, 2, 3)])
     assert runs["alloc_gpu_hours"].iloc[0] == 0.25 and runs["step_energy_j"].iloc[0] == 90000.0
     assert runs["step_energy_source"].iloc[0] == "sacct"
-    assert runs["gpu_hours"].iloc[0] == pytest.approx(4 * 25.0 / 3600)  # the epochs' figure, unchanged
+    assert runs["train_gpu_hours"].iloc[0] == pytest.approx(4 * 25.0 / 3600)  # the epochs' figure, unchanged
     for seed in (1, 2):  # empty with the reason, never 0
         row = runs.iloc[seed]
         assert math.isnan(row["alloc_gpu_hours"]) and math.isnan(row["step_energy_j"])

@@ -16,13 +16,26 @@ RUN = {"start": "2025-01-01T10:00:00+00:00"}
 
 
 def ended(seconds: int) -> dict:
-    return {**RUN, "end": f"2025-01-01T10:{seconds // 60:02d}:{seconds % 60:02d}+00:00"}
+    """run.json of a cell whose job held it `seconds` (launch.py's job_s), its ranks' run 5 s less."""
+    run = seconds - 5
+    return {
+        **RUN,
+        "end": f"2025-01-01T10:{run // 60:02d}:{run % 60:02d}+00:00",
+        "job_s": float(seconds),
+        "job_s_source": "launch",
+        "job_attempts": 1,
+        "job_s_reason": None,
+    }
+
+
+UNKNOWN_ATTEMPT = "resumed after epoch 2: the attempt before left no job wall (it recorded none)"
 
 
 def test_each_cell_is_set_against_the_prediction_it_started_with(tmp_path):
     for gpus, seconds in ((1, 100), (2, 60), (4, 50)):
         write_cell(tmp_path, gpus=gpus, run_extra=ended(seconds))
-    write_cell(tmp_path, gpus=8, run_extra={**ended(40), "resumed_from_epoch": 2})
+    resumed = {**ended(40), "resumed_from_epoch": 2, "job_s": None, "job_attempts": None}
+    write_cell(tmp_path, gpus=8, run_extra={**resumed, "job_s_source": None, "job_s_reason": UNKNOWN_ATTEMPT})
     runs, _ = collect.collect(tmp_path, [cell(gpus=g) for g in (1, 2, 4, 8, 16)])
     rows = [
         {**cell(gpus=1), "source": "formula", "predicted_s": 1200.0, "high_s": 1200.0, "time_limit_min": 20},
@@ -42,7 +55,7 @@ def test_each_cell_is_set_against_the_prediction_it_started_with(tmp_path):
     assert two["error"] == pytest.approx(0.1) and bool(two["within_interval"])
     assert not table.set_index("gpus").loc[4, "within_interval"]  # 50 s ran outside 44-46
     resumed = table.set_index("gpus").loc[8]
-    assert math.isnan(resumed["gpu_hours"]) and "resumed after epoch 2" in resumed["reason"]
+    assert math.isnan(resumed["gpu_hours"]) and resumed["reason"] == f"no measured job wall ({UNKNOWN_ATTEMPT})"
     found = cost.summary(table)
     # the total of the cells with both; the error only of the predictions made from measured cells
     assert found["cells"] == 3 and found["measured_cells"] == 2 and found["formula_cells"] == 1
@@ -68,3 +81,18 @@ def test_a_study_without_kept_predictions_says_there_is_nothing_to_set_the_bill_
     assert table["reason"].iloc[0].startswith("no prediction kept")
     assert cost.sentence(cost.summary(table)).startswith("No cell that ended has a prediction kept")
     assert isinstance(table, pd.DataFrame)
+
+
+def test_the_measured_cost_is_the_jobs_wall_and_an_older_record_has_none_with_the_reason(tmp_path):
+    """What the bill predicts is measured: job_s, not run.json's span; without it, empty, never 0."""
+    write_cell(tmp_path, gpus=2, seed=1, run_extra=ended(60))
+    write_cell(tmp_path, gpus=2, seed=2, run_extra={**RUN, "end": "2025-01-01T10:00:55+00:00"})  # before job_s
+    runs, _ = collect.collect(tmp_path, [cell(gpus=2, seed=s) for s in (1, 2)])
+    rows = [{**cell(gpus=2, seed=s), "method": "", "source": "this study", "predicted_s": 66.0} for s in (1, 2)]
+    path = tmp_path / "submitted.csv"
+    path.write_text(bills.csv_text(rows))
+    table = cost.cost(runs, cost.read_submitted(str(path))).set_index("seed")
+    assert table.loc[1, "job_s"] == 60.0 and table.loc[1, "error"] == pytest.approx(0.1)  # not 66 / 55 - 1
+    assert table.loc[1, "gpu_hours"] == pytest.approx(runs.set_index("seed").loc[1, "gpu_hours"])  # runs.csv's
+    assert math.isnan(table.loc[2, "gpu_hours"]) and math.isnan(table.loc[2, "error"])
+    assert table.loc[2, "reason"].startswith("no measured job wall (not recorded (run.json has no job_s")

@@ -45,7 +45,7 @@ def test_the_collector_builds_every_defined_column_and_no_other(tmp_path):
     keys = {name: cell(gpus=2).get(name, "") for name in collect.KEYS}
     row, epoch_rows = collect.read_cell(tmp_path / cell_path(**keys), keys)
     assert row["status"] == "ok" and len(epoch_rows) == 4
-    assert set(row) == set(RUNS.names) - {"gpu_hours"}  # gpu_hours: the frame computes it for every row
+    assert set(row) == set(RUNS.names) - {"gpu_hours", "train_gpu_hours"}  # the frame computes them for every row
     assert all(set(epoch) == set(EPOCHS.names) for epoch in epoch_rows)
     missing, _ = collect.read_cell(tmp_path / "absent", keys)
     assert missing["status"] == "missing" and set(missing) == set(row)
@@ -102,4 +102,4 @@ def test_the_recipe_a_copied_run_json_field_reaches_runs_csv_with_no_other_edit(
     write_cell(tmp_path, gpus=2)
     runs, _ = collect.collect(tmp_path, [cell(gpus=2)])
     assert list(runs.columns) == [*WRITTEN["runs.csv"], "python"]
-    assert runs.iloc[0]["python"] == "3.11.7" and runs.iloc[0]["gpu_hours"] > 0
+    assert runs.iloc[0]["python"] == "3.11.7" and runs.iloc[0]["train_gpu_hours"] > 0

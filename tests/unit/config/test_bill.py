@@ -116,6 +116,77 @@ def test_with_fixed_steps_an_epoch_is_the_same_work_per_replica_at_every_count(s
     assert fixed.estimates[Cell("torch", "native", 4, 1)].predicted_s == pytest.approx(EPOCHS * 4.0 + OVERHEAD_S)
 
 
+def job(started_s: int, fixed_s: float, epoch_s: float, host: str = "n1") -> dict:
+    """run.json's fields of a cell started `started_s` into the study on `host`, whose job held its
+    epochs (a first epoch 3 s longer, as `measure` writes them) and `fixed_s` besides."""
+    return {
+        "start": f"2025-01-01T10:{started_s // 60:02d}:{started_s % 60:02d}+00:00",
+        "launch_host": host,
+        "job_s": EPOCHS * epoch_s + 3.0 + fixed_s,
+        "job_s_source": "launch",
+        "job_attempts": 1,
+        "job_s_reason": None,
+    }
+
+
+def test_a_cold_first_cell_is_not_multiplied_into_the_cells_after_it(schema, workdir):
+    """The first cell of a framework on a node pays a start the later ones do not (caches, the
+    device's first use): its start-up predicts no other cell while a warm one was measured."""
+    studied = study(schema, gpus=(1,), seeds=(1, 2, 3))
+    measure(studied, Cell("torch", "native", 1, 1), 4.0, **job(0, 30.0, 4.0))  # the first: a cold start
+    measure(studied, Cell("torch", "native", 1, 2), 4.0, **job(60, 5.0, 4.0))
+    verdicts = {cell: Verdict("current" if cell.seed < 3 else "new") for cell in studied.matrix.cells()}
+    estimate = bills.make_bill(studied, verdicts, "local").estimates[Cell("torch", "native", 1, 3)]
+    # epochs at the steady 4 s, the first epoch's 3 s extra, and the warm cell's 5 s of start-up
+    assert estimate.predicted_s == pytest.approx(EPOCHS * 4.0 + 3.0 + 5.0)
+    assert "start-up from" not in estimate.note  # the series' own warm cells at its count: nothing to say
+
+
+def test_the_start_up_comes_from_cells_that_started_as_many_ranks(schema, workdir):
+    """More ranks take longer to start (their imports on the node's cores, the rendezvous): a cell's
+    start-up is its own count's, the nearest measured count's where its own has none (said)."""
+    studied = study(schema, gpus=(1, 2, 4), seeds=(1, 2, 3))
+    measure(studied, Cell("torch", "native", 1, 1), 4.0, **job(0, 20.0, 4.0))  # the cold start
+    measure(studied, Cell("torch", "native", 1, 2), 4.0, **job(30, 5.0, 4.0))
+    measure(studied, Cell("torch", "native", 2, 1), 2.0, **job(60, 9.0, 2.0))
+    finished = {Cell("torch", "native", 1, 1), Cell("torch", "native", 1, 2), Cell("torch", "native", 2, 1)}
+    verdicts = {cell: Verdict("current" if cell in finished else "new") for cell in studied.matrix.cells()}
+    made = bills.make_bill(studied, verdicts, "local")
+    one, two = made.estimates[Cell("torch", "native", 1, 3)], made.estimates[Cell("torch", "native", 2, 2)]
+    assert one.predicted_s == pytest.approx(EPOCHS * 4.0 + 3.0 + 5.0)
+    assert two.predicted_s == pytest.approx(EPOCHS * 2.0 + 3.0 + 9.0)
+    four = made.estimates[Cell("torch", "native", 4, 1)]
+    assert "start-up from warm cells of the series at 2 GPUs" in four.note
+
+
+def test_a_series_of_only_a_cold_start_takes_its_frameworks_warm_cells_else_says_cold(schema, workdir):
+    studied = study(schema, gpus=(1,), seeds=(1, 2), matrix={"backends": ["native", "horovod"]})
+    measure(studied, Cell("torch", "native", 1, 1), 4.0, **job(0, 30.0, 4.0))  # torch's first on n1
+    measure(studied, Cell("torch", "horovod", 1, 1), 6.0, **job(60, 8.0, 6.0))
+    measure(studied, Cell("torch", "horovod", 1, 2), 6.0, **job(120, 10.0, 6.0))
+    finished = {Cell("torch", "native", 1, 1), Cell("torch", "horovod", 1, 1), Cell("torch", "horovod", 1, 2)}
+    verdicts = {cell: Verdict("current" if cell in finished else "new") for cell in studied.matrix.cells()}
+    estimate = bills.make_bill(studied, verdicts, "local").estimates[Cell("torch", "native", 1, 2)]
+    # native's epochs, horovod's warm start-up (median of 8 + 3 and 10 + 3 s with their first epochs' extra)
+    assert estimate.predicted_s == pytest.approx(EPOCHS * 4.0 + 12.0)
+    assert "start-up from warm cells of torch's other backends" in estimate.note
+    # the native cell alone: its cold start is all there is, and the note says so
+    only = {Cell("torch", "native", 1, 1)}
+    alone = {cell: Verdict("current" if cell in only else "new") for cell in studied.matrix.cells()}
+    cold = bills.make_bill(studied, alone, "local").estimates[Cell("torch", "native", 1, 2)]
+    assert cold.predicted_s == pytest.approx(EPOCHS * 4.0 + 3.0 + 30.0) and "a cold start" in cold.note
+
+
+def test_cells_recorded_before_the_job_wall_predict_from_run_jsons_span_and_say_so(schema, workdir):
+    """An older study's records, imported logs, a killed launch: no job_s; the bill says what it used."""
+    studied = study(schema, gpus=(1,), seeds=(1, 2))
+    measure(studied, Cell("torch", "native", 1, 1), 4.0)  # start to end only: EPOCHS x 4 s + OVERHEAD_S
+    verdicts = {cell: Verdict("current" if cell.seed == 1 else "new") for cell in studied.matrix.cells()}
+    estimate = bills.make_bill(studied, verdicts, "local").estimates[Cell("torch", "native", 1, 2)]
+    assert estimate.predicted_s == pytest.approx(EPOCHS * 4.0 + OVERHEAD_S)
+    assert "start-up from run.json's start to its end (no job wall recorded" in estimate.note
+
+
 def test_nothing_measured_is_the_formula_an_upper_bound_not_a_prediction(schema, workdir):
     studied = study(schema, gpus=(1, 2), seeds=(1,))
     made = made_bill(studied, {})

@@ -80,10 +80,50 @@ def test_a_step_never_accounted_as_ended_is_empty_with_the_reason():
 
 def test_a_local_run_records_empty_accounting_with_the_reason(tmp_path):
     run_json = tmp_path / "run.json"
-    run_json.write_text(json.dumps({"status": "ok", "gpu_hours": 0.5}))
+    run_json.write_text(json.dumps({"status": "ok", "train_gpu_hours": 0.5}))
     accounting.record(run_json, None)
     run = json.loads(run_json.read_text())
-    assert run["gpu_hours"] == 0.5  # the loop's own figure stays
+    assert run["train_gpu_hours"] == 0.5  # the loop's own figure stays
     assert run["alloc_gpu_hours"] is None and run["alloc_gpu_hours_reason"] == accounting.NOT_SLURM
     assert run["step_energy_j"] is None and run["step_energy_reason"] == accounting.NOT_SLURM
     assert accounting.record(tmp_path / "absent.json", None) is None
+
+
+def test_the_job_wall_is_slurms_elapsed_in_a_job_and_launchs_own_clock_locally():
+    job = oneliner_fields(GPU_JOB)
+    assert accounting.job_wall(job, 100.0, 26 * 3600 + 100.0, None, None) == {
+        "job_s": float(26 * 3600 + 3 * 60 + 4),
+        "job_s_source": "slurm elapsed",
+        "job_attempts": 1,
+        "job_s_reason": None,
+    }
+    # no job (a local run) or one scontrol could not read: this process's start to the ranks' end
+    local = accounting.job_wall(None, 100.0, 160.5, None, None)
+    assert (local["job_s"], local["job_s_source"]) == (60.5, "launch")
+    # a job that ran for a day before this process (the workflow inside one salloc): not the cell's
+    assert accounting.job_wall(job, 100.0, 160.5, None, None)["job_s"] == 60.5
+    own = oneliner_fields(GPU_JOB.replace("RunTime=1-02:03:04", "RunTime=00:01:10"))
+    assert accounting.job_wall(own, 100.0, 160.5, None, None)["job_s"] == 70.0  # its start before launch.py too
+
+
+def test_a_resumed_cell_sums_its_attempts_or_says_why_it_cannot():
+    before = {"job_s": 30.0, "job_s_source": "launch", "job_attempts": 1}
+    summed = accounting.job_wall(None, 0.0, 20.0, before, resumed_from=2)
+    assert (summed["job_s"], summed["job_attempts"], summed["job_s_reason"]) == (50.0, 2, None)
+    killed = accounting.job_wall(None, 0.0, 20.0, {"status": "running"}, resumed_from=2)
+    assert killed["job_s"] is None and killed["job_attempts"] is None
+    assert killed["job_s_reason"].startswith("resumed after epoch 2: the attempt before left no job wall")
+    assert "this attempt's alone was 20.0 s" in killed["job_s_reason"]
+
+
+def test_launch_records_the_job_wall_from_its_own_start(tmp_path):
+    """launch.py's own process start, not rank 0's: the span includes the ranks' imports, however they start."""
+    import time
+
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps({"status": "ok", "start": "2025-01-01T10:00:00+00:00"}))
+    fields = accounting.record(run_json, None, began=time.time() - 12.0)
+    run = json.loads(run_json.read_text())
+    assert run["job_s"] == fields["job_s"] and 12.0 <= run["job_s"] < 60 and run["job_s_source"] == "launch"
+    accounting.record(run_json, None)  # by default from this process's start (psutil), before the test
+    assert json.loads(run_json.read_text())["job_s"] >= time.time() - accounting.own_start() - 1

@@ -233,7 +233,7 @@ def test_cost_figure_per_joule_only_where_measured_and_per_gpu_hour_everywhere(t
     runs, epochs = through_csv(*analysis.collect(tmp_path / "runs", [cell(seed=1), cell(seed=2)]), tmp_path)
     data = plots.cost_figure(runs).data
     per_kj = data[data["measure"] == "images / kJ"]
-    per_hour = data[data["measure"] == "images / GPU-hour"]
+    per_hour = data[data["measure"] == "images / training GPU-hour"]
     assert list(per_kj["seed"]) == [1] and per_kj["value"].iloc[0] == pytest.approx(400.0)  # 400 images / 1 kJ
     assert list(per_hour["seed"]) == [1, 2] and per_hour["value"].iloc[0] == pytest.approx(400 / (25.0 / 3600))
     render({"cost": plots.cost_figure(runs)}, tmp_path)
@@ -243,8 +243,8 @@ def test_cost_figure_without_measured_energy_promises_no_kilojoule_panel_and_say
     write_cell(tmp_path / "runs", seed=1, final_extra={"energy_j": None, "energy_reason": "no powercap"})
     runs, _ = through_csv(*analysis.collect(tmp_path / "runs", [cell(seed=1)]), tmp_path)
     figure = plots.cost_figure(runs)
-    assert set(figure.data["measure"]) == {"images / GPU-hour"}
-    assert figure.labels.title == "Cost: images per GPU-hour"
+    assert set(figure.data["measure"]) == {"images / training GPU-hour"}
+    assert figure.labels.title == "Cost: images per training GPU-hour"
     assert "No images per kilojoule: no cell with status ok measured its energy (no powercap)" in figure.labels.caption
     render({"cost": figure}, tmp_path)
 

@@ -171,7 +171,7 @@ def test_finish_writes_the_outcome_the_cost_and_the_libraries_as_loaded(tmp_path
         "test_loss": 0.3,
         "iou": 0.7,
         "train_time_s": 4.0,
-        "gpu_hours": 0.01,
+        "train_gpu_hours": 0.01,
         "energy_j": None,
         "energy_source": "rapl",
         "energy_reason": "no powercap",
@@ -179,7 +179,7 @@ def test_finish_writes_the_outcome_the_cost_and_the_libraries_as_loaded(tmp_path
     record.finish(final, 1, FakeSteps().observed)
     run = written(record)
     assert (run["status"], run["setup_s"], run["resumed_from_epoch"], run["epochs_completed"]) == ("ok", 1.5, 1, 2)
-    assert run["stopped_at_target"] is True and run["gpu_hours"] == 0.01 and run["energy_reason"] == "no powercap"
+    assert run["stopped_at_target"] is True and run["train_gpu_hours"] == 0.01 and run["energy_reason"] == "no powercap"
     assert run["end"] and run["libraries_read"] is True
     assert run["collectives"]["reason"] == "one replica: nothing to exchange"  # what add() wrote stays
     assert (
@@ -272,7 +272,7 @@ def test_a_ranks_energy_adds_its_reading_and_the_cost_sums_the_epochs(monkeypatc
     part = ranks.stop()
     assert part == [5.0, 1.0, 1.0] and ranks.epoch_joules([10.0, 2.0, 2.0]) == 10.0 and ranks.reason == ""
     cost = ranks.cost([{"energy_j": 10.0}, {"energy_j": 12.0}], 2, 3600.0)
-    assert cost == {"gpu_hours": 2.0, "energy_j": 22.0, "energy_source": "fake", "energy_reason": ""}
+    assert cost == {"train_gpu_hours": 2.0, "energy_j": 22.0, "energy_source": "fake", "energy_reason": ""}
 
 
 def test_a_rank_that_could_not_read_leaves_the_epoch_empty_with_its_reason(monkeypatch):

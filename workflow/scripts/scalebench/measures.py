@@ -99,7 +99,8 @@ def cell_energy(epoch_joules: list[float | None], last_reason: str) -> tuple[flo
     return None, last_reason or f"{unknown} of {len(epoch_joules)} epochs were not measured"
 
 
-def gpu_hours(gpus: int, train_time_s: float) -> float:
-    """GPUs x the training time (the epochs' summed time, the slowest rank's: no setup, evaluation
-    or checkpoints), in hours: the window the energy is measured over too."""
-    return gpus * train_time_s / 3600
+def gpu_hours(gpus: int, seconds: float) -> float:
+    """GPUs x `seconds`, in hours: of the job's wall, what a cell cost (gpu_hours); of the training
+    time (the epochs' summed time, the slowest rank's: no setup, evaluation or checkpoints), the
+    epochs' share (train_gpu_hours), the window the energy is measured over too."""
+    return gpus * seconds / 3600

@@ -128,7 +128,7 @@ def read_cell(
             **{name: run.get(name) for name in RUNS.copied()},
             **provenance_values(run),
         },
-        derived=("gpu_hours",),  # runs_frame: the ranks' definition for every row
+        derived=("gpu_hours", "train_gpu_hours"),  # runs_frame: the one definition for every row
     )
     epoch_rows = [
         EPOCHS.row(
@@ -219,11 +219,24 @@ def provenance_values(run: dict) -> dict:
 
 
 def run_time(run: dict) -> dict:
-    """run_s and why it is empty (timing/cell_times.py: run_seconds)."""
+    """run_s, the job's wall (job_s: what the cell cost) and why each is empty (timing/cell_times.py)."""
     if not run:
-        return {"run_s": math.nan, "run_s_reason": "no run.json"}
+        return {
+            "run_s": math.nan,
+            "run_s_reason": "no run.json",
+            "job_s": math.nan,
+            "job_s_source": None,
+            "job_s_reason": "no run.json",
+        }
     seconds, reason = cell_times.run_seconds(run)
-    return {"run_s": seconds, "run_s_reason": reason or None}
+    wall, source, why = cell_times.job_seconds(run)
+    return {
+        "run_s": seconds,
+        "run_s_reason": reason or None,
+        "job_s": wall,
+        "job_s_source": source or None,
+        "job_s_reason": why or None,
+    }
 
 
 NOT_OBSERVED = "not recorded (the cell predates run.json's observed compute_dtype and compiled)"
@@ -272,7 +285,7 @@ def cell_settings(settings: dict | None, run: dict, keys: dict) -> dict:
 
 
 def cost(run: dict, final: dict, epochs: list[dict]) -> dict:
-    """Energy of a cell's epochs from its records (gpu_hours follows from the row: runs_frame).
+    """Energy of a cell's epochs from its records (gpu_hours and train_gpu_hours follow from the row: runs_frame).
     A final record without the fields (out of memory, killed) falls back to the epochs' sum."""
     if "energy_j" in final:
         joules, reason = finite_number(final["energy_j"]), final.get("energy_reason") or ""

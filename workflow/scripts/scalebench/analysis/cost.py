@@ -3,9 +3,12 @@ back-tested on every study.
 
 Each cell's prediction is the one its run started with (results/plan/submitted.csv: planning keeps
 it as a run that trains starts the cell, config/bill.py), never one made afterwards from its own
-records. It is set against what the cell took, measured the same way: its GPUs times its run,
-run.json's start to its end (runs.csv's run_s). The error is predicted / measured - 1; the formula's
-rows are an upper bound, not a prediction, and are kept out of the error's median and worst.
+records. It is set against what the cell cost, the figure the bill predicts: its GPUs times its
+job's wall (runs.csv's job_s and gpu_hours: SLURM's elapsed, or launch.py's own process from before
+the framework's imports to the ranks' end). A cell without it (recorded before job_s, or resumed
+after an attempt that left none) has no measured figure, empty with the reason, never 0. The error
+is predicted / measured - 1; the formula's rows are an upper bound, not a prediction, and are kept
+out of the error's median and worst.
 """
 
 from __future__ import annotations
@@ -41,9 +44,10 @@ def cost(runs: pd.DataFrame, submitted: pd.DataFrame) -> pd.DataFrame:
     table = own.merge(kept, on=KEYS, how="left")
     gpus = table["gpus"].astype(float)
     table["predicted_gpu_hours"] = gpus * table["predicted_s"] / 3600
-    table["gpu_hours"] = gpus * pd.to_numeric(table["run_s"]) / 3600
-    table["error"] = table["predicted_s"] / pd.to_numeric(table["run_s"]) - 1  # NaN where either is unknown
-    run, low, high = pd.to_numeric(table["run_s"]), table["low_s"], table["high_s"]
+    wall = pd.to_numeric(table["job_s"])
+    table["gpu_hours"] = gpus * wall / 3600  # runs.csv's gpu_hours
+    table["error"] = table["predicted_s"] / wall - 1  # NaN where either is unknown
+    run, low, high = wall, table["low_s"], table["high_s"]
     known = low.notna() & high.notna() & run.notna()
     table["within_interval"] = pd.Series(pd.NA, index=table.index, dtype="boolean")
     table.loc[known, "within_interval"] = (low[known] <= run[known]) & (run[known] <= high[known])
@@ -55,8 +59,9 @@ def reason(row: pd.Series) -> str | None:
     parts = []
     if pd.isna(row["predicted_from"]):
         parts.append("no prediction kept (started by a version before the bill, or by a dry run only)")
-    if pd.isna(row["run_s"]):
-        parts.append(f"no measured run ({row['run_s_reason']})" if "run_s_reason" in row else "no measured run")
+    if pd.isna(row["job_s"]):
+        why = row["job_s_reason"] if "job_s_reason" in row and pd.notna(row["job_s_reason"]) else ""
+        parts.append(f"no measured job wall ({why})" if why else "no measured job wall")
     return "; ".join(parts) or None
 
 

@@ -139,6 +139,7 @@ def import_folder(entry: dict, index: int, target: float | None = None) -> tuple
                 "data_wait_s": math.nan,
                 "data_wait_share": math.nan,
                 "observed_reason": "not recorded by the legacy log",
+                "job_s_reason": "not recorded by the legacy log: what its job held is unknown",
                 "step_split_reason": LEGACY_SPLIT,
                 "comm_total_reason": LEGACY_SPLIT,
             }

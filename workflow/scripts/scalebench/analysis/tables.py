@@ -188,8 +188,17 @@ RUNS = Table(
         Column("first_epoch_s", "float", "s", "the first epoch (the warm-up)", NOT_RUN),
         Column("setup_s", "float", "s", "from the rank's start to its first epoch", NOT_RUN),
         Column("test_time_s", "float", "s", "the final evaluation on the test pairs", "no final record"),
-        Column("run_s", "float", "s", "the rank's whole run: run.json's start to its end (the bill)", "run_s_reason"),
+        Column("run_s", "float", "s", "rank 0's run: run.json's start to its end (after the imports)", "run_s_reason"),
         Column("run_s_reason", "str", "", "why run_s is empty (a resumed run, a cell that did not end)"),
+        Column(
+            "job_s",
+            "float",
+            "s",
+            "the cell's job wall, imports to end (SLURM's elapsed, or launch.py's own): what it cost",
+            "job_s_reason",
+        ),
+        Column("job_s_source", "str", "", "slurm elapsed or launch", "job_s_reason"),
+        Column("job_s_reason", "str", "", "why job_s is empty (an older record, a resumed cell's unknown attempt)"),
         Column("images_per_s", "float", "images/s", "the median steady epoch's throughput, all ranks", NOT_RUN),
         Column("images_per_s_per_gpu", "float", "images/s", "images_per_s / gpus", NOT_RUN),
         Column("data_wait_s", "float", "s", "waiting for batches over the epochs", "an epoch lacks it"),
@@ -208,7 +217,8 @@ RUNS = Table(
         Column("peak_mem_mb", "float", "MB", "the largest peak of device memory over the epochs", NOT_RUN),
         Column("mfu", "float", "", "model FLOPs utilisation per GPU, median steady epoch", NOT_RUN),
         Column("images", "float", "images", "images trained over the epochs, all ranks", NOT_RUN),
-        Column("gpu_hours", "float", "GPU-h", "gpus x train_time_s, in hours", NOT_RUN),
+        Column("gpu_hours", "float", "GPU-h", "gpus x job_s, in hours: what the cell held", "job_s_reason"),
+        Column("train_gpu_hours", "float", "GPU-h", "gpus x train_time_s, in hours: the epochs' share", NOT_RUN),
         Column("energy_j", "float", "J", "joules over the same epochs, all ranks", "energy_reason"),
         Column("energy_source", "str", "", "nvml (the GPUs only) or rapl (the nodes' CPU packages)", "energy_reason"),
         Column("energy_reason", "str", "", "why energy_j is empty"),
@@ -293,14 +303,15 @@ COST = Table(
         Column("low_s", "float", "s", "the prediction's 95% interval, low end", "no interval"),
         Column("high_s", "float", "s", "its high end", "no interval"),
         Column(
-            "run_s",
+            "job_s",
             "float",
             "s",
-            "the measured run (runs.csv's run_s)",
-            "not measured (runs.csv's run_s_reason says why)",
+            "the measured job wall (runs.csv's job_s), the figure the bill predicts",
+            "not measured (reason says why)",
         ),
+        Column("job_s_source", "str", "", "slurm elapsed or launch", "not measured"),
         Column("predicted_gpu_hours", "float", "GPU-h", "gpus x predicted_s, in hours", "no prediction"),
-        Column("gpu_hours", "float", "GPU-h", "measured: gpus x run_s (not runs.csv's, which is over train_time_s)"),
+        Column("gpu_hours", "float", "GPU-h", "measured: gpus x job_s (runs.csv's gpu_hours)", "not measured"),
         Column("error", "float", "", "predicted / measured - 1", NO_PREDICTION),
         Column("within_interval", "bool", "", "the run fell inside the prediction's 95% interval", "no interval"),
         Column("alloc_gpu_hours", "float", "GPU-h", "what SLURM accounted for the allocation", "not accounted"),
@@ -374,7 +385,9 @@ def frame(table: Table, rows: list[dict]) -> pd.DataFrame:
     result = pd.DataFrame(rows, columns=table.names)
     result["variant"] = no_variant_as_empty(result["variant"])
     if table is RUNS:  # the ranks' definition (measures.py), for own, legacy and read-back rows alike
-        result["gpu_hours"] = measures.gpu_hours(pd.to_numeric(result["gpus"]), pd.to_numeric(result["train_time_s"]))
+        gpus = pd.to_numeric(result["gpus"])
+        result["gpu_hours"] = measures.gpu_hours(gpus, pd.to_numeric(result["job_s"]))
+        result["train_gpu_hours"] = measures.gpu_hours(gpus, pd.to_numeric(result["train_time_s"]))
     for column in table.of_type("int"):
         result[column] = pd.to_numeric(result[column]).astype("Int64")
     for column in table.of_type("bool"):

@@ -13,8 +13,9 @@ ones with their reason), says it in one line (`line`), refuses a study over budg
 started in results/plan/submitted.csv, which the report's cost section sets against what the cell
 took (analysis/cost.py): the bill is back-tested on every study.
 
-GPU-hours are a cell's GPUs (ranks on CPUs) times its run, run.json's start to its end (what
-runs.csv's run_s measures): the time its GPUs are held, less the job's start before the ranks run.
+GPU-hours (gpu_hours) are a cell's GPUs (ranks on CPUs) times its job's wall: what its allocation
+held, from before the framework's imports to the ranks' end (SLURM's elapsed in a SLURM job), the
+figure runs.csv's and cost.csv's gpu_hours measure (launch/accounting.py: job_s).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ COLUMNS = [
     *KEYS,
     "nodes",
     "state",
-    "predicted_s",  # the cell's run: run.json's start to its end
+    "predicted_s",  # the cell's job wall: start-up plus its epochs (config/prediction.py)
     "low_s",  # its 95% interval (empty where not known: one measurement, the formula)
     "high_s",
-    "gpu_hours",  # gpus x predicted_s
+    "gpu_hours",  # gpus x predicted_s: what the cell's allocation will hold
     "time_limit_min",  # what its job asks SLURM for at its first attempt
     "source",  # this study, earlier study, formula (config/prediction.py)
     "method",
@@ -155,13 +156,20 @@ def make_bill(
     states = {cell: cell_state(cell, verdict, forced, rounds) for cell, verdict in verdicts.items()}
     nodes = {cell: cell_nodes(config, cell, executor) for cell in verdicts}
     to_predict = [cell for cell in verdicts if states[cell] != FINISHED]
-    wanted = {series_of(cell) for cell in to_predict}  # a finished study reads no record here
-    measured: dict[tuple, list[cell_times.Measured]] = {}
+    # a finished study reads no record here; the frameworks to predict read all their cells, whose
+    # first on each node is a cold start (cell_times.with_cold_starts) and whose other backends'
+    # start-up stands in where a series has no warm cell
+    wanted = {cell.framework for cell in to_predict}
+    read: list[tuple[tuple, cell_times.Measured]] = []
     for cell in verdicts:
-        if series_of(cell) in wanted and states[cell] == FINISHED and verdicts[cell].state == "current":
+        if cell.framework in wanted and states[cell] == FINISHED and verdicts[cell].state == "current":
             found = cell_times.read(cell.folder)
             if found is not None:
-                measured.setdefault(series_of(cell), []).append(found)
+                read.append((series_of(cell), found))
+    marked = cell_times.with_cold_starts([found for _, found in read])
+    measured: dict[tuple, list[cell_times.Measured]] = {}
+    for (key, _), found in zip(read, marked, strict=True):
+        measured.setdefault(key, []).append(found)
     predictor = Predictor(study, measured)
     estimates = {cell: predictor.estimate(cell, nodes[cell]) for cell in to_predict}
     return Bill(study, verdicts, states, estimates, nodes)
@@ -196,20 +204,20 @@ class Predictor:
         name = "/".join(part for part in series_of(cell) if part)
         own = self.measured.get(series_of(cell))
         if own:
-            return Series(own, per_node, THIS_STUDY, f"{len(own)} finished cell(s) of {name}")
+            kin = [m for key, cells in self.measured.items() if key[0] == cell.framework for m in cells]
+            return Series(own, per_node, THIS_STUDY, f"{len(own)} finished cell(s) of {name}", kin)
         folder, key = earlier_study.study_folder(self.study.config)
         if folder is None:
             return f"nothing of {name} finished yet"
         if self.earlier is None:
             self.earlier = earlier_study.read_study(folder, key)
-        settings = self.study.settings(cell)
-        alike, why = self.earlier.comparable(
-            cell.framework, cell.backend, settings, prepared_key(self.study.config["dataset"])
-        )
+        settings, data_key = self.study.settings(cell), prepared_key(self.study.config["dataset"])
+        alike, why = self.earlier.comparable(cell.framework, cell.backend, settings, data_key)
         if not alike:
             return why
         note = f"{key}: {folder}, {len(alike)} cell(s) on {self.earlier.devices(alike)}"
-        return Series(alike, per_node, EARLIER_STUDY, note)
+        kin = self.earlier.kin(cell.framework, settings, data_key, alike)
+        return Series(alike, per_node, EARLIER_STUDY, note, kin)
 
 
 # --- what planning says and writes

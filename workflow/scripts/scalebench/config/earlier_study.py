@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from scalebench.timing.cell_times import Measured, read, setting
+from scalebench.timing.cell_times import Measured, read, setting, with_cold_starts
 
 KEY = "budget.from"
 BASELINE_KEY = "compare.baseline"
@@ -85,6 +85,15 @@ class EarlierStudy:
             return alike, ""
         return [], f"{self.key}: {self.folder}'s {framework}/{backend} cells differ in {differences[0]}"
 
+    def kin(self, framework: str, settings: dict, data_key: str, alike: list[Measured]) -> list[Measured]:
+        """Its cells of `framework`'s backends that ran a cell of `settings` alike (their start-up
+        stands in where `alike`, one backend's, holds only a cold start: config/prediction.py)."""
+        return [
+            cell
+            for cell in self.cells
+            if cell.framework == framework and cell not in alike and difference(cell, settings, data_key) is None
+        ]
+
     def devices(self, cells: list[Measured]) -> str:
         names = sorted({device for cell in cells for device in cell.devices})
         return ", ".join(names) or "devices not recorded"
@@ -111,4 +120,4 @@ def difference(cell: Measured, settings: dict, data_key: str) -> str | None:
 def read_study(folder: str, key: str) -> EarlierStudy:
     """The finished cells under `folder`/runs (cells that did not finish ok are not read)."""
     found = (read(path.parent) for path in records(folder))
-    return EarlierStudy(key, folder, tuple(cell for cell in found if cell is not None))
+    return EarlierStudy(key, folder, tuple(with_cold_starts([cell for cell in found if cell is not None])))

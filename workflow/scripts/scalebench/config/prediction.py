@@ -5,22 +5,24 @@
    cell's own epochs;
 2. else the cluster.time formula, which is the user's guess of a limit: an upper bound, not a prediction.
 
-From measured cells, the run (run.json's start to its end, timing/cell_times.py) is predicted as
+From measured cells, the run (what the cell's job holds: launch.py's job_s, timing/cell_times.py) is
+predicted as its epochs plus what does not scale with them:
 
-    run(N) = epochs x epoch(N) + overhead
+    run(N) = epochs x epoch(N) + first epoch's extra + start-up
 
-with epoch(N) the steady epoch at N GPUs and the overhead the run's time besides its epochs at the
-steady time (start-up, the first epoch's warm-up, evaluation, checkpoints, the test): the median over
-the measured cells, their range in the interval. epoch(N), in this order:
-
-- the scaling model's fit of the series, with its 95% band (a poor fit gives way to a measurement at N);
-- where the model cannot be fitted (it says why: one GPU count, too few counts for its terms), the
-  cells measured at N: their mean, with a t-interval over their seeds;
-- else the nearest measured GPU count's epoch scaled by the work of an epoch per replica (an epoch of
-  a pass over the data has 1/N of it at N ranks; one of training.steps_per_epoch steps the same at
-  every N): no extrapolation of the scaling, which one point cannot support. Scaled to more GPUs it is
-  a lower bound (more ranks only add communication), said so, and the time limit does not go below
-  the formula's then.
+with epoch(N) the steady epoch at N GPUs (the one model, below), the first epoch's extra (the first
+epoch less a steady one: compilation, the first batches' caches) and the start-up (the job's wall
+outside the epochs: imports, setup, the collective benchmark, evaluation, the test, the end) measured
+figures of the cells: their median, their range in the interval. Those two come from warm cells: the
+first cell of a framework on a node is a cold start (timing/cell_times.py: with_cold_starts; the
+kernel and compilation caches, the page cache and the device's first use are paid once there), which
+would be multiplied into every later cell. The start-up grows with the ranks started (their imports
+on the node's cores, the rendezvous, the collective benchmark), so the cells at the same GPU count
+come first. In this order: the warm cells of the series at N; else the warm cells of the same
+framework's other backends at N (said in the note); else those of the nearest measured count (said);
+else the cold ones, in the same order (said: a cold start, which the cell may not pay). A cell
+recorded before job_s (an older study, imported logs) gives run.json's start to its end instead,
+which leaves its imports out (said in the note). epoch(N), in this order:
 
 No second model of epoch time: every number comes from the records and the one model.
 """
@@ -89,6 +91,7 @@ class Series:
     per_node: int | None
     source: str
     note: str = ""
+    kin: list[Measured] = field(default_factory=list)  # the same framework's other backends, same source
     fit: object = field(init=False)  # the scaling model's Fit, or its Refused with the reason
 
     def __post_init__(self) -> None:
@@ -102,16 +105,16 @@ class Series:
         """The run of `cell` (on `nodes` nodes, with `training`'s epochs) predicted from the series (the
         module's docstring)."""
         epoch, low, high, method, notes, lower = self.epoch_time(cell.gpus, nodes, training)
-        overheads = [m.overhead_s for m in self.cells if math.isfinite(m.overhead_s)]
-        if overheads:
-            overhead, least, most = statistics.median(overheads), min(overheads), max(overheads)
-        else:
-            overhead = least = most = 0.0
+        fixed, least, most, said = self.fixed_time(cell.gpus)
+        if said:
+            notes.append(said)
+        if fixed is None:
+            fixed = least = most = 0.0
             notes.append("no measured cell recorded its run's end: start-up and test left out")
             lower = True
         epochs = int(training["epochs"])
         return Estimate(
-            predicted_s=epochs * epoch + overhead,
+            predicted_s=epochs * epoch + fixed,
             low_s=epochs * low + least,
             high_s=epochs * high + most,
             source=self.source,
@@ -119,6 +122,44 @@ class Series:
             note="; ".join(part for part in [self.note, *notes] if part),
             lower_bound=lower,
         )
+
+    def fixed_time(self, gpus: int) -> tuple[float | None, float, float, str]:
+        """(the start-up and first epoch's extra of a cell of `gpus`: median, least, most; a note on
+        where they come from), None where no cell measured its run (the module's docstring)."""
+        framework = self.cells[0].framework if self.cells else ""
+        kin = [m for m in self.kin if m not in self.cells]
+        groups = ((self.cells, ""), (kin, f"{framework}'s other backends"))
+        for cold in (False, True):
+            for same in (True, False):
+                for group, whose in groups:
+                    known = [m for m in group if m.cold == cold and math.isfinite(m.fixed_s)]
+                    if not same and known:
+                        nearest = min({m.gpus for m in known}, key=lambda count: (abs(math.log(count / gpus)), count))
+                        known = [m for m in known if m.gpus == nearest]
+                    elif same:
+                        known = [m for m in known if m.gpus == gpus]
+                    if known:
+                        return self.fixed_of(known, whose, cold, None if same else known[0].gpus)
+        return None, 0.0, 0.0, ""
+
+    @staticmethod
+    def fixed_of(known: list[Measured], whose: str, cold: bool, count: int | None) -> tuple[float, float, float, str]:
+        """The median, least and most of `known`'s start-up and first epoch's extra, and what to say of them."""
+        timed = [m for m in known if m.from_job]
+        said = []
+        if whose or cold or count is not None:
+            kind = "a cold start (the first cell of its framework on its node) of " if cold else "warm cells of "
+            at = f" at {count} GPUs" if count is not None else ""
+            said.append(f"start-up from {kind}{whose or 'the series'}{at}")
+        if timed:
+            known = timed  # the job's wall, not run.json's span, where some cells recorded it
+        else:
+            said.append(
+                "start-up from run.json's start to its end (no job wall recorded: an older study's records), "
+                "its imports left out"
+            )
+        values = [m.fixed_s for m in known]
+        return statistics.median(values), min(values), max(values), "; ".join(said)
 
     def epoch_time(self, gpus: int, nodes: int, training: dict) -> tuple[float, float, float, str, list[str], bool]:
         """(steady epoch at `gpus`, its 95% low and high, the method, notes, whether it is a lower bound)."""

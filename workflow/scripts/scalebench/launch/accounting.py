@@ -1,7 +1,20 @@
-"""What SLURM itself accounts for a cell: the ranks' step's energy and the allocation's GPU-hours.
+"""What a cell's job held, and what SLURM itself accounts for it: the job's wall, the ranks' step's
+energy and the allocation's GPU-hours.
 
-launch.py reads both after the ranks' srun step has ended and adds them to run.json
+launch.py reads them after the ranks (their srun step) have ended and adds them to run.json
 (ACCOUNTING_FIELDS), beside the training loop's own figures, which they do not replace:
+
+- job_s: the cell's job wall, what it costs (GPUs x job_s: runs.csv's gpu_hours) and what the bill
+  predicts. In a SLURM job, SLURM's elapsed (scontrol's RunTime when the ranks have ended, source
+  "slurm elapsed"); locally, launch.py's own process from its start (psutil's create_time: before
+  any import, and before the ranks', whether one rank starts directly or torchrun starts them) to
+  the ranks' end (source "launch"), as in a SLURM job that ran other work for minutes before this
+  process (a workflow inside one salloc: its elapsed is not the cell's). run.json's start is rank 0's, after its framework's imports, so
+  it measures less, and differently for a one-rank cell and a torchrun one; job_s spans the same in
+  both. A resumed cell (requeued, or retried after its job was killed) sums its attempts: the one
+  before left its job_s in run.json (job_attempts counts them); where it left none (killed before
+  launch.py could record it, or a version before job_s) job_s is empty with the reason, since what
+  that attempt held is not known.
 
 - step_energy_j: the step's ConsumedEnergyRaw from ``sacct`` (source "sacct"), in joules, as
   the cluster's AcctGatherEnergyType measures it (ipmi: whole nodes; rapl: CPU packages; gpu:
@@ -26,6 +39,10 @@ from scalebench.cluster.slurm import SlurmError, oneliner_fields, scontrol
 from scalebench.records import store
 
 ACCOUNTING_FIELDS = (
+    "job_s",
+    "job_s_source",
+    "job_attempts",
+    "job_s_reason",
     "alloc_gpu_hours",
     "alloc_gpu_hours_reason",
     "step_energy_j",
@@ -34,6 +51,11 @@ ACCOUNTING_FIELDS = (
     "step_energy_reason",
 )
 NOT_SLURM = "not a SLURM job (a local run)"
+SLURM_ELAPSED, LAUNCH_CLOCK = "slurm elapsed", "launch"
+# A SLURM job whose elapsed exceeds launch.py's own age by more than this ran other work before the
+# cell (the whole workflow inside one salloc): the cell's job wall is launch.py's clock then.
+SHARED_ALLOCATION_S = 300.0
+NONE_BEFORE = "it recorded none (killed before launch.py could, or a version before job_s)"
 UNSET_PLUGINS = ("", "(null)", "none")
 # A finished step's accounting reaches slurmdbd shortly after the step ends.
 SACCT_WAIT_S = 30.0
@@ -82,6 +104,43 @@ def allocation_gpu_hours(job: dict[str, str]) -> tuple[float | None, str]:
     if seconds is None:
         return None, f"scontrol's RunTime {job.get('RunTime')!r} is not a run time"
     return gpus * seconds / 3600, ""
+
+
+def own_start() -> float:
+    """When this process started (seconds since the epoch): before its imports, and the ranks'."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
+def job_wall(
+    job: dict[str, str] | None, began: float, now: float, prior: dict | None, resumed_from: int | None
+) -> dict:
+    """job_s, job_s_source, job_attempts and job_s_reason of the attempt that ends `now`: SLURM's
+    RunTime from `job` (scontrol's fields of the cell's job; None outside SLURM, or unreadable:
+    this process's clock from `began` then), summed with the attempt before (`prior`: run.json as it
+    was before the ranks started) where the ranks resumed after epoch `resumed_from`."""
+    seconds = run_time_s(job.get("RunTime", "")) if job else None
+    own = max(now - began, 0.0)
+    source = SLURM_ELAPSED
+    if seconds is None or seconds - own > SHARED_ALLOCATION_S:
+        # no job, or one that ran long before this process: an allocation of several cells (salloc)
+        seconds, source = own, LAUNCH_CLOCK
+    found = {"job_s": float(seconds), "job_s_source": source, "job_attempts": 1, "job_s_reason": None}
+    if resumed_from is None:
+        return found
+    before = (prior or {}).get("job_s")
+    if not isinstance(before, int | float) or isinstance(before, bool):
+        why = (prior or {}).get("job_s_reason") or NONE_BEFORE
+        return {
+            "job_s": None,
+            "job_s_source": None,
+            "job_attempts": None,
+            "job_s_reason": f"resumed after epoch {resumed_from}: the attempt before left no job wall ({why}); "
+            f"this attempt's alone was {seconds:.1f} s",
+        }
+    attempts = (prior or {}).get("job_attempts") or 1
+    return {**found, "job_s": float(before) + found["job_s"], "job_attempts": int(attempts) + 1}
 
 
 def config_values(text: str) -> dict[str, str]:
@@ -151,15 +210,16 @@ def step_energy(
         time.sleep(poll_s)
 
 
-def read(job_id: str | None, step_id: str | None) -> dict:
-    """ACCOUNTING_FIELDS of the job `job_id` whose ranks ran as step `step_id` (None: no SLURM job)."""
-    fields = dict.fromkeys(ACCOUNTING_FIELDS)
+def read(job_id: str | None, step_id: str | None, job: dict[str, str] | None = None) -> dict:
+    """The SLURM part of ACCOUNTING_FIELDS (no job_s) of the job `job_id` whose ranks ran as step
+    `step_id` (None: no SLURM job); `job`: its scontrol fields where read already (None: not readable)."""
+    fields = dict.fromkeys(field for field in ACCOUNTING_FIELDS if not field.startswith("job_"))
     if not job_id:
         return {**fields, "alloc_gpu_hours_reason": NOT_SLURM, "step_energy_reason": NOT_SLURM}
     try:
-        fields["alloc_gpu_hours"], reason = allocation_gpu_hours(
-            oneliner_fields(scontrol("show", "job", "-d", "--oneliner", job_id))
-        )
+        if job is None:
+            job = job_fields(job_id)
+        fields["alloc_gpu_hours"], reason = allocation_gpu_hours(job)
     except SlurmError as error:
         reason = str(error)
     fields["alloc_gpu_hours_reason"] = reason or None
@@ -179,16 +239,34 @@ def read(job_id: str | None, step_id: str | None) -> dict:
     return fields
 
 
-def record(run_json: str | Path, job_id: str | None) -> dict | None:
+def job_fields(job_id: str) -> dict[str, str]:
+    """scontrol's fields of the job (SlurmError where it cannot say)."""
+    return oneliner_fields(scontrol("show", "job", "-d", "--oneliner", job_id))
+
+
+def record(
+    run_json: str | Path, job_id: str | None, began: float | None = None, prior: dict | None = None
+) -> dict | None:
     """Add ACCOUNTING_FIELDS to a cell's run.json after its ranks ended (None where they wrote none).
-    The step is the one rank 0 recorded (slurm.step_id), if it ran in this job: a run.json left by
-    an earlier job names that job's step."""
+    `began`: when launch.py's process started (default: this process's start); `prior`: run.json as
+    it was before the ranks started (the attempt before, for a resumed cell). The step is the one
+    rank 0 recorded (slurm.step_id), if it ran in this job: a run.json left by an earlier job names
+    that job's step."""
+    now = time.time()
     run = store.read_run(run_json)
     if run is None:
         return None
     slurm = run.get("slurm") or {}
     step = slurm.get("step_id") if job_id and slurm.get("job_id") == job_id else None
-    fields = read(job_id, step)
+    job = None
+    if job_id:
+        try:
+            job = job_fields(job_id)
+        except SlurmError:
+            job = None  # read() says why; the job's wall falls back to this process's clock
+    resumed = run.get("resumed_from_epoch")
+    fields = job_wall(job, own_start() if began is None else began, now, prior, resumed)
+    fields |= read(job_id, step, job)
     run.update(fields)
     store.write_run(run_json, run)
     return fields

@@ -19,7 +19,9 @@ SLURM srun binds each task to its cores; the ranks see only those (train/binding
 
 The resolved command goes to the top of the log. The ranks run in their own
 process group, which is killed when the launcher returns or is signalled, so a
-failed or cancelled cell leaves no process behind.
+failed or cancelled cell leaves no process behind. After the ranks, run.json gets
+what the cell's job held (job_s, from this process's start, before any framework's
+import: launch/accounting.py) and what SLURM accounted.
 """
 
 from __future__ import annotations
@@ -323,14 +325,21 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
     if where == "slurm":
         print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
     started = time.time()
+    # the attempt before (a resumed cell sums its job wall: launch/accounting.py), before the ranks rewrite it
+    prior = store.read_run(Path(args.out) / "run.json")
     outcome.clear(args.out)  # marks of an earlier attempt
     code = run(command, {**rank_environment(threads, allocation, environment, interface, gpus_per_task), **placed})
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)
     # what SLURM accounted (the step's energy, the allocation's GPU-hours), beside the loop's figures
-    fields = accounting.record(Path(args.out) / "run.json", env.get("SLURM_JOB_ID") if where == "slurm" else None)
+    job_id = env.get("SLURM_JOB_ID") if where == "slurm" else None
+    fields = accounting.record(Path(args.out) / "run.json", job_id, accounting.own_start(), prior)
     if fields and where == "slurm":
         print(f"launch: SLURM accounting: {json.dumps(fields)}", flush=True)
+    elif fields:
+        wall = fields["job_s"]
+        said = f"{wall:.1f} s ({fields['job_s_source']})" if wall is not None else f"unknown: {fields['job_s_reason']}"
+        print(f"launch: the job's wall {said}", flush=True)
     if ended:
         status, reason = ended
         print(f"launch: the cell ended {status} ({reason}): recorded as status {status}, not retried", flush=True)

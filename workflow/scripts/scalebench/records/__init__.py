@@ -73,7 +73,7 @@ def final_record(
     status: str, setup_s: float, train_time_s: float, epochs_completed: int, stopped_at_target: bool = False
 ) -> dict:
     """The final record; evaluation fills test_loss, iou and test_time_s (the test pairs) when the
-    run is ok, the loop the cost (gpu_hours, energy_j, energy_source, energy_reason: COST_FIELDS).
+    run is ok, the loop the cost (train_gpu_hours, energy_j, energy_source, energy_reason: COST_FIELDS).
     stopped_at_target: training ended early, after epoch epochs_completed, because its validation
     IOU reached training.target_iou (training.stop_at_target)."""
     return {
@@ -89,9 +89,10 @@ def final_record(
     }
 
 
-# The cost of a cell, in the final record and run.json: GPU-hours = GPUs x train_time_s (the
-# epochs' summed time); energy_j over the same epochs, None with energy_reason where unmeasured.
-COST_FIELDS = ("gpu_hours", "energy_j", "energy_source", "energy_reason")
+# The epochs' cost, in the final record and run.json: train_gpu_hours = GPUs x train_time_s (the
+# epochs' summed time; what the cell's job held is launch.py's job_s); energy_j over the same
+# epochs, None with energy_reason where unmeasured.
+COST_FIELDS = ("train_gpu_hours", "energy_j", "energy_source", "energy_reason")
 
 
 # A rank's rest_s (its epoch less its measured parts) may fall below zero by this much: 1% of the

@@ -186,7 +186,14 @@ FINAL = Record(
         Field("test_loss", "float", "", "the test pairs' loss", "status not ok"),
         Field("iou", "float", "", "the test pairs' IOU", "status not ok"),
         Field("test_time_s", "float", "s", "evaluating the test pairs", "status not ok"),
-        Field("gpu_hours", "float", "h", "GPUs x train_time_s", "an oom or refused cell"),
+        Field(
+            "train_gpu_hours",
+            "float",
+            "h",
+            "GPUs x train_time_s: the epochs' share",
+            "an oom or refused cell",
+            was="gpu_hours",
+        ),
         Field("energy_j", "float", "J", "joules over the epochs, all ranks", "energy_reason"),
         Field("energy_source", "str", "", "nvml (the GPUs) or rapl (the nodes' CPU packages)", "energy_reason"),
         Field("energy_reason", "str", "", "why energy_j is empty", "None when measured"),
@@ -426,7 +433,7 @@ RUN = Record(
         Field("resumed_from_epoch", "int", "", "the checkpoint's epoch a resumed run started after", "not resumed"),
         Field("epochs_completed", "int", "", "epochs trained"),
         Field("stopped_at_target", "bool", "", "training ended early at training.target_iou"),
-        Field("gpu_hours", "float", "h", "GPUs x train_time_s"),
+        Field("train_gpu_hours", "float", "h", "GPUs x train_time_s: the epochs' share", was="gpu_hours"),
         Field("energy_j", "float", "J", "joules over the epochs, all ranks", "energy_reason"),
         Field("energy_source", "str", "", "nvml or rapl", "energy_reason"),
         Field("energy_reason", "str", "", "why energy_j is empty", "None when measured"),
@@ -434,6 +441,19 @@ RUN = Record(
             "alloc_gpu_hours", "float", "h", "the allocation's GPUs x its run time (SLURM)", "alloc_gpu_hours_reason"
         ),
         Field("alloc_gpu_hours_reason", "str", "", "why alloc_gpu_hours is empty", "None when accounted"),
+        # what the cell's job held (launch/accounting.py: job_wall), the figure it costs and the bill predicts
+        Field(
+            "job_s",
+            "float",
+            "s",
+            "the cell's job wall: SLURM's elapsed (scontrol RunTime) in a SLURM job, else launch.py's own "
+            "process from its start (before any framework's import) to the ranks' end; a resumed cell's "
+            "attempts summed",
+            "job_s_reason",
+        ),
+        Field("job_s_source", "str", "", "slurm elapsed or launch: the clock job_s was read from", "job_s_reason"),
+        Field("job_attempts", "int", "", "the attempts job_s sums (more than 1: a resumed cell)", "job_s_reason"),
+        Field("job_s_reason", "str", "", "why job_s is empty", "None when measured"),
         Field("step_energy_j", "float", "J", "the ranks' step's joules by sacct", "step_energy_reason"),
         Field("step_energy_source", "str", "", "sacct", "step_energy_reason"),
         Field("step_energy_plugin", "str", "", "SLURM's AcctGatherEnergyType", "none configured"),

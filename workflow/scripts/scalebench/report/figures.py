@@ -266,7 +266,7 @@ FIGURES: tuple[Figure, ...] = (
         _measure("scaling model and prediction", EPOCH),
         _scaling_model,
     ),
-    Figure("cost", "scaling", "Scaling", _measure("cost", "images per kJ and per GPU-hour"), _cost),
+    Figure("cost", "scaling", "Scaling", _measure("cost", "images per kJ and per training GPU-hour"), _cost),
     Figure(
         "efficiency_gradient",
         "scaling",

@@ -185,19 +185,25 @@ def throughput_figure(runs: pd.DataFrame):
     )
 
 
+PER_TRAIN_HOUR = "images / training GPU-hour"
+
+
 def cost_figure(runs: pd.DataFrame):
-    """Images per kilojoule (where energy was measured) and per GPU-hour (every cell) vs GPUs:
-    what the answer cost. Unmeasured energy is left out, never drawn as zero."""
+    """Images per kilojoule (where energy was measured) and per training GPU-hour (every cell) vs
+    GPUs: what the epochs cost, both over the same window (train_gpu_hours; what a cell's job held,
+    gpu_hours, is the bill's cost table's). Unmeasured energy is left out, never drawn as zero."""
     ok = runs[runs["status"].eq("ok")]
     panels = []
-    for column, label in (("energy_j", "images / kJ"), ("gpu_hours", "images / GPU-hour")):
+    for column, label in (("energy_j", "images / kJ"), ("train_gpu_hours", PER_TRAIN_HOUR)):
         per = 1000 if column == "energy_j" else 1
         panel = ok.assign(measure=label, value=ok["images"] / ok[column] * per).dropna(subset=["value"])
         panels.append(panel[panel["value"].map(math.isfinite)])
     cells = pd.concat(panels, ignore_index=True)
     # the title names only the panels drawn; a missing energy panel says why instead
     energy_drawn = not panels[0].empty
-    title = "Cost: images per kilojoule and per GPU-hour" if energy_drawn else "Cost: images per GPU-hour"
+    title = (
+        "Cost: images per kilojoule and per training GPU-hour" if energy_drawn else "Cost: images per training GPU-hour"
+    )
     unmeasured = "" if energy_drawn else f"No images per kilojoule: {unmeasured_energy(ok)}. "
     if cells.empty:
         return placeholder(title, unmeasured + "No cell with status ok has a training time yet.")
@@ -207,7 +213,8 @@ def cost_figure(runs: pd.DataFrame):
     means["source"] = pd.Categorical(means["source"], categories=cells["source"].cat.categories)
     sources = cells.dropna(subset=["energy_source"])["energy_source"].unique()
     caption = unmeasured + (
-        "GPU-hours: GPUs x the epochs' summed training time. Energy over the same epochs, summed over ranks: "
+        "Training GPU-hours: GPUs x the epochs' summed training time (what the cells' jobs held, start-up "
+        "included, is the bill's cost table's gpu_hours). Energy over the same epochs, summed over ranks: "
         f"{', '.join(sorted(sources)) or 'not measured in any cell'} (nvml: the GPUs only; rapl: the nodes' CPU "
         "packages, other jobs on them included). Higher is cheaper. Points: seeds; lines: means."
     )

@@ -3,17 +3,25 @@
 
 - `figures`: the epochs, their summed time, the steady epoch (measures.steady_median: after the first,
   a profiled or resumed epoch left out), the first epoch, start-up and test;
-- `run_seconds`: the rank's whole run, run.json's start to its end (start-up, every epoch with its
-  evaluation and checkpoints, the test); empty with the reason where the run was resumed (the record
-  holds only the last attempt's start) or has not ended;
-- `read`: a finished cell's folder as the bill reads it (`Measured`), through the records' definitions.
+- `job_seconds`: what the cell's job held, launch.py's job_s (launch/accounting.py: SLURM's elapsed,
+  or the launch process's own start, before any framework's import, to the ranks' end): the cost
+  (GPUs x job_s, runs.csv's gpu_hours) and what the bill predicts; empty with the reason where it is
+  not recorded (an older study, imported logs, a killed launch);
+- `run_seconds`: rank 0's run, run.json's start to its end (after the framework's imports: start-up,
+  every epoch with its evaluation and checkpoints, the test); empty with the reason where the run was
+  resumed (the record holds only the last attempt's start) or has not ended. The bill falls back to it
+  where a cell has no job_s;
+- `read`: a finished cell's folder as the bill reads it (`Measured`), through the records' definitions;
+- `with_cold_starts`: the measured cells with each framework's first on each host marked cold (its
+  start-up paid what the later cells of the node did not: compilation and kernel caches, the page
+  cache, the device's first use).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -40,6 +48,21 @@ def figures(epochs: list, final: dict, run: dict) -> dict:
         "setup_s": finite_number(final.get("setup_s", run.get("setup_s"))),
         "test_time_s": finite_number(final.get("test_time_s")),
     }
+
+
+NO_JOB_WALL = (
+    "not recorded (run.json has no job_s: an older study, imported logs, or a launch killed before it could record it)"
+)
+
+
+def job_seconds(run: dict) -> tuple[float, str, str]:
+    """(launch.py's job_s, its source, "") or (NaN, "", why it is empty)."""
+    if "job_s" not in run and "job_s_reason" not in run:
+        return math.nan, "", NO_JOB_WALL
+    seconds = finite_number(run.get("job_s"))
+    if math.isnan(seconds):
+        return seconds, "", run.get("job_s_reason") or "job_s is empty"
+    return seconds, run.get("job_s_source") or "", ""
 
 
 def run_seconds(run: dict) -> tuple[float, str]:
@@ -76,12 +99,40 @@ class Measured:
     settings: dict = field(default_factory=dict, hash=False)  # run.json's settings ({} in older records)
     data_key: str | None = None
     devices: tuple[str, ...] = ()
+    job_s: float = math.nan  # what its job held (job_seconds); NaN in older records
+    train_time_s: float = math.nan  # its epochs' summed time
+    first_epoch_s: float = math.nan
+    host: str | None = None  # rank 0's node
+    start: str | None = None  # run.json's start
+    cold: bool = False  # its framework's first on its host (with_cold_starts)
 
     @property
-    def overhead_s(self) -> float:
-        """The run's time besides its epochs at the steady time: start-up, the first epoch's warm-up
-        above a steady one, evaluation, checkpoints and the test (NaN where the run time is unknown)."""
-        return self.run_s - self.epochs * self.steady_epoch_s
+    def span_s(self) -> float:
+        """The run the bill predicts: the job's wall, else (an older record) run.json's start to its end."""
+        return self.job_s if math.isfinite(self.job_s) else self.run_s
+
+    @property
+    def from_job(self) -> bool:
+        """span_s is the job's wall (not run.json's start to end, which leaves the imports out)."""
+        return math.isfinite(self.job_s)
+
+    @property
+    def startup_s(self) -> float:
+        """The run outside its epochs: imports, setup, the collective benchmark, evaluation,
+        checkpoints, the test and the end (NaN where the run is unknown)."""
+        return self.span_s - self.train_time_s
+
+    @property
+    def first_extra_s(self) -> float:
+        """The first epoch above a steady one: compilation, the first batches' caches (0 where unknown)."""
+        extra = self.first_epoch_s - self.steady_epoch_s
+        return extra if math.isfinite(extra) else 0.0
+
+    @property
+    def fixed_s(self) -> float:
+        """What the cell's run holds besides its epochs at the steady time: start-up and the first
+        epoch's extra, measured figures that do not scale with the epochs (NaN where the run is unknown)."""
+        return self.startup_s + self.first_extra_s
 
     def row(self) -> dict:
         """The columns the scaling model reads (timing/scaling_model.py: fit_series)."""
@@ -129,7 +180,12 @@ def read(folder: str | Path) -> Measured | None:
     if math.isnan(steady) or steady <= 0:
         return None
     run_s, _ = run_seconds(run)
+    job_s, _, _ = job_seconds(run)
     settings = run.get("settings") if isinstance(run.get("settings"), dict) else {}
+    train_time = found["train_time_s"]
+    if math.isnan(train_time):
+        train_time = sum(finite_number(e.get("epoch_time_s")) for e in epochs)
+    hosts = run.get("hosts") or []
     return Measured(
         framework=str(run["framework"]),
         backend=str(run["backend"]),
@@ -144,4 +200,37 @@ def read(folder: str | Path) -> Measured | None:
         settings=settings,
         data_key=run.get("data_key"),
         devices=tuple(run.get("devices") or ()),
+        job_s=job_s,
+        train_time_s=train_time,
+        first_epoch_s=found["first_epoch_s"],
+        host=run.get("launch_host") or (str(hosts[0]) if hosts else None),
+        start=run.get("start"),
     )
+
+
+def started(cell: Measured) -> datetime | None:
+    try:
+        return datetime.fromisoformat(cell.start) if cell.start else None
+    except (TypeError, ValueError):
+        return None
+
+
+def with_cold_starts(cells: list[Measured]) -> list[Measured]:
+    """`cells` with the first of each framework on each host (the earliest run.json start among
+    them) marked cold: the start-up it paid (compilation and kernel caches, the page cache, the
+    device's first use) is not one the later cells of that node pay. A cell without a host or a
+    start is not marked."""
+    firsts: dict[tuple[str, str], tuple[datetime, int]] = {}
+    for index, cell in enumerate(cells):
+        when = started(cell)
+        if cell.host is None or when is None:
+            continue
+        key = (cell.framework, cell.host)
+        try:
+            earlier = key in firsts and firsts[key][0] <= when
+        except TypeError:  # a naive and an aware time: not comparable, leave the first
+            earlier = True
+        if not earlier:
+            firsts[key] = (when, index)
+    cold = {index for _, index in firsts.values()}
+    return [replace(cell, cold=index in cold) for index, cell in enumerate(cells)]

@@ -316,7 +316,7 @@ class RankEnergy:
         """The final record's GPU-hours and energy of the epochs (a resumed run's earlier ones included)."""
         joules, reason = measures.cell_energy([record.get("energy_j") for record in epoch_records], self.reason)
         return {
-            "gpu_hours": measures.gpu_hours(replicas, train_time_s),
+            "train_gpu_hours": measures.gpu_hours(replicas, train_time_s),
             "energy_j": joules,
             "energy_source": self.meter.source or None,
             "energy_reason": reason,
