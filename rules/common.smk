@@ -15,6 +15,7 @@ from scalebench import cell as sb_cell
 from scalebench import config as sb_config
 from scalebench import rerun as sb_rerun
 from scalebench.analysis import baseline_tables as sb_baseline
+from scalebench.analysis import round_outlook as sb_round_outlook
 from scalebench.config import bill as sb_bill
 from scalebench.config import local_gpus as sb_local_gpus
 from scalebench.config import plan as sb_plan
@@ -96,6 +97,7 @@ def this_start():
         cores_without_nodes=settings.nodes is None and settings.cores is not None,
         register_gpus=register_local_gpus,
         train_resources=train_job_resources,
+        round_outlook=sb_round_outlook.chances,
     )
 
 

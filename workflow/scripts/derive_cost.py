@@ -13,7 +13,7 @@ kept = list(snakemake.input.submitted)  # results/plan/submitted.csv, where the 
 submitted = cost.read_submitted(kept[0] if kept else None)
 table = cost.cost(read_runs(snakemake.input.runs), submitted)
 table.to_csv(snakemake.output.table, index=False)
-note = cost.sentence(cost.summary(table))
+note = cost.sentence(cost.summary(table)) + cost.rounds_sentence(cost.rounds_summary(submitted, table))
 title = "The bill against what each cell cost"
 empty = "No cell of this study has ended yet."
 Path(snakemake.output.html).write_text(table_html(table, title, note, empty))

@@ -96,3 +96,34 @@ def test_the_measured_cost_is_the_jobs_wall_and_an_older_record_has_none_with_th
     assert table.loc[1, "gpu_hours"] == pytest.approx(runs.set_index("seed").loc[1, "gpu_hours"])  # runs.csv's
     assert math.isnan(table.loc[2, "gpu_hours"]) and math.isnan(table.loc[2, "error"])
     assert table.loc[2, "reason"].startswith("no measured job wall (not recorded (run.json has no job_s")
+
+
+@pytest.mark.parametrize("chances", [(1.0, 0.0, 0.0), (None, None, None)])
+def test_the_rounds_bill_is_set_against_what_the_cells_they_added_took(tmp_path, chances):
+    """Three cells a round could add, billed 100 s each on 2 GPUs; the rounds added one (seed 3), which
+    held its 2 GPUs 60 s. Expected where the start that billed them had the first seeds' scatter."""
+    write_cell(tmp_path, gpus=2, seed=3, run_extra=ended(60))
+    runs, _ = collect.collect(tmp_path, [cell(gpus=2, seed=s) for s in (3, 4, 5)])
+    rows = [
+        {**cell(gpus=2, seed=s), "state": bills.ROUND, "source": "this study", "method": "", "predicted_s": 100.0}
+        | {"gpu_hours": 2 * 100 / 3600, "round_chance": chance}
+        for s, chance in zip((3, 4, 5), chances, strict=True)
+    ]
+    path = tmp_path / "submitted.csv"
+    path.write_text(bills.csv_text(rows))
+    submitted = cost.read_submitted(str(path))
+    table = cost.cost(runs, submitted)
+    found = cost.rounds_summary(submitted, table)
+    assert found["cells"] == 3 and found["added_cells"] == 1
+    assert found["worst_gpu_hours"] == pytest.approx(3 * 200 / 3600, rel=1e-3)
+    assert found["took_gpu_hours"] == pytest.approx(120 / 3600)
+    text = cost.rounds_sentence(found)
+    assert text.startswith(" The rounds were billed at 0.167 GPU-hours at worst (3 cells), ")
+    assert text.endswith("; they added 1 cell, which took 0.0333 GPU-hours.")
+    if chances[0] is None:
+        assert math.isnan(found["expected_gpu_hours"]) and "with no expected cost (the start that billed" in text
+    else:
+        assert found["expected_gpu_hours"] == pytest.approx(200 / 3600, rel=1e-3)
+        assert "expected at 0.0556 (1 cell, from the first seeds' scatter)" in text
+    # a list of seeds: the bill priced no round, and the note says nothing of rounds
+    assert cost.rounds_sentence(cost.rounds_summary(submitted.assign(state="to run"), table)) == ""

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, tiny_config
 from scalebench import rerun
+from scalebench.analysis import round_outlook
 from scalebench.cell import Cell
 from scalebench.cluster import nvidia_smi
 from scalebench.config import matrix, plan, planning, slurm_check, slurm_plugin
@@ -52,6 +53,7 @@ def start(*argv: str, main: bool = True, **fields) -> planning.Start:
         "cores_without_nodes": False,
         "register_gpus": refuse,
         "train_resources": refuse,
+        "round_outlook": round_outlook.chances,
     }
     return planning.Start(**{**values, **fields})
 

@@ -19,6 +19,7 @@ import pandas as pd
 
 from scalebench.analysis.tables import COST, KEYS
 from scalebench.cell import OWN_SOURCE
+from scalebench.config.bill import ROUND
 
 FORMULA = "formula"  # config/prediction.py's source of the cluster.time formula
 
@@ -110,6 +111,47 @@ def sentence(found: dict) -> str:
             f"{found['formula_ratio']:.3g} times what they took."
         )
     return text
+
+
+def rounds_summary(submitted: pd.DataFrame, table: pd.DataFrame) -> dict | None:
+    """What the bill said the rounds of matrix.seeds {initial, max} could cost (their worst case, every
+    cell a round could add) and were expected to (each cell's chance from the first seeds' scatter,
+    where the start that billed them had it), beside what the cells the rounds added took. None
+    where the bill priced no round (a list of seeds, or a submitted.csv from before the rounds)."""
+    if "state" not in submitted.columns or not (submitted["state"] == ROUND).any():
+        return None
+    rounds = submitted[submitted["state"] == ROUND]
+    hours = pd.to_numeric(rounds["gpu_hours"])
+    chance = pd.to_numeric(rounds["round_chance"]) if "round_chance" in rounds.columns else pd.Series(math.nan)
+    billed = {tuple(str(row[key]) for key in KEYS) for _, row in rounds.iterrows()}
+    added = table[[tuple(str(row[key]) for key in KEYS) in billed for _, row in table.iterrows()]]
+    took = pd.to_numeric(added["gpu_hours"])
+    return {
+        "cells": len(rounds),
+        "worst_gpu_hours": float(hours.sum()),
+        "expected_gpu_hours": float((hours * chance).sum()) if chance.notna().all() else math.nan,
+        "expected_cells": int((chance > 0).sum()) if chance.notna().all() else None,
+        "added_cells": len(added),
+        "took_gpu_hours": float(took.sum()) if took.notna().all() else math.nan,
+    }
+
+
+def rounds_sentence(found: dict | None) -> str:
+    """The rounds' bill against what they took, generated from `rounds_summary`'s numbers ('' without rounds)."""
+    if found is None:
+        return ""
+    expected = (
+        f"expected at {found['expected_gpu_hours']:.3g} ({cells(found['expected_cells'])}, from the first seeds' scatter)"
+        if math.isfinite(found["expected_gpu_hours"])
+        else "with no expected cost (the start that billed them had not measured the first seeds' scatter)"
+    )
+    took = (
+        f"{found['took_gpu_hours']:.3g} GPU-hours" if math.isfinite(found["took_gpu_hours"]) else "GPU-hours not known"
+    )
+    return (
+        f" The rounds were billed at {found['worst_gpu_hours']:.3g} GPU-hours at worst ({cells(found['cells'])}), "
+        f"{expected}; they added {cells(found['added_cells'])}, which took {took}."
+    )
 
 
 def cells(count: int) -> str:

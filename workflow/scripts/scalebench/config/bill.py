@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -43,6 +43,8 @@ SUBMITTED_FILE = "results/plan/submitted.csv"
 FINISHED, TO_RUN, HELD, LEFT_OUT = "finished", "to run", "held by a live job", "left out"
 ROUND = "a round's, if open"  # matrix.seeds {initial, max}: a cell only a round adds, where a comparison stays open
 KEYS = ["framework", "backend", "variant", "gpus", "seed"]
+# (config, first cells, a round's cells, finished cells) -> each round cell's chance, or why none is known
+Outlook = Callable[[dict, list[Cell], list[Cell], set[Cell]], Mapping[Cell, float] | str]
 COLUMNS = [
     *KEYS,
     "nodes",
@@ -50,7 +52,8 @@ COLUMNS = [
     "predicted_s",  # the cell's job wall: start-up plus its epochs (config/prediction.py)
     "low_s",  # its 95% interval (empty where not known: one measurement, the formula)
     "high_s",
-    "gpu_hours",  # gpus x predicted_s: what the cell's allocation will hold
+    "gpu_hours",  # gpus x predicted_s
+    "round_chance",  # a round's cell: the chance a round adds it, from the first seeds' scatter (empty: not measured yet): what the cell's allocation will hold
     "time_limit_min",  # what its job asks SLURM for at its first attempt
     "source",  # this study, earlier study, formula (config/prediction.py)
     "method",
@@ -68,8 +71,12 @@ class Bill:
     states: Mapping[Cell, str] = field(default_factory=dict)  # cell_state's, as the bill was made
     estimates: Mapping[Cell, Estimate] = field(default_factory=dict)
     nodes: Mapping[Cell, int] = field(default_factory=dict)
+    # a round's cells with the chance a round adds each (config/round_outlook.py), or why none is known
+    round_chances: Mapping[Cell, float] | str = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.round_chances, str):
+            object.__setattr__(self, "round_chances", MappingProxyType(dict(self.round_chances)))
         for name in ("verdicts", "states", "estimates", "nodes"):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         # read once: the train rule's every resource asks time_limit (Study.config parses a fresh copy)
@@ -109,6 +116,10 @@ class Bill:
             elif estimate is not None and row["state"] != FINISHED:
                 row |= estimate_columns(estimate, cell)
                 row["time_limit_min"] = self.time_limit(cell)
+                if row["state"] == ROUND and isinstance(self.round_chances, str):
+                    row["round_chance_reason"] = self.round_chances  # not a column: the line says it
+                elif row["state"] == ROUND:
+                    row["round_chance"] = self.round_chances.get(cell, 0.0)  # a failed one: rounds never retry
             found.append(row)
         return found
 
@@ -147,11 +158,14 @@ def make_bill(
     executor: str | None,
     forced: frozenset[Cell] = frozenset(),
     rounds: frozenset[Cell] = frozenset(),
+    outlook: Outlook | None = None,
 ) -> Bill:
     """The bill of the cells of `verdicts` (what planning found in their folders): each one to run or
     held predicted from this study's finished cells of its series, else an earlier study's comparable
     cells, else the cluster.time formula (config/prediction.py); `rounds`, the cells only a round of
-    matrix.seeds {initial, max} adds, priced apart as the rounds' worst case."""
+    matrix.seeds {initial, max} adds, priced apart as the rounds' worst case and, where `outlook`
+    (analysis/round_outlook.py chances, given by the rules) can say from the first seeds' scatter, at
+    their expected cost."""
     config = study.config
     states = {cell: cell_state(cell, verdict, forced, rounds) for cell, verdict in verdicts.items()}
     nodes = {cell: cell_nodes(config, cell, executor) for cell in verdicts}
@@ -172,7 +186,16 @@ def make_bill(
         measured.setdefault(key, []).append(found)
     predictor = Predictor(study, measured)
     estimates = {cell: predictor.estimate(cell, nodes[cell]) for cell in to_predict}
-    return Bill(study, verdicts, states, estimates, nodes)
+    finished = {cell for cell, state in states.items() if state == FINISHED}
+    first = [cell for cell in verdicts if cell not in rounds and cell.seed <= study.seed_rule.initial[-1]]
+    later = [cell for cell in verdicts if cell in rounds]
+    chances = (outlook or no_outlook)(config, first, later, finished) if rounds else {}
+    return Bill(study, verdicts, states, estimates, nodes, chances)
+
+
+def no_outlook(config: dict, first: list[Cell], rounds: list[Cell], finished: set[Cell]) -> str:
+    """Where the rules gave planning no outlook (the API, a test): the rounds' worst case only."""
+    return "no outlook of the rounds was given to the planner"
 
 
 def series_of(cell: Cell) -> tuple[str, str, str]:
@@ -244,12 +267,7 @@ def line(rows: list[dict], path: str = BILL_FILE) -> str:
     tail = f"{'; ' + others if others else ''} ({path})"
     running = to_run(rows)
     rounds = of_rounds(rows)
-    worst = (
-        f"; the rounds' worst case (every open comparison to matrix.seeds' max) {len(rounds)} cell"
-        f"{'s' if len(rounds) > 1 else ''} more, {gpu_hours(rounds):.3g} GPU-hours"
-        if rounds
-        else ""
-    )
+    worst = f"; the rounds: {rounds_cost(rounds)}" if rounds else ""
     tail = worst + tail
     if not running:
         return f"bill: nothing to run{tail}"
@@ -316,6 +334,22 @@ def budget_problem(rows: list[dict], limit: float | None) -> str | None:
         f"more than the {limit:g} allowed (the largest: {named}; results/plan/bill.csv has every cell); "
         f"raise {MAX_KEY}, or run fewer cells (matrix.gpus, matrix.seeds, or name the cells to build)"
     )
+
+
+def rounds_cost(rounds: list[dict]) -> str:
+    """The rounds' expected GPU-hours, from the first seeds' scatter where it is measured, beside their
+    worst case (every open comparison to matrix.seeds' max)."""
+    worst = (
+        f"worst case (every open comparison to matrix.seeds' max) {len(rounds)} cell"
+        f"{'s' if len(rounds) > 1 else ''} more, {gpu_hours(rounds):.3g} GPU-hours"
+    )
+    chances = [row.get("round_chance") for row in rounds]
+    if any(chance is None for chance in chances):
+        why = next((row["round_chance_reason"] for row in rounds if row.get("round_chance_reason")), "not estimated")
+        return f"{worst}; expected not known yet ({why})"
+    expected = sum(row["gpu_hours"] * row["round_chance"] for row in rounds)
+    likely = sum(chance > 0 for chance in chances)
+    return f"{worst}; expected {expected:.3g} GPU-hours ({likely} of them, from the first seeds' scatter)"
 
 
 def rounds_part(rows: list[dict]) -> str:

@@ -82,6 +82,9 @@ class Start:
     cores_without_nodes: bool  # where argv is not Snakemake's (the API): cores given and no --jobs
     register_gpus: Callable[[int], None]
     train_resources: Callable[[Cell], tuple[Mapping[str, Any], int]]  # a cell's train job as SLURM gets it
+    # the rounds' expected cost from the first seeds' scatter (analysis/round_outlook.py: the analysis'
+    # own reading of the records, which config/ may not import)
+    round_outlook: bills.Outlook | None = None
 
 
 def bill_study(study: Study, start: Start) -> Bill:
@@ -98,7 +101,7 @@ def bill_study(study: Study, start: Start) -> Bill:
     verdicts = {cell: verdict(cell.folder, study.settings(cell), study.default_settings(cell)) for cell in cells}
     forced = slurm_check.forced_cells(tuple(cells), command.forced if command else (False, frozenset()))
     executor = command.executor if command else None
-    return bills.make_bill(study, verdicts, executor, frozenset(forced), frozenset(rounds))
+    return bills.make_bill(study, verdicts, executor, frozenset(forced), frozenset(rounds), start.round_outlook)
 
 
 def every_round_cell(cells: tuple[Cell, ...], study: Study) -> tuple[Cell, ...]:
