@@ -47,9 +47,8 @@ def welch(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, float, flo
         return float(result.pvalue), float(interval.low), float(interval.high)
     (v1, m1, n1), (v2, m2, n2) = _var_mean_len(a), _var_mean_len(b)
     vn1, vn2 = v1 / n1, v2 / n2
+    df = welch_dof(vn1, vn2, n1, n2)
     with np.errstate(divide="ignore", invalid="ignore"):
-        df = (vn1 + vn2) ** 2 / (vn1**2 / (n1 - 1) + vn2**2 / (n2 - 1))
-        df = np.where(np.isnan(df), 1.0, df)  # both variances zero: any df will do
         denom = np.sqrt(vn1 + vn2)
         t = np.divide(m1 - m2, denom)
     p = 2 * special.stdtr(df, -np.abs(t))
@@ -57,6 +56,16 @@ def welch(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, float, flo
     low, high = special.stdtrit(df, np.stack((tail, 1 - tail)).reshape((2,) + (1,) * np.ndim(df)))
     estimate = m1 - m2
     return float(p), float(low * denom + estimate), float(high * denom + estimate)
+
+
+def welch_dof(vn1: float, vn2: float, n1: int, n2: int) -> np.ndarray:
+    """Welch's degrees of freedom of two sides whose variances of the mean are `vn1` and `vn2`
+    (variance / n) over `n1` and `n2` values, as scipy computes them; 1 where both are zero (any
+    will do: the interval has no width)."""
+    vn1, vn2 = np.asarray(vn1, dtype=float), np.asarray(vn2, dtype=float)  # n = 1 divides by zero as numpy does
+    with np.errstate(divide="ignore", invalid="ignore"):
+        df = (vn1 + vn2) ** 2 / (vn1**2 / (n1 - 1) + vn2**2 / (n2 - 1))
+    return np.where(np.isnan(df), 1.0, df)
 
 
 def _var_mean_len(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:

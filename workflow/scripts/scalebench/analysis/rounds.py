@@ -38,7 +38,7 @@ from scalebench.analysis.tables import KEYS, ROUNDS
 from scalebench.analysis.verdicts import KINDS, compared_cells, verdicts
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config.seeds import Rules
-from scalebench.distributions import t_quantile
+from scalebench.distributions import t_quantile, welch_dof
 
 # a comparison across rounds: the same pair whichever side is the faster
 PAIR = ["kind", "compared", "framework", "backend", "variant", "gpus"]
@@ -138,10 +138,9 @@ def half_width(var_a: float, var_b: float, seeds: int) -> float:
     """The half-width, in log values, of the t-interval verdicts.py makes (Welch's, distributions.welch,
     at scaling.LEVEL) of two sides of `seeds` seeds each whose log values have the sample variances
     `var_a` and `var_b`: t(LEVEL, df) * sqrt(var_a / n + var_b / n), with Welch's degrees of freedom
-    df = (n - 1) (var_a + var_b)^2 / (var_a^2 + var_b^2) (1 where both are 0, as there)."""
-    spread = var_a + var_b
-    dof = (seeds - 1) * spread**2 / (var_a**2 + var_b**2) if spread > 0 else 1.0
-    return t_quantile(1 - (1 - LEVEL) / 2, dof) * math.sqrt(spread / seeds)
+    df = (n - 1) (var_a + var_b)^2 / (var_a^2 + var_b^2) (distributions.welch_dof: 1 where both are 0)."""
+    dof = float(welch_dof(var_a / seeds, var_b / seeds, seeds, seeds))
+    return t_quantile(1 - (1 - LEVEL) / 2, dof) * math.sqrt((var_a + var_b) / seeds)
 
 
 def decidable(var_a: float, var_b: float, difference: float, equivalence: float, seeds: int) -> bool:
