@@ -219,7 +219,7 @@ def interrupt_after_checkpoint(settings: dict, data: Path, out: Path, framework:
     finally:
         process.send_signal(signal.SIGTERM)
         try:
-            output, _ = process.communicate(timeout=60)
+            output, _ = process.communicate(timeout=120)  # the launcher kills a wedged torchrun after 40 s
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)

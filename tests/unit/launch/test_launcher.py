@@ -247,3 +247,32 @@ def test_local_ranks_starts_each_rank_with_torchruns_variables_and_a_failed_rank
         return found
 
     assert running() == []
+
+
+def test_a_launcher_that_does_not_end_after_the_signal_is_killed_with_its_ranks(tmp_path):
+    # torchrun's agent can wedge in its own shutdown: locally no SLURM KillWait would end the job,
+    # and the study would wait for it for ever
+    ready = tmp_path / "ready"
+    script = tmp_path / "launcher.sh"
+    script.write_text(f"trap '' TERM\nsleep 600 &\necho $! > {tmp_path / 'rank'}\ntouch {ready}\nwait\n")
+    launcher = f"sh {script}"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import sys; from scalebench.launch.launcher import run; sys.exit(run({launcher!r}, {{}}, grace_s=2))",
+        ],
+        env={"PYTHONPATH": str(SCRIPTS), "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)  # run() installs its handlers right after the launcher starts
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+    assert child.returncode == 128 + signal.SIGTERM, out
+    assert "had not ended 2 s after signal 15: killed with its ranks" in out
+    rank = Path(f"/proc/{int((tmp_path / 'rank').read_text())}/stat")
+    assert not rank.exists() or rank.read_text().split(") ")[1].startswith("Z"), "the rank outlived its launcher"

@@ -55,6 +55,11 @@ TRAIN_SCRIPT = Path(__file__).resolve().parent.parent.parent / "train.py"
 LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
 
 
+# how long a signalled launcher may take to end its ranks: torchrun's agent gives them 30 s before
+# its SIGKILL; past this the launcher's whole group is killed (launcher.run)
+STOP_GRACE_S = 40.0
+
+
 class LaunchError(RuntimeError):
     """The cell's ranks cannot be placed; the message says why."""
 
@@ -171,16 +176,18 @@ def rank_environment(
     return env
 
 
-def run(command: str, env: dict[str, str]) -> int:
+def run(command: str, env: dict[str, str], grace_s: float = STOP_GRACE_S) -> int:
     """Run the launcher in its own process group; kill the whole group when done. A run stopped by
     SIGTERM or SIGINT (SLURM's time limit, scancel, a requeue, Ctrl-C) exits 128 + the signal's
     number whatever the launcher said: horovodrun ends its ranks on SIGTERM and may exit 0, and a
-    job that ends ok with its cell unfinished would be taken for a finished cell."""
+    job that ends ok with its cell unfinished would be taken for a finished cell. A launcher still
+    running `grace_s` after the signal is killed with its group: torchrun's agent can wedge in its own
+    shutdown, and locally no SLURM KillWait would end it."""
     process = subprocess.Popen(shlex.split(command), env=env, start_new_session=True)
-    received: list[int] = []
+    received: list[tuple[int, float]] = []
 
     def forward(signum: int, frame: object) -> None:
-        received.append(signum)
+        received.append((signum, time.monotonic()))
         try:
             os.killpg(process.pid, signum)
         except ProcessLookupError:
@@ -188,7 +195,19 @@ def run(command: str, env: dict[str, str]) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
-    code = process.wait()
+    code, killed = None, False
+    while code is None:
+        try:
+            code = process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            if received and not killed and time.monotonic() - received[0][1] > grace_s:
+                killed = True
+                print(
+                    f"launch: the launcher had not ended {grace_s:.0f} s after signal {received[0][0]}: "
+                    "killed with its ranks",
+                    flush=True,
+                )
+                os.killpg(process.pid, signal.SIGKILL)
     try:  # ranks that outlived their launcher (orphans) go now
         os.killpg(process.pid, signal.SIGTERM)
         time.sleep(1)
@@ -196,8 +215,9 @@ def run(command: str, env: dict[str, str]) -> int:
     except ProcessLookupError:
         pass
     if received and code == 0:
-        print(f"launch: stopped by signal {received[0]}; the launcher exited 0 all the same", flush=True)
-        return 128 + received[0]
+        print(f"launch: stopped by signal {received[0][0]}; the launcher exited 0 all the same", flush=True)
+    if received and code <= 0:  # ended quietly, or killed here
+        return 128 + received[0][0]
     return code
 
 
