@@ -7,7 +7,7 @@ import math
 
 import pandas as pd
 import pytest
-from cell_records import cell, write_cell
+from cell_records import cell, rank_rows, write_cell
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import completeness, summary_csv
 from scalebench.analysis import study as summary
@@ -29,6 +29,20 @@ def test_a_finished_cell_becomes_one_row_with_its_numbers(tmp_path):
     assert row["versions"] == "python 3.11.7, torch 2.13.0"  # None entries left out
     assert row["source"] == "scalebench"
     assert list(epochs["epoch"]) == [1, 2, 3, 4] and epochs["train_time_s"].iloc[-1] == 25.0
+
+
+def test_a_cell_resumed_on_other_nodes_is_marked_and_its_steady_figures_are_one_sets(tmp_path):
+    # requeued after epoch 2, resumed on n3,n4: epoch 2 (n1,n2) and epoch 4 (n3,n4) are steady, a
+    # tie that goes to the later nodes; a median over both sets would mix two allocations (4.5 s)
+    moved = {"ranks": rank_rows(8.0, ["n3", "n4"])}
+    write_cell(tmp_path, times=(10.0, 4.0, 8.0, 5.0), epochs_extra={3: {**moved, "resumed": True}, 4: moved})
+    row = analysis.collect(tmp_path, [cell()])[0].iloc[0]
+    assert (row["node_sets"], row["steady_epoch_s"]) == (2, 5.0)
+    assert row["images_per_s"] == pytest.approx(20.0)  # every steady figure from the same epochs
+    assert row["node_sets_note"].startswith("epochs 1-2 on n1,n2; epochs 3-4 on n3,n4: the steady figures from n3,n4's")
+    write_cell(tmp_path, seed=2)
+    same = analysis.collect(tmp_path, [cell(seed=2)])[0].iloc[0]
+    assert same["node_sets"] == 1 and pd.isna(same["node_sets_note"])
 
 
 def test_truncated_last_line_keeps_the_complete_records_and_fails_the_cell(tmp_path):

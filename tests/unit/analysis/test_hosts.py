@@ -119,6 +119,15 @@ def test_one_cell_is_too_few_to_tell_and_one_host_has_nothing_to_compare():
     ]
 
 
+def test_a_cell_whose_epochs_ran_on_two_node_sets_counts_each_sets_epochs_apart():
+    # requeued after epoch 3 and resumed in another allocation: two comparisons, not one average
+    ranks, runs = study(cells=1, slow={"n3": 1.5}, on_slow_host=1, epochs=6)
+    one = analysis.host_table(ranks.assign(node_set=0), runs, STUDY)
+    two = analysis.host_table(ranks.assign(node_set=(ranks["epoch"] > 3).astype(int)), runs, STUDY)
+    assert (row(one, "n3")["cells"], row(two, "n3")["cells"]) == (1, 2)
+    assert row(two, "n3")["rank_epochs"] == row(one, "n3")["rank_epochs"]  # the same epochs, grouped apart
+
+
 def test_a_data_wait_twice_the_others_is_no_slow_node_when_it_is_a_sliver_of_the_epoch():
     ranks, runs = study()
     ranks.loc[ranks["host"] == "n3", "data_wait_s"] *= 2  # 0.4% of an epoch more

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from scalebench import backends
 
@@ -42,6 +43,87 @@ def steady_indices(per_epoch: Iterable[float | None], profiled: Iterable[bool] |
             return steady
     known = [i for i, value in enumerate(values) if not math.isnan(value)]
     return known[1:] if len(known) > 1 else known
+
+
+def node_set(record: Mapping) -> tuple[str, ...] | None:
+    """The nodes an epoch record's ranks ran on (its per-rank rows' hosts, sorted), None where it
+    names none (an epoch without the step split's rows, an older record)."""
+    hosts = sorted({str(rank.get("host")) for rank in record.get("ranks") or () if rank.get("host")})
+    return tuple(hosts) or None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a cell's epochs ran: the node sets in the order they first appear, each epoch's set (an
+    index into `sets`, None where its record names none), and the set whose epochs give the steady
+    figures (`kept`, None with fewer than two sets). A requeued or retried job may resume on other
+    nodes: epochs of two allocations are two measurements, never one median."""
+
+    sets: tuple[tuple[str, ...], ...]
+    per_epoch: tuple[int | None, ...]
+    kept: int | None
+    kept_steady: int = 0  # the kept set's steady epochs
+
+    def note(self, numbers: list) -> str | None:
+        """runs.csv's node_sets_note: which epochs ran where and which give the steady figures
+        (`numbers`: the epochs' numbers); None on one set."""
+        if self.kept is None:
+            return None
+        parts = []
+        for index, nodes in enumerate(self.sets):
+            own = [numbers[i] for i, where in enumerate(self.per_epoch) if where == index]
+            parts.append(f"epochs {epoch_ranges(own)} on {','.join(nodes)}")
+        kept = ",".join(self.sets[self.kept])
+        if self.kept_steady:
+            chosen = f"the steady figures from {kept}'s {self.kept_steady} steady epoch{'s' * (self.kept_steady > 1)}"
+        else:
+            chosen = f"the steady figures from {kept}'s epochs after the first, none of them steady on its own"
+        return f"{'; '.join(parts)}: {chosen} (the most; a tie goes to the later nodes)"
+
+
+def epoch_ranges(numbers: list) -> str:
+    """'1-2, 5' of sorted epoch numbers."""
+    runs: list[list] = []
+    for number in numbers:
+        if runs and isinstance(number, int) and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
+
+
+def placement(epochs: list[Mapping]) -> Placement:
+    """The Placement of a cell's epoch records, in epoch order."""
+    sets: list[tuple[str, ...]] = []
+    per_epoch: list[int | None] = []
+    for record in epochs:
+        nodes = node_set(record)
+        if nodes is not None and nodes not in sets:
+            sets.append(nodes)
+        per_epoch.append(sets.index(nodes) if nodes is not None else None)
+    if len(sets) < 2:
+        return Placement(tuple(sets), tuple(per_epoch), None)
+    # steady on its own: after the first, neither profiled nor resumed (without steady_indices' fallback)
+    steady = {i for i, record in enumerate(epochs) if i and not unsteady(record)}
+    counts = [sum(1 for i, where in enumerate(per_epoch) if where == index and i in steady) for index in range(len(sets))]
+    kept = max(range(len(sets)), key=lambda index: (counts[index], index))
+    return Placement(tuple(sets), tuple(per_epoch), kept, counts[kept])
+
+
+def steady_flags(epochs: list[Mapping]) -> list[bool]:
+    """Per epoch record, whether it stays out of the steady figures (steady_indices' `profiled`): a
+    profiled or resumed epoch (`unsteady`), and on a cell whose epochs ran on several node sets every
+    epoch of the sets not kept (Placement). Where the kept set has no steady epoch of its own (its
+    only later epoch resumed), its epochs after the first count, so that one set's epochs still give
+    the figures."""
+    flags = [unsteady(record) for record in epochs]
+    placed = placement(epochs)
+    if placed.kept is None:
+        return flags
+    elsewhere = [where is not None and where != placed.kept for where in placed.per_epoch]
+    if not placed.kept_steady:
+        return elsewhere
+    return [flag or apart for flag, apart in zip(flags, elsewhere, strict=True)]
 
 
 def steady_median(per_epoch: Iterable[float | None], profiled: Iterable[bool] | None = None) -> float:

@@ -169,7 +169,7 @@ def read_folder(run_dir: Path) -> tuple[dict, list[dict], dict, str, str]:
 
 def epoch_figures(epochs: list[dict], final: dict, run: dict, gpus: int) -> dict:
     """A cell's times, throughput, data waits and step split from its epoch records."""
-    profiled = [measures.unsteady(e) for e in epochs]  # a profiled or resumed epoch: out of the steady figures
+    profiled = measures.steady_flags(epochs)  # profiled, resumed, or on other nodes: out of the steady figures
     times = [finite_number(e.get("epoch_time_s")) for e in epochs]
     waits = [finite_number(e.get("data_wait_s")) for e in epochs]
     throughputs = [finite_number(e.get("images_per_s")) for e in epochs]
@@ -178,8 +178,11 @@ def epoch_figures(epochs: list[dict], final: dict, run: dict, gpus: int) -> dict
     images_per_s = measures.steady_median(throughputs, profiled)
     timed = cell_times.figures(epochs, final, run)  # the bill reads a cell's time alike (config/bill.py)
     memory = [m for m in (finite_number(e.get("peak_mem_mb")) for e in epochs) if not math.isnan(m)]
+    placed = measures.placement(epochs)
     return {
         **timed,  # epochs, train_time_s, steady_epoch_s, first_epoch_s, setup_s, test_time_s
+        "node_sets": len(placed.sets) if placed.sets else math.nan,
+        "node_sets_note": placed.note([e.get("epoch") for e in epochs]),
         **run_time(run),
         "images_per_s": images_per_s,
         "images_per_s_per_gpu": images_per_s / gpus,

@@ -10,7 +10,8 @@ of the whole study are pooled by host, in a way that separates the host from the
    log of their ratio. The cell's own speed (its backend, GPU count, the hour it ran) is the same
    on both sides and drops out; a cell whose ranks all ran on one host compares nothing.
 2. A host's rank-epochs in one cell are averaged: one value per cell, since a cell's epochs and
-   ranks share its allocation and are not independent of each other.
+   ranks share its allocation and are not independent of each other. A cell whose epochs ran on
+   two sets of nodes (a requeued job that resumed elsewhere: ranks.csv node_set) counts as two cells.
 3. Over the cells a host touched: the mean and a t interval (95%, Bonferroni-corrected over the
    hosts compared, so that a study of 64 nodes does not find 3 slow ones by chance), as a ratio.
 
@@ -107,7 +108,9 @@ def cell_comparisons(ranks: pd.DataFrame, ok_cells: pd.DataFrame) -> pd.DataFram
     columns = ["cell", "host", "measure", "log_ratio", "excess_share", "rank_epochs"]
     if rows.empty:
         return pd.DataFrame(columns=columns)
-    rows = rows.assign(cell=rows.groupby(KEYS, dropna=False).ngroup())
+    # a cell's epochs on each set of nodes count apart: a requeued cell that resumed elsewhere ran in
+    # two allocations, each its own comparison (ranks.csv node_set)
+    rows = rows.assign(cell=rows.groupby([*KEYS, "node_set"], dropna=False).ngroup())
     values = {name: column for name, (column, *_) in MEASURES.items()} | {"epoch": "epoch_time_s"}
     per_host = rows.groupby(["cell", "epoch", "host"], as_index=False)[list(values.values())].median()
     group = per_host.groupby(["cell", "epoch"]).ngroup().to_numpy()

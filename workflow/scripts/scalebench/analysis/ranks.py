@@ -26,7 +26,7 @@ from scalebench.records.definitions import EPOCH, RANK
 
 # the rank's figures, as RANK defines them (all but its number and host)
 RANK_VALUES = [name for name in RANK.names if name not in ("rank", "host")]
-COLUMNS = [*KEYS, "start", "slurm_job_id", "epoch", "unsteady", "rank", "host", *RANK_VALUES]
+COLUMNS = [*KEYS, "start", "slurm_job_id", "epoch", "unsteady", "node_set", "rank", "host", *RANK_VALUES]
 
 
 def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
@@ -41,11 +41,12 @@ def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
         except (json.JSONDecodeError, UnicodeDecodeError):
             run = {}
     run = read_run(run if isinstance(run, dict) else {})
-    epochs, profiled, ranks = [], [], []
+    epochs, profiled, ranks, records = [], [], [], []
     for line in read_metrics(metrics)[0]:
         if line.get("type") != "epoch" or not EPOCH.read(line).get("ranks"):
             continue
         record = EPOCH.read(line)
+        records.append(record)
         # the ranks' names are RANK's own (COLUMNS): read in bulk, a million rank-epochs in seconds
         epochs.append((record.get("epoch"), len(line["ranks"])))
         profiled.append(measures.unsteady(record))
@@ -55,6 +56,8 @@ def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
         values = pd.to_numeric(frame[name], errors="coerce").astype(float)
         frame[name] = values.where(np.isfinite(values))
     counts = [count for _, count in epochs]
+    # each epoch's set of nodes: a requeued cell resumed elsewhere is two allocations (measures.placement)
+    frame.insert(0, "node_set", np.repeat(measures.placement(records).per_epoch, counts))
     frame.insert(0, "unsteady", np.repeat(profiled, counts).astype(bool))
     frame.insert(0, "epoch", np.repeat([number for number, _ in epochs], counts))
     cell = {**keys, "start": run.get("start"), "slurm_job_id": (run.get("slurm") or {}).get("job_id")}
@@ -76,7 +79,7 @@ def ranks_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """ranks.csv's types: the cell's keys as runs.csv has them ('' for no variant), hosts and job ids as text."""
     frame = frame.reindex(columns=COLUMNS)
     frame["variant"] = no_variant_as_empty(frame["variant"])
-    for column in ("gpus", "seed", "epoch", "rank"):
+    for column in ("gpus", "seed", "epoch", "node_set", "rank"):
         frame[column] = frame[column].astype("Int64")
     frame["unsteady"] = frame["unsteady"].astype(bool)
     return frame

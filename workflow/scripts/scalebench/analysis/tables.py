@@ -245,6 +245,16 @@ RUNS = Table(
         Column("collective_busbw_gbps", "float", "GB/s", "its bus bandwidth", "collective_reason"),
         Column("collective_reason", "str", "", "why they are empty"),
         *PROVENANCE,
+        # a requeued or retried cell's epochs on more than one allocation (measures.placement)
+        Column(
+            "node_sets",
+            "int",
+            "",
+            "sets of nodes the cell's epochs ran on: above 1, a requeued or retried job resumed on others, "
+            "and every steady figure is one set's epochs (node_sets_note)",
+            "the epochs name no hosts (an older record)",
+        ),
+        Column("node_sets_note", "str", "", "which epochs ran where, and whose give the steady figures", "one set"),
     ),
 )
 EPOCH_EMPTY = "an earlier record lacks it"

@@ -35,7 +35,7 @@ from scalebench.timing import step_split
 def figures(epochs: list, final: dict, run: dict) -> dict:
     """runs.csv's time figures of a cell: its epoch records, final record and run.json, each read
     through its definition (NaN where not measured, never 0)."""
-    profiled = [measures.unsteady(e) for e in epochs]
+    profiled = measures.steady_flags(epochs)  # profiled, resumed, or on nodes other than the kept ones
     times = [finite_number(e.get("epoch_time_s")) for e in epochs]
     train_time = finite_number(final.get("train_time_s"))
     if math.isnan(train_time) and epochs:

@@ -121,7 +121,7 @@ def first_reason(epochs: list[dict], field: str) -> str | None:
 
 def run_columns(epochs: list[dict], steady_epoch_s: float) -> dict:
     """A cell's split columns of runs.csv from its epoch records."""
-    profiled = [measures.unsteady(record) for record in epochs]  # a profiled or resumed epoch: not steady
+    profiled = measures.steady_flags(epochs)  # a profiled or resumed epoch, or one on other nodes: not steady
     row = {
         column: measures.steady_median([record.get(field) for record in epochs], profiled)
         for column, field in STEADY_FIELDS.items()
