@@ -40,6 +40,8 @@ from scalebench import backends
 from . import slurm_cluster
 from .slurm_cluster import ClusterError, Partition, SlurmCluster
 
+SLURM_PROFILE = REPO / "profiles" / "slurm"
+
 CPUS_PER_NODE = 4  # the machine has 2 cores; slurmd is told 4 (config_overrides) so two 2-rank cells fit one node
 # Room for the tests that run at once: four of two nodes (the cluster tier's four workers, run_tests.sh).
 NODES = [f"sbnode{i}" for i in range(1, 9)]
@@ -232,24 +234,25 @@ def run_slurm_snakemake(
 
 
 def start_slurm_snakemake(
-    cluster: Partition, workdir: Path, config: dict, *args: str, env: dict | None = None
+    cluster: Partition, workdir: Path, config: dict, *args: str, env: dict | None = None, profile: Path | None = None
 ) -> subprocess.Popen:
     """run_slurm_snakemake without waiting: its output in one pipe (communicate() returns it)."""
-    command, full_env = slurm_snakemake(cluster, workdir, config, *args, env=env)
+    command, full_env = slurm_snakemake(cluster, workdir, config, *args, env=env, profile=profile)
     return subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, cwd=workdir
     )
 
 
 def slurm_snakemake(
-    cluster: Partition, workdir: Path, config: dict, *args: str, env: dict | None = None
+    cluster: Partition, workdir: Path, config: dict, *args: str, env: dict | None = None, profile: Path | None = None
 ) -> tuple[list[str], dict]:
-    """The command and environment of `snakemake --profile profiles/slurm` in the test's partition."""
+    """The command and environment of `snakemake --profile profiles/slurm` (or `profile`, a changed
+    copy: profile_with) in the test's partition."""
     command = snakemake_command(
         workdir,
         config,
         "--profile",
-        str(REPO / "profiles" / "slurm"),
+        str(profile or SLURM_PROFILE),
         "--slurm-status-command",
         "squeue",
         "--slurm-init-seconds-before-status-checks",
@@ -266,6 +269,19 @@ def slurm_snakemake(
     full_env = {**tool_env(), **partition_variables(cluster), "SLURM_CONF": str(cluster.conf), **(env or {})}
     full_env.pop("SCALEBENCH_EXECUTOR", None)
     return command, full_env
+
+
+def profile_with(folder: Path, replaced: dict[str, str]) -> Path:
+    """A copy of profiles/slurm in `folder` whose lines `key: value` for each key of `replaced` are the
+    replacement's line instead (a key that is not there fails the test: the profile changed)."""
+    lines = (SLURM_PROFILE / "config.yaml").read_text().splitlines()
+    for key, line in replaced.items():
+        found = [i for i, text in enumerate(lines) if text.startswith(f"{key}:")]
+        assert found, f"profiles/slurm sets no {key}"
+        lines[found[0]] = line
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text("\n".join(lines) + "\n")
+    return folder
 
 
 def partition_variables(cluster: Partition) -> dict[str, str]:

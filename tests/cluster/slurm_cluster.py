@@ -247,6 +247,9 @@ class SlurmCluster:
             "MpiDefault=none",
             "ReturnToService=2",
             "MinJobAge=600",  # squeue must still see finished jobs when snakemake asks
+            # a site that does not requeue by default: a job runs again under its id only where it was
+            # submitted requeueable (profiles/slurm's slurm-requeue; test_slurm_survival.py's requeue)
+            "JobRequeue=0",
             "EnforcePartLimits=ALL",  # refuse impossible jobs at submission, as production clusters do
             "KillWait=5",
             "OverTimeLimit=0",

@@ -16,7 +16,15 @@ import pytest
 from conftest import checkpoint_epoch, kill_if_running, wait_for
 from scalebench import records
 
-from .conftest import cluster_config, cluster_data, read_run, slurm_jobs, start_slurm_snakemake, with_data
+from .conftest import (
+    cluster_config,
+    cluster_data,
+    profile_with,
+    read_run,
+    slurm_jobs,
+    start_slurm_snakemake,
+    with_data,
+)
 from .test_slurm_survival import file_digests
 
 pytestmark = pytest.mark.cluster
@@ -65,7 +73,9 @@ def test_a_cell_that_loses_a_node_fails_fast_resumes_from_its_checkpoint_and_the
     env = {"SCALEBENCH_FAULT": "stall_rank:1:3"}
     with_data(tmp_path, data)
     targets = (f"{ONE}/run.json", f"{TWO}/run.json")
-    process = start_slurm_snakemake(two_nodes, tmp_path, config, *targets, "--slurm-no-requeue", env=env)
+    # the other policy than profiles/slurm's: SLURM never runs the job again, Snakemake's retry does
+    no_requeue = profile_with(tmp_path / "profile", {"slurm-requeue": "slurm-no-requeue: true"})
+    process = start_slurm_snakemake(two_nodes, tmp_path, config, *targets, env=env, profile=no_requeue)
     try:
         stalled = lambda: "stalling at epoch 3" in read_text(tmp_path / TWO / "train.log")  # noqa: E731
         assert wait_for(lambda: stalled() and job_done(two_nodes, tmp_path / ONE), 600), two_nodes.squeue()

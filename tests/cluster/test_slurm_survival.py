@@ -145,6 +145,9 @@ def test_a_job_slurm_requeues_resumes_from_its_checkpoint_and_records_each_epoch
         assert wait_for(stalled, 600), squeue_and_log(single_node, log)
         assert checkpoint_epoch(tmp_path / CELL, "torch") == 2
         job = read_run(tmp_path, "torch/native/g1/s1")["slurm"]["job_id"]
+        # the cluster does not requeue by default (JobRequeue=0): profiles/slurm submitted it requeueable
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, env=single_node.env())
+        assert " Requeue=1 " in f" {shown.stdout.replace(chr(10), ' ')} ", shown.stdout
         requeued = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True, env=single_node.env())
         assert requeued.returncode == 0, requeued.stderr
         # SLURM holds a requeued batch job back for about two minutes; the test lets it start now
@@ -152,8 +155,9 @@ def test_a_job_slurm_requeues_resumes_from_its_checkpoint_and_records_each_epoch
         output, _ = process.communicate(timeout=600)
     finally:
         kill_if_running(process)
-    assert process.returncode == 0, output[-5000:]
-    assert "Trying to restart" not in output  # SLURM ran it again, not Snakemake
+    said = describe(subprocess.CompletedProcess(process.args, process.returncode, output, ""), tmp_path)
+    assert process.returncode == 0, said
+    assert "Trying to restart" not in output, said  # SLURM ran it again, not Snakemake
     assert slurm_jobs(tmp_path)["torch_native_1_1"] == [job]  # one SLURM job id, run twice
     run = read_run(tmp_path, "torch/native/g1/s1")
     assert (run["status"], run["slurm"]["job_id"], run["resumed_from_epoch"]) == ("ok", job, 2), run
