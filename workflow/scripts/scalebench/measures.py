@@ -105,7 +105,9 @@ def placement(epochs: list[Mapping]) -> Placement:
         return Placement(tuple(sets), tuple(per_epoch), None)
     # steady on its own: after the first, neither profiled nor resumed (without steady_indices' fallback)
     steady = {i for i, record in enumerate(epochs) if i and not unsteady(record)}
-    counts = [sum(1 for i, where in enumerate(per_epoch) if where == index and i in steady) for index in range(len(sets))]
+    counts = [
+        sum(1 for i, where in enumerate(per_epoch) if where == index and i in steady) for index in range(len(sets))
+    ]
     kept = max(range(len(sets)), key=lambda index: (counts[index], index))
     return Placement(tuple(sets), tuple(per_epoch), kept, counts[kept])
 
