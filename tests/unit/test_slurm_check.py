@@ -166,6 +166,19 @@ def test_the_retry_window_is_refused_before_any_job_when_negative_or_not_a_numbe
     assert sb_config.validate({}, schema)["cluster"]["busy_retry_min"] == 20
 
 
+def test_the_bound_on_a_stuck_job_is_refused_before_any_job_when_not_a_positive_number(schema):
+    for value, words in (
+        (0, "0 is less than or equal to the minimum of 0"),
+        (-5, "-5 is less than or equal"),
+        ("soon", "'soon' is not of type 'number', 'null'"),
+    ):
+        with pytest.raises(sb_config.ConfigError, match="config key 'cluster.stuck_after_min'") as raised:
+            sb_config.validate({"cluster": {"stuck_after_min": value}}, schema)
+        assert words in str(raised.value)
+    assert sb_config.validate({}, schema)["cluster"]["stuck_after_min"] is None  # the job's own time limit
+    assert sb_config.validate({"cluster": {"stuck_after_min": 0.5}}, schema)["cluster"]["stuck_after_min"] == 0.5
+
+
 def test_forced_cells_are_checked_again_whether_finished_or_not(schema):
     from scalebench import rerun
 

@@ -399,3 +399,24 @@ def test_records_from_before_the_split_or_with_it_off_read_as_not_measured(tmp_p
     assert unmeasured_row["step_split_reason"] == "training.step_split is off"
     assert epochs[epochs["seed"] == 1]["step_split_reason"].eq("not recorded (the cell predates the step split)").all()
     assert epochs["compute_median_s"].isna().all() and epochs["imbalance_s"].isna().all()
+
+
+def test_a_cell_whose_job_the_study_ended_stuck_is_listed_as_such_with_the_command_that_reruns_it(tmp_path):
+    from scalebench.analysis import completeness
+    from scalebench.cluster import stuck_jobs
+
+    held = tmp_path / "torch" / "native" / "g1" / "s1"
+    ended = stuck_jobs.Ended("held", "PENDING", "JobHeldUser", "41", 125.0, 120.0, "2030-01-01T00:00:00+00:00")
+    stuck_jobs.write_mark(held, ended)
+    write_cell(tmp_path, seed=2)
+    stuck_jobs.write_mark(tmp_path / "torch" / "native" / "g1" / "s2", ended)  # a later run finished it: ok
+    runs = analysis.collect(tmp_path, [cell(seed=1), cell(seed=2)])[0]
+    assert runs["status"].tolist() == ["held", "ok"]
+    assert runs["reason"].iloc[0] == (
+        "SLURM job 41 sat 2.1 min in state PENDING (JobHeldUser), longer than cluster.stuck_after_min (2.0 min): "
+        "ended by the study"
+    )
+    listed = completeness.incomplete(runs, [], Invocation(("snakemake",), "/study", ("--executor", "slurm")))
+    assert (
+        listed["status"].tolist() == ["held"] and "results/runs/torch/native/g1/s1/metrics.jsonl" in listed["rerun"][0]
+    )

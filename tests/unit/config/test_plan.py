@@ -250,7 +250,9 @@ def test_a_jobs_own_process_plans_nothing(schema, workdir, monkeypatch, capsys):
 def test_the_slurm_preflight_leaves_out_what_sbatch_refuses(schema, workdir, monkeypatch, capsys):
     installed, asked = [], []
     monkeypatch.setattr(
-        slurm_plugin, "install", lambda window_s, by_priority: installed.append((window_s, by_priority))
+        slurm_plugin,
+        "install",
+        lambda window_s, by_priority, stuck_after_min: installed.append((window_s, by_priority, stuck_after_min)),
     )
     monkeypatch.setattr(slurm_check, "node_cpus_problem", lambda *a: None)
     monkeypatch.setattr(slurm_check, "unknown_nodes_problem", lambda *a: None)
@@ -269,7 +271,7 @@ def test_the_slurm_preflight_leaves_out_what_sbatch_refuses(schema, workdir, mon
     )
     resources = start("--executor", "slurm", "-n", train_resources=lambda cell: ({"nodes": 1}, cell.gpus))
     made = planning.plan_study(study(schema, order={"seed": 5, "blocks": False}), resources)
-    assert installed == [(20 * 60, True)] and asked == [NATIVE_2, NATIVE_4]  # the finished cell is not submitted
+    assert installed == [(20 * 60, True, None)] and asked == [NATIVE_2, NATIVE_4]  # the finished cell is not submitted
     assert made.cells == (NATIVE_1, NATIVE_2) and set(made.priorities) == {NATIVE_1, NATIVE_2}
     assert dict(made.refused) == {NATIVE_4: "SLURM refuses its job (sbatch --test-only ...): Invalid qos"}
     with pytest.raises(plan.PlanError, match="torch/native/g4/s1 cannot run: SLURM refuses its job"):

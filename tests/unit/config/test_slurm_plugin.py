@@ -6,12 +6,13 @@ plugin's run_job after a delay without a job error, and another plugin version i
 from __future__ import annotations
 
 import logging
+import subprocess
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
-from scalebench.cluster import slurm_answers
+from scalebench.cluster import slurm_answers, stuck_jobs
 from scalebench.config import slurm_plugin
 
 
@@ -139,3 +140,114 @@ def test_with_a_drawn_order_the_plugin_submits_each_rounds_jobs_highest_priority
     finally:
         slurm_plugin.uninstall()
         Executor.run_jobs = own
+
+
+# --- train jobs that would be waited for ever (cluster/stuck_jobs.py)
+
+
+def train_job(jobid: int, folder) -> SimpleNamespace:
+    return SimpleNamespace(
+        jobid=jobid, attempt=1, restart_times=2, name="train", output=[str(folder / "metrics.jsonl")]
+    )
+
+
+def test_a_train_job_held_past_the_bound_is_ended_marked_and_failed_without_a_retry(executor, tmp_path):
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    slurm_plugin.install(window_s=0.05, stuck_after_min=1)
+    held, running = train_job(1, tmp_path / "a"), train_job(2, tmp_path / "b")
+    infos = [SubmittedJobInfo(held, external_jobid="41"), SubmittedJobInfo(running, external_jobid="42")]
+    squeue = "41|PENDING|JobHeldUser|15:00\n42|RUNNING|None|15:00\n"
+    errors, ended, clock = [], [], [100.0]
+    executor.report_job_error = lambda info, msg=None, **kwargs: errors.append((info, msg))
+
+    def check() -> set[int]:
+        return slurm_plugin.end_stuck(executor, infos, read=lambda ids: squeue, end=ended.append, now=lambda: clock[0])
+
+    assert check() == set() and not errors  # first seen held now
+    clock[0] += 59
+    assert check() == set() and not errors  # 59 s of the 60 allowed
+    clock[0] += 2
+    assert check() == {id(infos[0])}
+    assert [job.job_id for job in ended] == ["41"] and held.attempt == held.restart_times + 1
+    assert running.attempt == 1 and errors[0][0] is infos[0]
+    assert (
+        "SLURM job 41 sat 1.0 min in state PENDING (JobHeldUser), longer than cluster.stuck_after_min" in errors[0][1]
+    )
+    mark = stuck_jobs.read_mark(tmp_path / "a")
+    assert (mark.status, mark.state, mark.reason, mark.job_id) == ("held", "PENDING", "JobHeldUser", "41")
+    assert stuck_jobs.read_mark(tmp_path / "b") is None
+
+
+def test_a_job_that_moves_on_starts_its_clock_afresh_and_squeue_without_an_answer_ends_nothing(executor, tmp_path):
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    slurm_plugin.install(window_s=0.05, stuck_after_min=1)
+    info = SubmittedJobInfo(train_job(1, tmp_path), external_jobid="41")
+    executor.report_job_error = lambda info, msg=None, **kwargs: pytest.fail(msg)
+    lines = iter(["41|SUSPENDED|None|15:00", "41|RUNNING|None|15:00", "41|SUSPENDED|None|15:00"])
+    for now in (0.0, 50.0, 100.0):
+        assert (
+            slurm_plugin.end_stuck(
+                executor, [info], read=lambda ids: next(lines), end=pytest.fail, now=lambda now=now: now
+            )
+            == set()
+        )
+
+    def busy(ids):
+        raise subprocess.CalledProcessError(1, "squeue", stderr="Socket timed out")
+
+    assert slurm_plugin.end_stuck(executor, [info], read=busy, end=pytest.fail, now=lambda: 1000.0) == set()
+
+
+def test_the_plugin_checks_only_the_jobs_left_after_the_stuck_ones_were_ended(executor, tmp_path, monkeypatch):
+    import asyncio
+
+    from snakemake_executor_plugin_slurm import Executor
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    infos = [SubmittedJobInfo(train_job(n, tmp_path / str(n)), external_jobid=str(40 + n)) for n in (1, 2)]
+    monkeypatch.setattr(slurm_plugin, "end_stuck", lambda executor, jobs: {id(infos[0])})
+    assert getattr(Executor.check_active_jobs, "scalebench", False)  # installed by the fixture
+
+    seen = []
+
+    async def plugin_check(self, jobs):
+        seen.extend(jobs)
+        for job_info in jobs:
+            yield job_info
+
+    wrapped = slurm_plugin._ending_stuck(plugin_check)
+
+    async def run() -> list:
+        return [info async for info in wrapped(executor, infos)]
+
+    assert asyncio.run(run()) == [infos[1]] and seen == [infos[1]]
+
+
+@pytest.mark.parametrize(
+    ("line", "status"),
+    [
+        ("7|PENDING|JobHeldAdmin|1:00:00", "held"),
+        ("7|PENDING|Resources|1:00:00", None),  # waiting for the cluster: never ended
+        ("7|PENDING|BeginTime|1:00:00", None),  # a requeued job held back for a while
+        ("7|SUSPENDED|None|1:00:00", "suspended"),
+        ("7|PREEMPTED|None|1:00:00", "preempted"),
+        ("7|REQUEUE_HOLD|JobHeldAdmin|1:00:00", "held"),
+        ("7|RUNNING|None|1:00:00", None),
+        ("7|COMPLETING|None|1:00:00", None),
+        ("7|SOMETHING_NEW|None|1:00:00", "stuck"),  # a state never seen: ended at the bound, named
+    ],
+)
+def test_which_states_will_not_end_by_themselves(line, status):
+    (job,) = stuck_jobs.parse_squeue(line)
+    assert stuck_jobs.stuck_status(job) == status and job.time_limit_s == 3600
+
+
+def test_without_a_bound_the_jobs_time_limit_is_the_bound():
+    (job,) = stuck_jobs.parse_squeue("7|SUSPENDED|None|15:00")
+    watch = stuck_jobs.Watch(None)
+    assert watch.overdue([job], 0.0) == [] and watch.overdue([job], 899.0) == []
+    assert [found.bound_s for _, found in watch.overdue([job], 900.0)] == [900.0]
+    (unlimited,) = stuck_jobs.parse_squeue("8|SUSPENDED|None|UNLIMITED")
+    assert stuck_jobs.Watch(None).overdue([unlimited], 1e9) == []

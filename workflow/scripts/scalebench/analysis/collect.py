@@ -27,6 +27,7 @@ from scalebench.analysis.tables import (
     runs_frame,
 )
 from scalebench.cell import OWN_SOURCE, cell_path
+from scalebench.cluster import stuck_jobs
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
 from scalebench.records import FINISHED_STATUSES, read_metrics, read_run, run_problem
@@ -161,6 +162,9 @@ def read_folder(run_dir: Path) -> tuple[dict, list[dict], dict, str, str]:
     epochs = [EPOCH.read(r) for r in lines if r.get("type") == "epoch"]
     final = FINAL.read(next((r for r in lines if r.get("type") == "final"), {}))
     status, reason = cell_status(run, metrics_path.exists(), (run_dir / "train.log").exists(), final, complete)
+    ended = stuck_jobs.read_mark(run_dir)
+    if ended is not None and status in ("failed", "missing"):  # its job sat stuck and the study ended it
+        status, reason = ended.status, ended.describe()
     if run_json.exists() and (run is None or run_problem(run)):
         status, reason = "unreadable", run_problem(run) if run is not None else "run.json is not valid JSON"
         run = None

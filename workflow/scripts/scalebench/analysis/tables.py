@@ -111,7 +111,21 @@ SETTINGS = (
 SETTING_COLUMNS = names(SETTINGS)
 # A cell's status in the tables: stale cells finished on other prepared data or settings than the
 # study's; unreadable cells hold a run.json this version cannot read (kept, listed with a rerun command).
-STATUSES = ["ok", "stale", "diverged", "oom", "refused", "failed", "unreadable", "missing"]
+# held, suspended, preempted, stuck: a job the study ended after it sat in such a SLURM state (cluster/stuck_jobs.py)
+STATUSES = [
+    "ok",
+    "stale",
+    "diverged",
+    "oom",
+    "refused",
+    "failed",
+    "held",
+    "suspended",
+    "preempted",
+    "stuck",
+    "unreadable",
+    "missing",
+]
 # The step split (timing/step_split.py): of the steady median epoch(s) in runs.csv
 CRITICAL_PATH = (
     Column("compute_typical_s", "float", "s", "the median compute of the ranks other than the critical one"),

@@ -246,7 +246,9 @@ def preflight(
     cluster = config["cluster"]
     window_s = cluster["busy_retry_min"] * 60
     try:
-        slurm_plugin.install(window_s, by_priority=config["order"]["seed"] is not None)
+        slurm_plugin.install(
+            window_s, by_priority=config["order"]["seed"] is not None, stuck_after_min=cluster["stuck_after_min"]
+        )
     except slurm_plugin.PluginMismatch as error:
         raise PlanError(str(error)) from None
     problem = slurm_check.node_cpus_problem(

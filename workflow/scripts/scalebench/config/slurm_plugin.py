@@ -21,6 +21,13 @@ set, and the plugin submits them in that order (`Executor.run_jobs`), so a study
 would reach SLURM's queue in no designed order. Sorting them first keeps the drawn order to within
 neighbours (the plugin submits from two threads).
 
+Jobs that would be waited for ever (cluster/stuck_jobs.py). The plugin takes any state it does not
+list as final for a job still running: a held, suspended or preempted-and-cancelled job is polled
+for ever. Its check of the active jobs (`Executor.check_active_jobs`) is wrapped: before it, the
+train jobs' states and reasons are read from squeue, and a job that sat in a state that will not end
+by itself longer than `cluster.stuck_after_min` is ended (cancelled, its cell marked with what
+happened) and reported failed with its attempts used up; the plugin checks the others as before.
+
 The wrapped methods and the messages read are 2.8.0's: on another version of the plugin `install`
 patches nothing and raises instead of guessing, naming both versions; the planner (config/planning.py)
 stops the start with that message before any job.
@@ -30,12 +37,14 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from scalebench.cluster import slurm_answers
+from scalebench.cluster import slurm_answers, stuck_jobs
 
 PLUGIN = "snakemake-executor-plugin-slurm"
 WRITTEN_FOR = "2.8.0"
@@ -64,6 +73,7 @@ class _State:
     window_s: float = 0.0
     asks: dict[tuple[int, int], _Asks] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    watch: stuck_jobs.Watch = field(default_factory=lambda: stuck_jobs.Watch(None))
 
 
 _STATE = _State()
@@ -83,11 +93,14 @@ def one_line(words: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def install(window_s: float, by_priority: bool = False, version: str | None = None) -> None:
-    """Wrap the plugin's report of a failed submission (see the module's docstring); `window_s`:
-    how long a job whose sbatch got no verdict is asked again (cluster.busy_retry_min); `by_priority`:
-    submit each round's jobs highest priority first. Raises PluginMismatch, patching nothing, on a
-    plugin version other than WRITTEN_FOR. Idempotent; the window is updated."""
+def install(
+    window_s: float, by_priority: bool = False, version: str | None = None, stuck_after_min: float | None = None
+) -> None:
+    """Wrap the plugin's report of a failed submission and its check of the active jobs (see the
+    module's docstring); `window_s`: how long a job whose sbatch got no verdict is asked again
+    (cluster.busy_retry_min); `by_priority`: submit each round's jobs highest priority first;
+    `stuck_after_min`: cluster.stuck_after_min. Raises PluginMismatch, patching nothing, on a plugin
+    version other than WRITTEN_FOR. Idempotent; the window and the bound are updated."""
     found = version or importlib.metadata.version(PLUGIN)
     if found != WRITTEN_FOR:
         raise PluginMismatch(
@@ -99,8 +112,11 @@ def install(window_s: float, by_priority: bool = False, version: str | None = No
     from snakemake_executor_plugin_slurm import Executor
 
     _STATE.window_s = float(window_s)
+    _STATE.watch.stuck_after_min = stuck_after_min
     if by_priority and not getattr(Executor.run_jobs, "by_priority", False):
         Executor.run_jobs = _by_priority(Executor.run_jobs)
+    if not getattr(Executor.check_active_jobs, "scalebench", False):
+        Executor.check_active_jobs = _ending_stuck(Executor.check_active_jobs)
     original = Executor._report_job_error_threadsafe
     if getattr(original, "scalebench", False):
         return
@@ -126,7 +142,10 @@ def uninstall() -> None:
         Executor._report_job_error_threadsafe = wrapped.original
     if getattr(Executor.run_jobs, "by_priority", False):
         Executor.run_jobs = Executor.run_jobs.original
+    if getattr(Executor.check_active_jobs, "scalebench", False):
+        Executor.check_active_jobs = Executor.check_active_jobs.original
     _STATE.asks.clear()
+    _STATE.watch = stuck_jobs.Watch(None)
 
 
 def _by_priority(run_jobs):
@@ -138,6 +157,56 @@ def _by_priority(run_jobs):
     sorted_run_jobs.by_priority = True
     sorted_run_jobs.original = run_jobs
     return sorted_run_jobs
+
+
+TRAIN_RULES = ("train", "train_variant")
+
+
+def _ending_stuck(check_active_jobs):
+    """The plugin's check of its active jobs, after the stuck train jobs among them were ended (end_stuck)."""
+
+    async def checked(self, active_jobs):
+        ended = end_stuck(self, active_jobs)
+        async for job_info in check_active_jobs(self, [j for j in active_jobs if id(j) not in ended]):
+            yield job_info
+
+    checked.scalebench = True
+    checked.original = check_active_jobs
+    return checked
+
+
+def end_stuck(
+    executor,
+    active_jobs: list,
+    read: Callable[[list[str]], str] = stuck_jobs.squeue,
+    end: Callable[[stuck_jobs.Job], None] = stuck_jobs.end_job,
+    now: Callable[[], float] = time.monotonic,
+) -> set[int]:
+    """End the train jobs among `active_jobs` (the plugin's SubmittedJobInfo) that sat stuck past their
+    bound: each one's cell folder marked (stuck_jobs.Ended), the job ended, reported failed with its
+    attempts used up. The ids (id()) of those ended; none where squeue gives no answer (the next check asks again)."""
+    train = {info.external_jobid: info for info in active_jobs if info.external_jobid and info.job.name in TRAIN_RULES}
+    if not train:
+        return set()
+    try:
+        jobs = stuck_jobs.parse_squeue(read(list(train)))
+    except (OSError, subprocess.SubprocessError) as error:
+        executor.logger.warning(
+            f"squeue gave no answer on the train jobs' states ({error}); asked again at the next check"
+        )
+        return set()
+    ended = set()
+    for job, found in _STATE.watch.overdue(jobs, now()):
+        info = train[job.job_id]
+        folder = Path(info.job.output[0]).parent
+        stuck_jobs.write_mark(folder, found)
+        end(job)
+        info.job.attempt = info.job.restart_times + 1  # settled: a retry would wait for the same again
+        executor.report_job_error(
+            info, msg=f"{folder}: {found.describe()}; the cell is listed as {found.status}, not retried in this run. "
+        )
+        ended.add(id(info))
+    return ended
 
 
 def ask_again(executor, job, message: str, now=time.monotonic) -> bool:

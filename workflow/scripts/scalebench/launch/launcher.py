@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from scalebench import backends, environments, outcome
-from scalebench.cluster import cell_holder, network
+from scalebench.cluster import cell_holder, network, stuck_jobs
 from scalebench.cluster.ports import PortError, reserve_local_block, reserve_slurm_block
 from scalebench.cluster.slurm import (
     NODE_ADDRESSES,
@@ -348,6 +348,7 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
     # the attempt before (a resumed cell sums its job wall: launch/accounting.py), before the ranks rewrite it
     prior = store.read_run(Path(args.out) / "run.json")
     outcome.clear(args.out)  # marks of an earlier attempt
+    stuck_jobs.clear_mark(args.out)  # an earlier job of the cell that the study ended: this one trains it
     code = run(command, {**rank_environment(threads, allocation, environment, interface, gpus_per_task), **placed})
     print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
     ended = outcome.finish(args.out, cell)

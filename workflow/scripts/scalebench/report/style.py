@@ -46,6 +46,10 @@ STATUS_COLOURS = {
     "oom": "#984ea3",
     "refused": "#f781bf",
     "failed": "#e41a1c",
+    "held": "#377eb8",  # ended by the study after its SLURM job sat in such a state (cluster/stuck_jobs.py)
+    "suspended": "#80b1d3",
+    "preempted": "#fdb462",
+    "stuck": "#b15928",
     "unreadable": "#666666",
     "missing": "#bdbdbd",
 }

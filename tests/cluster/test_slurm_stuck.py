@@ -1,0 +1,95 @@
+"""A study never waits for ever, on a real one-node SLURM cluster: a cell whose job is held, and one
+whose job is suspended while it trains, are ended once they sat longer than cluster.stuck_after_min,
+each listed with what happened and the command that reruns it, while a third cell trains to its end
+(cluster/stuck_jobs.py, config/slurm_plugin.py). Without the study's watch the SLURM plugin polls a
+held or suspended job for ever."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from conftest import kill_if_running, wait_for
+from scalebench.analysis import collect, completeness
+from scalebench.cluster import stuck_jobs
+from scalebench.rerun import Invocation
+
+from .conftest import cluster_config, cluster_data, describe, read_run, slurm_jobs, start_slurm_snakemake, with_data
+
+pytestmark = pytest.mark.cluster
+
+CELLS = {seed: f"results/runs/torch/native/g1/s{seed}" for seed in (1, 2, 3)}
+
+
+@pytest.fixture
+def data(slurm, tmp_path_factory):
+    return cluster_data(slurm, tmp_path_factory)
+
+
+def job_of(cluster, seed: int) -> str | None:
+    """The SLURM job of the cell of `seed`, pending or running, by the comment the plugin gives it (its
+    log, which slurm_jobs reads, exists only once the job started)."""
+    listed = subprocess.run(["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True, env=cluster.env())
+    for line in listed.stdout.splitlines():
+        job, _, comment = line.partition("|")
+        if comment.strip() == f"rule_train_wildcards_torch_native_1_{seed}":
+            return job.strip()
+    return None
+
+
+def state(cluster, job: str) -> str:
+    result = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, env=cluster.env())
+    return result.stdout.strip()
+
+
+def scontrol(cluster, *args: str) -> None:
+    result = subprocess.run(["scontrol", *args], capture_output=True, text=True, env=cluster.env())
+    assert result.returncode == 0, f"scontrol {' '.join(args)}: {result.stderr}"
+
+
+@pytest.mark.waits(120)
+def test_a_held_and_a_suspended_job_are_ended_after_the_bound_and_the_study_goes_on(single_node, tmp_path, data):
+    config = cluster_config(gpus=(1,), seeds=(1, 2, 3), stuck_after_min=0.1)  # 6 s
+    config["training"].update(epochs=4)
+    with_data(tmp_path, data)
+    # the node taken by another job until seed 1's job is held: it cannot start before
+    blocker = subprocess.run(
+        ["sbatch", "--parsable", "-c", "4", "--mem", "1000", "-o", "/dev/null", "--wrap", "sleep 600"],
+        capture_output=True,
+        text=True,
+        env=single_node.env(),
+    )
+    assert blocker.returncode == 0, blocker.stderr
+    targets = [f"{cell}/run.json" for cell in CELLS.values()]
+    process = start_slurm_snakemake(single_node, tmp_path, config, *targets)
+    try:
+        assert wait_for(lambda: job_of(single_node, 1) and state(single_node, job_of(single_node, 1)) == "PENDING", 300)
+        held = job_of(single_node, 1)
+        scontrol(single_node, "hold", held)
+        subprocess.run(["scancel", blocker.stdout.strip()], env=single_node.env(), check=True)
+        assert wait_for(lambda: job_of(single_node, 2) and state(single_node, job_of(single_node, 2)) == "RUNNING", 300)
+        suspended = job_of(single_node, 2)
+        scontrol(single_node, "suspend", suspended)
+        output, _ = process.communicate(timeout=300)  # without the watch: for ever
+    finally:
+        kill_if_running(process)
+        subprocess.run(["scancel", blocker.stdout.strip()], env=single_node.env())
+    said = describe(subprocess.CompletedProcess(process.args, process.returncode, output, ""), tmp_path)
+    assert process.returncode != 0, said  # two cells did not finish; Snakemake says so, after the third ended
+    hold = "JobHeldAdmin" if os.geteuid() == 0 else "JobHeldUser"  # root's hold is an administrator's
+    for job, what in ((held, f"PENDING ({hold})"), (suspended, "SUSPENDED")):
+        assert f"SLURM job {job} sat " in output and f"in state {what}, longer than cluster.stuck_after_min" in output
+        assert state(single_node, job) in ("CANCELLED", ""), said  # ended in SLURM too, not left to run later
+    jobs = slurm_jobs(tmp_path)  # the jobs that started (each writes its log)
+    assert "torch_native_1_1" not in jobs and jobs["torch_native_1_2"] == [suspended], jobs
+    assert "Trying to restart" not in output, said  # neither is retried in this run
+    assert read_run(tmp_path, "torch/native/g1/s3")["status"] == "ok"
+    marks = {seed: stuck_jobs.read_mark(tmp_path / CELLS[seed]) for seed in (1, 2)}
+    assert (marks[1].status, marks[1].reason, marks[2].status) == ("held", hold, "suspended")
+    cells = [{"framework": "torch", "backend": "native", "gpus": 1, "seed": seed} for seed in (1, 2, 3)]
+    runs, _ = collect.collect(tmp_path / "results" / "runs", cells)
+    assert runs["status"].tolist() == ["held", "suspended", "ok"], runs[["status", "reason"]]
+    listed = completeness.incomplete(runs, [], Invocation(("snakemake",), str(tmp_path), ("--executor", "slurm")))
+    assert listed["status"].tolist()[:2] == ["held", "suspended"]
+    assert f"{CELLS[1]}/metrics.jsonl" in listed["rerun"][0] and f"{CELLS[2]}/metrics.jsonl" in listed["rerun"][1]
