@@ -250,6 +250,11 @@ class SlurmCluster:
             # a site that does not requeue by default: a job runs again under its id only where it was
             # submitted requeueable (profiles/slurm's slurm-requeue; test_slurm_survival.py's requeue)
             "JobRequeue=0",
+            # a partition of a higher PriorityTier preempts the jobs of a lower one on its nodes, each
+            # partition's PreemptMode saying how (test_slurm_stuck.py); the tests' own partitions share
+            # one tier and no node, so they never preempt each other
+            "PreemptType=preempt/partition_prio",
+            "PreemptMode=REQUEUE",
             "EnforcePartLimits=ALL",  # refuse impossible jobs at submission, as production clusters do
             "KillWait=5",
             "OverTimeLimit=0",

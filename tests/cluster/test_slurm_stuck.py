@@ -1,11 +1,13 @@
 """A study never waits for ever, on a real one-node SLURM cluster: a cell whose job is held, and one
 whose job is suspended while it trains, are ended once they sat longer than cluster.stuck_after_min,
-each listed with what happened and the command that reruns it, while a third cell trains to its end
-(cluster/stuck_jobs.py, config/slurm_plugin.py). Without the study's watch the SLURM plugin polls a
-held or suspended job for ever."""
+each listed with what happened and the command that reruns it, while a third cell trains to its end;
+a cell preempted under PreemptMode=CANCEL is ended the same way, and one preempted under REQUEUE
+runs again under its id and resumes (cluster/stuck_jobs.py, config/slurm_plugin.py). Without the
+study's watch the SLURM plugin polls a held, suspended or cancel-preempted job for ever."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -93,3 +95,53 @@ def test_a_held_and_a_suspended_job_are_ended_after_the_bound_and_the_study_goes
     listed = completeness.incomplete(runs, [], Invocation(("snakemake",), str(tmp_path), ("--executor", "slurm")))
     assert listed["status"].tolist()[:2] == ["held", "suspended"]
     assert f"{CELLS[1]}/metrics.jsonl" in listed["rerun"][0] and f"{CELLS[2]}/metrics.jsonl" in listed["rerun"][1]
+
+
+@pytest.mark.waits(120)
+@pytest.mark.parametrize("mode", ["CANCEL", "REQUEUE"])
+def test_a_preempted_cell_is_ended_under_cancel_and_resumes_under_requeue(single_node, tmp_path, data, mode):
+    # the study's partition yields to a partition of a higher tier on the same node, by `mode`
+    scontrol(single_node, "update", f"PartitionName={single_node.name}", f"PreemptMode={mode}")
+    high = f"{single_node.name}-high"
+    scontrol(single_node, "create", f"PartitionName={high}", f"Nodes={single_node.nodes[0]}", "PriorityTier=10")
+    config = cluster_config(gpus=(1,), stuck_after_min=0.1)
+    config["training"].update(epochs=4, checkpoint_every=1)
+    with_data(tmp_path, data)
+    cell = CELLS[1]
+    # the first run stops at the start of epoch 3, after epoch 2's checkpoint (a resumed run does not)
+    process = start_slurm_snakemake(
+        single_node, tmp_path, config, f"{cell}/run.json", env={"SCALEBENCH_FAULT": "stall:3"}
+    )
+    try:
+        log = tmp_path / cell / "train.log"
+        assert wait_for(lambda: log.exists() and "stalling at epoch 3" in log.read_text(), 300), single_node.squeue()
+        job = job_of(single_node, 1)
+        preempting = subprocess.run(
+            ["sbatch", "--parsable", "-p", high, "-c", "4", "--mem", "1000", "-o", "/dev/null", "--wrap", "sleep 3"],
+            capture_output=True,
+            text=True,
+            env=single_node.env(),
+        )
+        assert preempting.returncode == 0, preempting.stderr
+        if mode == "REQUEUE":  # SLURM holds a requeued job back for a while; the test lets it start once it may
+            assert wait_for(lambda: state(single_node, job) == "PENDING", 60), single_node.squeue()
+            wait_for(lambda: not state(single_node, preempting.stdout.strip()).startswith(("RUNNING", "PENDING")), 60)
+            scontrol(single_node, "update", f"JobId={job}", "StartTime=now")
+        output, _ = process.communicate(timeout=300)  # under CANCEL, without the watch: for ever
+    finally:
+        kill_if_running(process)
+        subprocess.run(["scontrol", "delete", f"PartitionName={high}"], capture_output=True, env=single_node.env())
+    said = describe(subprocess.CompletedProcess(process.args, process.returncode, output, ""), tmp_path)
+    cells = [{"framework": "torch", "backend": "native", "gpus": 1, "seed": 1}]
+    runs, _ = collect.collect(tmp_path / "results" / "runs", cells)
+    if mode == "CANCEL":  # final in SLURM, which the plugin polls for ever: ended, listed as preempted
+        assert process.returncode != 0 and f"SLURM job {job} sat " in output and "in state PREEMPTED" in output, said
+        assert runs["status"].tolist() == ["preempted"] and stuck_jobs.read_mark(tmp_path / cell).state == "PREEMPTED"
+        return
+    # requeued under its id (profiles/slurm's slurm-requeue): it resumed from epoch 2's checkpoint
+    assert process.returncode == 0 and "Trying to restart" not in output, said
+    run = read_run(tmp_path, "torch/native/g1/s1")
+    assert (run["status"], run["slurm"]["job_id"], run["resumed_from_epoch"]) == ("ok", job, 2), run
+    lines = [json.loads(line) for line in (tmp_path / cell / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines if line["type"] == "epoch"] == [1, 2, 3, 4]  # each epoch once
+    assert runs["status"].tolist() == ["ok"]
