@@ -162,17 +162,18 @@ def test_a_one_process_backend_refuses_an_allocation_of_several_nodes():
         launch_processes("tensorflow", "fsdp", 2, slurm(["gpu01"]))
 
 
-def test_a_launch_stopped_by_sigterm_fails_even_where_its_launcher_exits_0(tmp_path):
-    # a launcher that, like horovodrun, ends quietly on SIGTERM: the job must not end ok with its cell unfinished
+def signalled_launch(tmp_path: Path, body: str, run_arguments: str = "") -> subprocess.CompletedProcess:
+    """launcher.run of `sh launcher.sh` (`body`, then a touch of ready), sent SIGTERM once the
+    launcher is ready: its exit code and output."""
     ready = tmp_path / "ready"
     script = tmp_path / "launcher.sh"
-    script.write_text(f"trap 'exit 0' TERM\ntouch {ready}\nwhile true; do sleep 0.1; done\n")
+    script.write_text(body.replace("READY", f"touch {ready}"))
     launcher = f"sh {script}"
     child = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            f"import sys; from scalebench.launch.launcher import run; sys.exit(run({launcher!r}, {{}}))",
+            f"import sys; from scalebench.launch.launcher import run; sys.exit(run({launcher!r}, {{}}{run_arguments}))",
         ],
         env={"PYTHONPATH": str(SCRIPTS), "PATH": "/usr/bin:/bin"},
         stdout=subprocess.PIPE,
@@ -184,8 +185,14 @@ def test_a_launch_stopped_by_sigterm_fails_even_where_its_launcher_exits_0(tmp_p
     time.sleep(0.2)  # run() installs its handlers right after the launcher starts
     child.send_signal(signal.SIGTERM)
     out, _ = child.communicate(timeout=60)
-    assert child.returncode == 128 + signal.SIGTERM, out
-    assert "stopped by signal 15; the launcher exited 0 all the same" in out
+    return subprocess.CompletedProcess(child.args, child.returncode, out)
+
+
+def test_a_launch_stopped_by_sigterm_fails_even_where_its_launcher_exits_0(tmp_path):
+    # a launcher that, like horovodrun, ends quietly on SIGTERM: the job must not end ok with its cell unfinished
+    ended = signalled_launch(tmp_path, "trap 'exit 0' TERM\nREADY\nwhile true; do sleep 0.1; done\n")
+    assert ended.returncode == 128 + signal.SIGTERM, ended.stdout
+    assert "stopped by signal 15; the launcher exited 0 all the same" in ended.stdout
 
 
 def test_an_image_puts_every_default_template_inside_it_and_a_python_of_ones_own_is_used(schema):
@@ -252,27 +259,9 @@ def test_local_ranks_starts_each_rank_with_torchruns_variables_and_a_failed_rank
 def test_a_launcher_that_does_not_end_after_the_signal_is_killed_with_its_ranks(tmp_path):
     # torchrun's agent can wedge in its own shutdown: locally no SLURM KillWait would end the job,
     # and the study would wait for it for ever
-    ready = tmp_path / "ready"
-    script = tmp_path / "launcher.sh"
-    script.write_text(f"trap '' TERM\nsleep 600 &\necho $! > {tmp_path / 'rank'}\ntouch {ready}\nwait\n")
-    launcher = f"sh {script}"
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import sys; from scalebench.launch.launcher import run; sys.exit(run({launcher!r}, {{}}, grace_s=2))",
-        ],
-        env={"PYTHONPATH": str(SCRIPTS), "PATH": "/usr/bin:/bin"},
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while not ready.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.2)  # run() installs its handlers right after the launcher starts
-    child.send_signal(signal.SIGTERM)
-    out, _ = child.communicate(timeout=60)
-    assert child.returncode == 128 + signal.SIGTERM, out
-    assert "had not ended 2 s after signal 15: killed with its ranks" in out
+    body = f"trap '' TERM\nsleep 600 &\necho $! > {tmp_path / 'rank'}\nREADY\nwait\n"
+    ended = signalled_launch(tmp_path, body, ", grace_s=2")
+    assert ended.returncode == 128 + signal.SIGTERM, ended.stdout
+    assert "had not ended 2 s after signal 15: killed with its ranks" in ended.stdout
     rank = Path(f"/proc/{int((tmp_path / 'rank').read_text())}/stat")
     assert not rank.exists() or rank.read_text().split(") ")[1].startswith("Z"), "the rank outlived its launcher"
