@@ -125,7 +125,7 @@ def install(
         if job_info.external_jobid is None:  # sbatch did not take it: the job never ran
             if ask_again(self, job_info.job, msg):
                 return None
-            job_info.job.attempt = job_info.job.restart_times + 1  # settled: `retries` would change nothing
+            settle(job_info.job)
         return original(self, job_info, msg)
 
     report_job_error_threadsafe.scalebench = True
@@ -157,6 +157,11 @@ def _by_priority(run_jobs):
     sorted_run_jobs.by_priority = True
     sorted_run_jobs.original = run_jobs
     return sorted_run_jobs
+
+
+def settle(job) -> None:
+    """Use up the job's attempts: a failure the rule's `retries` would only repeat is reported once."""
+    job.attempt = job.restart_times + 1
 
 
 TRAIN_RULES = ("train", "train_variant")
@@ -201,7 +206,7 @@ def end_stuck(
         folder = Path(info.job.output[0]).parent
         stuck_jobs.write_mark(folder, found)
         end(job)
-        info.job.attempt = info.job.restart_times + 1  # settled: a retry would wait for the same again
+        settle(info.job)  # a retry would wait for the same again
         executor.report_job_error(
             info, msg=f"{folder}: {found.describe()}; the cell is listed as {found.status}, not retried in this run. "
         )
