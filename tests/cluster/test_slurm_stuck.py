@@ -63,6 +63,8 @@ def test_a_held_and_a_suspended_job_are_ended_after_the_bound_and_the_study_goes
         env=single_node.env(),
     )
     assert blocker.returncode == 0, blocker.stderr
+    # running before the study submits, or a fast scheduler could start seed 1 ahead of it
+    assert wait_for(lambda: state(single_node, blocker.stdout.strip()) == "RUNNING", 60), single_node.squeue()
     targets = [f"{cell}/run.json" for cell in CELLS.values()]
     process = start_slurm_snakemake(single_node, tmp_path, config, *targets)
     try:
