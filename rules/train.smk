@@ -26,6 +26,7 @@ rule train:
         launchers=launchers_json,
         environments=environments_json,
         request=train_request,
+        step_wait=config["cluster"]["step_wait_s"],
         python=sys.executable,
         launch=str(SCRIPTS / "launch.py"),
         data=input_folder,
@@ -34,7 +35,7 @@ rule train:
         "{params.python} {params.launch} --settings-file {input.settings:q}"
         " --data {params.data} --out {params.out}"
         " --launchers {params.launchers:q} --environments {params.environments:q}"
-        " --request {params.request:q} > {log} 2>&1"
+        " --request {params.request:q} --step-wait-s {params.step_wait} > {log} 2>&1"
 
 
 # A cell of a study with optional axes: the same job, one folder level more

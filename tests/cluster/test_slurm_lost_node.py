@@ -1,8 +1,12 @@
 """A node lost under a 2-node cell, on a real two-node SLURM cluster: the cell fails fast (its rank on
 the other node fails on its peer's loss at once, not at the collective's timeout, and the job ends
-when SLURM finds the node gone), Snakemake resubmits it, it resumes from its checkpoint, and the
-cell that ran on the other node is untouched. (With SLURM's own requeue, the default of many
-clusters, the job runs again under its id instead: test_slurm_survival.py's requeued job.)"""
+when SLURM finds the node gone), it runs again under either requeue policy, resumes from its
+checkpoint with each epoch recorded once, and the cell that ran on the other node is untouched.
+slurm-no-requeue: Snakemake resubmits it. slurm-requeue (profiles/slurm's): SLURM runs the same job
+id again; where the node came back still holding the job's earlier step (its slurmd killed, the node
+not rebooted), that run's srun cannot start the ranks and gives up after cluster.step_wait_s, and
+Snakemake's retry runs the cell as a new job. The test cluster requeues nothing by default
+(JobRequeue=0)."""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from .conftest import (
     start_slurm_snakemake,
     with_data,
 )
-from .test_slurm_survival import file_digests
+from .test_slurm_survival import file_digests, start_now
 
 pytestmark = pytest.mark.cluster
 
@@ -62,10 +66,12 @@ def job_state(cluster, job: str) -> str:
 
 
 @pytest.mark.waits(80)
+@pytest.mark.parametrize("policy", ["slurm-no-requeue", "slurm-requeue"])
 def test_a_cell_that_loses_a_node_fails_fast_resumes_from_its_checkpoint_and_the_other_cell_is_untouched(
-    two_nodes, tmp_path, data
+    two_nodes, tmp_path, data, policy
 ):
-    config = cluster_config(gpus=(1, 2), ranks_per_node=1)  # g2: a rank on each node; g1 on one node
+    # g2: a rank on each node; g1 on one node; srun gives up starting ranks after 20 s
+    config = cluster_config(gpus=(1, 2), ranks_per_node=1, step_wait_s=20)
     # g2's rank 1 stops for good at the start of epoch 3, after epoch 2's checkpoint, in its first run
     # only (g1 has no rank 1), so the node is lost mid-run however fast the machine is; its rank 0
     # waits for it in a collective whose timeout (600 s) the cell must not need to reach
@@ -73,9 +79,12 @@ def test_a_cell_that_loses_a_node_fails_fast_resumes_from_its_checkpoint_and_the
     env = {"SCALEBENCH_FAULT": "stall_rank:1:3"}
     with_data(tmp_path, data)
     targets = (f"{ONE}/run.json", f"{TWO}/run.json")
-    # the other policy than profiles/slurm's: SLURM never runs the job again, Snakemake's retry does
-    no_requeue = profile_with(tmp_path / "profile", {"slurm-requeue": "slurm-no-requeue: true"})
-    process = start_slurm_snakemake(two_nodes, tmp_path, config, *targets, env=env, profile=no_requeue)
+    # slurm-no-requeue: SLURM never runs the job again, Snakemake's retry does; slurm-requeue
+    # (profiles/slurm's): SLURM runs it again under its id
+    profile = None
+    if policy == "slurm-no-requeue":
+        profile = profile_with(tmp_path / "profile", {"slurm-requeue": "slurm-no-requeue: true"})
+    process = start_slurm_snakemake(two_nodes, tmp_path, config, *targets, env=env, profile=profile)
     try:
         stalled = lambda: "stalling at epoch 3" in read_text(tmp_path / TWO / "train.log")  # noqa: E731
         assert wait_for(lambda: stalled() and job_done(two_nodes, tmp_path / ONE), 600), two_nodes.squeue()
@@ -94,6 +103,8 @@ def test_a_cell_that_loses_a_node_fails_fast_resumes_from_its_checkpoint_and_the
         # until SLURM finds the node gone and ends the job (squeue then no longer lists it as running)
         assert wait_for(lambda: job_state(two_nodes, job) not in RUNNING, 300), two_nodes.squeue()
         two_nodes.start_slurmd(second_node)  # the node comes back, for the cell's next job
+        if policy == "slurm-requeue":  # SLURM holds a requeued job back for a while; the test lets it start
+            assert wait_for(lambda: start_now(two_nodes, job), 120), two_nodes.squeue()
         output, _ = process.communicate(timeout=900)
     finally:
         kill_if_running(process)
@@ -103,9 +114,16 @@ def test_a_cell_that_loses_a_node_fails_fast_resumes_from_its_checkpoint_and_the
     first_log = (tmp_path / TWO / ".holders" / "1.log").read_text()
     assert "rank 0: failed: RuntimeError" in first_log and "Connection closed by peer" in first_log, first_log[-3000:]
     assert f"Node failure on {second_node}" in first_log and "timed out" not in first_log.lower()
-    assert f"SLURM-job '{job}' failed due to a node failure" in output, output[-5000:]
     jobs = slurm_jobs(tmp_path)["torch_native_2_1"]
-    assert len(jobs) == 2 and jobs[0] == job and output.count("Trying to restart") == 1, jobs
+    holder_logs = "".join(log.read_text() for log in sorted((tmp_path / TWO / ".holders").glob("*.log")))
+    if policy == "slurm-no-requeue":
+        assert f"SLURM-job '{job}' failed due to a node failure" in output, output[-5000:]
+        assert len(jobs) == 2 and jobs[0] == job and output.count("Trying to restart") == 1, jobs
+    elif jobs == [job]:  # SLURM's second run of the job trained the cell; Snakemake submitted nothing
+        assert "Trying to restart" not in output, output[-5000:]
+    else:  # SLURM's second run could not start its ranks beside the stale step: it failed, bounded
+        assert f"Unable to create step for job {job}" in holder_logs, holder_logs[-5000:]
+        assert len(jobs) == 2 and jobs[0] == job and output.count("Trying to restart") == 1, (jobs, output[-5000:])
     run = read_run(tmp_path, "torch/native/g2/s1")
     assert (run["status"], run["resumed_from_epoch"], run["hosts"]) == ("ok", 2, [first_node, second_node]), run
     lines, complete = records.read_metrics(tmp_path / TWO / "metrics.jsonl")

@@ -1,5 +1,5 @@
-"""A study never waits for ever, on a real one-node SLURM cluster: a cell whose job is held, and one
-whose job is suspended while it trains, are ended once they sat longer than cluster.stuck_after_min,
+"""A study never waits for ever, on a real one-node SLURM cluster: a cell whose job is requeued and
+held while it trains (scontrol requeuehold), and one whose job is suspended while it trains, are ended once they sat longer than cluster.stuck_after_min,
 each listed with what happened and the command that reruns it, while a third cell trains to its end;
 a cell preempted under PreemptMode=CANCEL is ended the same way, and one preempted under REQUEUE
 runs again under its id and resumes (cluster/stuck_jobs.py, config/slurm_plugin.py). Without the
@@ -8,13 +8,14 @@ study's watch the SLURM plugin polls a held, suspended or cancel-preempted job f
 from __future__ import annotations
 
 import json
-import os
+import re
 import subprocess
 
 import pytest
 from conftest import kill_if_running, wait_for
 from scalebench.analysis import collect, completeness
 from scalebench.cluster import stuck_jobs
+from scalebench.launch import launcher
 from scalebench.rerun import Invocation
 
 from .conftest import cluster_config, cluster_data, describe, read_run, slurm_jobs, start_slurm_snakemake, with_data
@@ -55,38 +56,25 @@ def test_a_held_and_a_suspended_job_are_ended_after_the_bound_and_the_study_goes
     config = cluster_config(gpus=(1,), seeds=(1, 2, 3), stuck_after_min=0.1)  # 6 s
     config["training"].update(epochs=4)
     with_data(tmp_path, data)
-    # the node taken by another job until seed 1's job is held: it cannot start before
-    blocker = subprocess.run(
-        ["sbatch", "--parsable", "-c", "4", "--mem", "1000", "-o", "/dev/null", "--wrap", "sleep 600"],
-        capture_output=True,
-        text=True,
-        env=single_node.env(),
-    )
-    assert blocker.returncode == 0, blocker.stderr
-    # running before the study submits, or a fast scheduler could start seed 1 ahead of it
-    assert wait_for(lambda: state(single_node, blocker.stdout.strip()) == "RUNNING", 60), single_node.squeue()
     targets = [f"{cell}/run.json" for cell in CELLS.values()]
     process = start_slurm_snakemake(single_node, tmp_path, config, *targets)
+    running = lambda seed: job_of(single_node, seed) and state(single_node, job_of(single_node, seed)) == "RUNNING"  # noqa: E731
     try:
-        assert wait_for(lambda: job_of(single_node, 1) and state(single_node, job_of(single_node, 1)) == "PENDING", 300)
-        held = job_of(single_node, 1)
-        scontrol(single_node, "hold", held)
-        subprocess.run(["scancel", blocker.stdout.strip()], env=single_node.env(), check=True)
-        assert wait_for(lambda: job_of(single_node, 2) and state(single_node, job_of(single_node, 2)) == "RUNNING", 300)
-        suspended = job_of(single_node, 2)
+        assert wait_for(lambda: running(1) and running(2), 300), single_node.squeue()
+        held, suspended = job_of(single_node, 1), job_of(single_node, 2)
+        scontrol(single_node, "requeuehold", held)  # requeued mid-run, and held: pending for ever
         scontrol(single_node, "suspend", suspended)
         output, _ = process.communicate(timeout=300)  # without the watch: for ever
     finally:
         kill_if_running(process)
-        subprocess.run(["scancel", blocker.stdout.strip()], env=single_node.env())
     said = describe(subprocess.CompletedProcess(process.args, process.returncode, output, ""), tmp_path)
     assert process.returncode != 0, said  # two cells did not finish; Snakemake says so, after the third ended
-    hold = "JobHeldAdmin" if os.geteuid() == 0 else "JobHeldUser"  # root's hold is an administrator's
+    hold = "job requeued in held state"  # squeue's reason of a job requeued held
     for job, what in ((held, f"PENDING ({hold})"), (suspended, "SUSPENDED")):
         assert f"SLURM job {job} sat " in output and f"in state {what}, longer than cluster.stuck_after_min" in output
         assert state(single_node, job) in ("CANCELLED", ""), said  # ended in SLURM too, not left to run later
     jobs = slurm_jobs(tmp_path)  # the jobs that started (each writes its log)
-    assert "torch_native_1_1" not in jobs and jobs["torch_native_1_2"] == [suspended], jobs
+    assert jobs["torch_native_1_1"] == [held] and jobs["torch_native_1_2"] == [suspended], jobs
     assert "Trying to restart" not in output, said  # neither is retried in this run
     assert read_run(tmp_path, "torch/native/g1/s3")["status"] == "ok"
     marks = {seed: stuck_jobs.read_mark(tmp_path / CELLS[seed]) for seed in (1, 2)}
@@ -147,3 +135,43 @@ def test_a_preempted_cell_is_ended_under_cancel_and_resumes_under_requeue(single
     lines = [json.loads(line) for line in (tmp_path / cell / "metrics.jsonl").read_text().splitlines()]
     assert [line["epoch"] for line in lines if line["type"] == "epoch"] == [1, 2, 3, 4]  # each epoch once
     assert runs["status"].tolist() == ["ok"]
+
+
+# In one allocation: a step that holds all of it, then a second step that cannot start beside it,
+# once without a bound (still waiting after 20 s) and once with launch.py's (cluster.step_wait_s)
+BLOCKED_STEP = """#!/bin/bash
+srun --ntasks=1 --cpus-per-task=2 sleep 120 &
+sleep 5
+start=$(date +%s)
+timeout 20 srun --ntasks=1 --cpus-per-task=1 true
+echo "unbounded: rc=$? after $(( $(date +%s) - start )) s"
+start=$(date +%s)
+srun --immediate={step_wait} --ntasks=1 --cpus-per-task=1 true
+echo "bounded: rc=$? after $(( $(date +%s) - start )) s"
+kill %1
+"""
+
+
+def test_a_step_that_cannot_start_in_its_allocation_fails_within_the_bound_instead_of_waiting(single_node, tmp_path):
+    """A job SLURM requeued after a node failure can find the node holding its earlier step; srun then
+    waits to the job's time limit ("step creation still disabled, retrying (Requested nodes are busy)").
+    launch.py bounds every srun of a cell by cluster.step_wait_s (launcher.step_wait: srun --immediate)."""
+    script = tmp_path / "blocked.sh"
+    script.write_text(BLOCKED_STEP.format(step_wait=launcher.step_wait(5)))
+    output = tmp_path / "blocked.out"
+    submitted = subprocess.run(
+        ["sbatch", "--parsable", "-c", "2", "--mem", "1000", "-o", str(output), str(script)],
+        capture_output=True,
+        text=True,
+        env=single_node.env(),
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip()
+    said = lambda: output.read_text() if output.exists() else ""  # noqa: E731
+    assert wait_for(lambda: "\nbounded:" in said(), 180), single_node.squeue()
+    text = output.read_text()
+    unbounded = re.search(r"unbounded: rc=(\d+) after (\d+) s", text)
+    bounded = re.search(r"\nbounded: rc=(\d+) after (\d+) s", text)
+    assert unbounded and unbounded.group(1) == "124", text  # srun was still retrying when timeout ended it
+    assert bounded and bounded.group(1) != "0" and int(bounded.group(2)) < 20, text
+    assert f"Unable to create step for job {job}" in text, text

@@ -179,6 +179,14 @@ def test_the_bound_on_a_stuck_job_is_refused_before_any_job_when_not_a_positive_
     assert sb_config.validate({"cluster": {"stuck_after_min": 0.5}}, schema)["cluster"]["stuck_after_min"] == 0.5
 
 
+def test_the_bound_on_starting_a_cells_ranks_is_refused_before_any_job_when_not_a_positive_number(schema):
+    for value, words in ((0, "0 is less than or equal to the minimum of 0"), ("5m", "'5m' is not of type 'number'")):
+        with pytest.raises(sb_config.ConfigError, match="config key 'cluster.step_wait_s'") as raised:
+            sb_config.validate({"cluster": {"step_wait_s": value}}, schema)
+        assert words in str(raised.value)
+    assert sb_config.validate({}, schema)["cluster"]["step_wait_s"] == 300
+
+
 def test_forced_cells_are_checked_again_whether_finished_or_not(schema):
     from scalebench import rerun
 

@@ -23,6 +23,7 @@ from scalebench.launch.launcher import (
     local_allocation,
     placeholders,
     rank_environment,
+    step_wait,
     without_agent,
 )
 
@@ -107,6 +108,16 @@ def test_task_binding_tells_srun_the_gpus_of_each_task(monkeypatch):
     assert rank_environment(4, slurm, TORCH, gpus_per_task=2)["SLURM_GPUS_PER_TASK"] == "2"
     assert "SLURM_GPUS_PER_TASK" not in rank_environment(4, slurm, TORCH)  # node binding: every task sees its node's
     assert "SLURM_GPUS_PER_TASK" not in rank_environment(1, local_allocation(), TORCH, gpus_per_task=1)
+
+
+def test_every_srun_of_a_slurm_cell_waits_at_most_step_wait_s_to_start(schema):
+    # srun --immediate (test_slurm_stuck.py shows what it does on SLURM); SLURM 22.05 reads no SLURM_IMMEDIATE
+    program = ["--settings", "{}"]
+    for kind, template in backends.LAUNCH_TEMPLATES["slurm"].items():
+        command = build_command(template, 2, slurm(["n1"]), program, TORCH, step_wait_s=42.5)
+        assert "srun --immediate=43 " in command, (kind, command)
+        assert "srun --immediate=300 " in build_command(template, 2, slurm(["n1"]), program, TORCH)  # the default
+    assert step_wait(0.2) == 1  # srun's least
 
 
 def default_templates(schema) -> dict:
@@ -265,3 +276,9 @@ def test_a_launcher_that_does_not_end_after_the_signal_is_killed_with_its_ranks(
     assert "had not ended 2 s after signal 15: killed with its ranks" in ended.stdout
     rank = Path(f"/proc/{int((tmp_path / 'rank').read_text())}/stat")
     assert not rank.exists() or rank.read_text().split(") ")[1].startswith("Z"), "the rank outlived its launcher"
+
+
+def test_the_placeholders_a_template_may_name_are_those_the_launcher_fills():
+    from scalebench.config import checks
+
+    assert set(placeholders(1, local_allocation(), "train.py", TORCH)) == set(checks.LAUNCHER_PLACEHOLDERS)

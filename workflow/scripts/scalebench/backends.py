@@ -92,7 +92,7 @@ class BackendSpec:
 # srun's tasks does.
 PER_DEVICE, PROCESSES, HOROVOD_RUN, ONE_PROCESS = "per_device", "processes", "horovod", "one_process"
 _SRUN = (
-    "srun --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} "
+    "srun --immediate={step_wait_s} --kill-on-bad-exit=1 --nodes={nodes} --ntasks={ranks} --ntasks-per-node={ranks_per_node} "
     "--cpus-per-task={cpus_per_rank} {container} {python} {program}"
 )
 LAUNCH_TEMPLATES = {

@@ -105,11 +105,13 @@ def parse_reports(output: str, hosts: list[str]) -> tuple[str, ...]:
     return tuple(addresses[host] for host in hosts)
 
 
-def gather_addresses(name: str, hosts: list[str], env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+def gather_addresses(name: str, hosts: list[str], step_wait_s: int | None = None) -> tuple[str, ...]:
     """The address of interface `name` on each of the allocation's `hosts`: one srun step with one
-    task per node, run once by launch.py before the ranks start (SlurmError where srun fails)."""
+    task per node, run once by launch.py before the ranks start (SlurmError where srun fails);
+    `step_wait_s`: srun's --immediate (cluster.step_wait_s), None to wait as long as srun does."""
     command = [
         "srun",
+        *([f"--immediate={step_wait_s}"] if step_wait_s else []),
         f"--nodes={len(hosts)}",
         f"--ntasks={len(hosts)}",
         "--ntasks-per-node=1",
@@ -119,7 +121,7 @@ def gather_addresses(name: str, hosts: list[str], env: Mapping[str, str] | None 
         name,
     ]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise SlurmError(f"{' '.join(command)} failed: {error}") from error
     if result.returncode:

@@ -282,6 +282,7 @@ LAUNCHER_PLACEHOLDERS = (
     "container",
     "program",
     "scripts",
+    "step_wait_s",
 )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shlex
 import signal
@@ -58,6 +59,8 @@ LAUNCH_SCRIPT = TRAIN_SCRIPT.with_name("launch.py")
 # how long a signalled launcher may take to end its ranks: torchrun's agent gives them 30 s before
 # its SIGKILL; past this the launcher's whole group is killed (launcher.run)
 STOP_GRACE_S = 40.0
+# how long srun may wait to start the ranks in the cell's own allocation (cluster.step_wait_s's default)
+STEP_WAIT_S = 300.0
 
 
 class LaunchError(RuntimeError):
@@ -78,7 +81,11 @@ def local_allocation() -> Allocation:
 
 
 def placeholders(
-    ranks: int, allocation: Allocation, program: str, environment: environments.Environment
+    ranks: int,
+    allocation: Allocation,
+    program: str,
+    environment: environments.Environment,
+    step_wait_s: float = STEP_WAIT_S,
 ) -> dict[str, object]:
     """Values for the launcher template of a cell with `ranks` ranks, whose framework runs in `environment`."""
     hosts = allocation.hosts
@@ -102,15 +109,21 @@ def placeholders(
         "container": shlex.join(environment.container),
         "program": program,
         "scripts": shlex.quote(str(TRAIN_SCRIPT.parent)),
+        "step_wait_s": step_wait(step_wait_s),
     }
 
 
 def build_command(
-    template: str, ranks: int, allocation: Allocation, train_args: list[str], environment: environments.Environment
+    template: str,
+    ranks: int,
+    allocation: Allocation,
+    train_args: list[str],
+    environment: environments.Environment,
+    step_wait_s: float = STEP_WAIT_S,
 ) -> str:
     """The launcher template filled for `ranks` processes running train.py with `train_args` in `environment`."""
     program = " ".join(shlex.quote(a) for a in [str(TRAIN_SCRIPT), *train_args])
-    return template.format(**placeholders(ranks, allocation, program, environment)).strip()
+    return template.format(**placeholders(ranks, allocation, program, environment, step_wait_s)).strip()
 
 
 def launch_processes(framework: str, backend: str, gpus: int, allocation: Allocation) -> int:
@@ -174,6 +187,15 @@ def rank_environment(
             # plugin removed the job's copy, and the templates need not name it
             env["SLURM_GPUS_PER_TASK"] = str(gpus_per_task)
     return env
+
+
+def step_wait(step_wait_s: float) -> int:
+    """srun's --immediate for cluster.step_wait_s: whole seconds, at least 1. Without it srun retries a
+    step SLURM refuses for as long as it refuses, to the job's time limit (a requeued job whose node
+    still holds its earlier step: "Requested nodes are busy"); with it srun fails ("Unable to create
+    step"), the job fails, and the cell's next attempt is a new job. (SLURM 22.05's srun reads no
+    SLURM_IMMEDIATE for a step: the option is spelled out.)"""
+    return max(1, math.ceil(step_wait_s))
 
 
 def run(command: str, env: dict[str, str], grace_s: float = STOP_GRACE_S) -> int:
@@ -266,6 +288,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--request", help="what the cell's job asks SLURM for (tasks, cpus_per_task, gpus) as JSON: the rule's"
     )
+    parser.add_argument(
+        "--step-wait-s",
+        type=float,
+        default=STEP_WAIT_S,
+        help="how long srun may wait to start the ranks in the allocation (cluster.step_wait_s)",
+    )
     args = parser.parse_args(argv)
     if args.settings_file:
         args.settings = json.dumps(json.loads(Path(args.settings_file).read_text()))
@@ -309,15 +337,15 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
             allocation = local_allocation()
         processes = launch_processes(framework, backend, gpus, allocation)
         template = without_agent(template, where, processes)
-        command = build_command(template, processes, allocation, train_args, environment)
+        command = build_command(template, processes, allocation, train_args, environment, args.step_wait_s)
         interface = run_settings.network_interface
         if interface:  # the rendezvous on the interface's address of this (the first) node
             allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
             if where == "slurm" and len(allocation.hosts) > 1:  # every node's, for TensorFlow's workers
-                gathered = network.gather_addresses(interface, allocation.hosts)
+                gathered = network.gather_addresses(interface, allocation.hosts, step_wait(args.step_wait_s))
                 allocation = dataclasses.replace(allocation, interface_addresses=gathered)
                 print(f"launch: {interface} on each node: {export_addresses(allocation.hosts, gathered)}", flush=True)
-            command = build_command(template, processes, allocation, train_args, environment)
+            command = build_command(template, processes, allocation, train_args, environment, args.step_wait_s)
     except (LaunchError, network.InterfaceMissing) as error:
         # the cell's shape against its allocation: the next attempt gets the same (scalebench/refusal.py)
         print(f"launch ({where}): refused: {error}", flush=True)
