@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from scalebench.cluster import slurm
 
@@ -50,3 +52,48 @@ def test_step_hosts_prefer_the_step_node_list():
 )
 def test_block_distribution_fills_nodes_in_order(ranks, nodes, blocks):
     assert slurm.block_distribution(ranks, nodes) == blocks
+
+
+BUSY_SCONTROL = """#!/bin/sh
+count=$(cat "{folder}/count" 2>/dev/null || echo 0)
+echo $((count + 1)) > "{folder}/count"
+if [ "$count" -lt {busy} ]; then
+  echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2
+  exit 1
+fi
+if [ "$3" = "--oneliner" ] && [ "$4" = "999" ]; then
+  echo "slurm_load_jobs error: Invalid job id specified" >&2
+  exit 1
+fi
+echo "JobId=$4 NodeList=n1"
+"""
+
+
+def busy_scontrol(folder, monkeypatch, busy: int):
+    """An scontrol first on PATH whose controller gives no verdict to the first `busy` asks."""
+    folder.mkdir()
+    (folder / "scontrol").write_text(BUSY_SCONTROL.format(folder=folder, busy=busy))
+    (folder / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+
+
+def test_scontrol_asks_a_busy_controller_again_and_says_so(tmp_path, monkeypatch, capsys):
+    busy_scontrol(tmp_path / "bin", monkeypatch, busy=2)
+    slept = []
+    assert slurm.scontrol("show", "job", "--oneliner", "41", sleep=slept.append) == "JobId=41 NodeList=n1\n"
+    assert slept == [2.0, 4.0]  # slurm_answers.delays: 2, 4, 8, ... s
+    said = capsys.readouterr().out
+    assert (
+        said.count("slurm: scontrol show job --oneliner 41 got no verdict (the controller did not answer in time") == 2
+    )
+
+
+def test_scontrol_stops_asking_at_a_refusal_or_once_its_patience_is_used_up(tmp_path, monkeypatch):
+    busy_scontrol(tmp_path / "bin", monkeypatch, busy=0)
+    with pytest.raises(slurm.SlurmError, match="Invalid job id specified"):  # refused: asked once
+        slurm.scontrol("show", "job", "--oneliner", "999", sleep=pytest.fail)
+    (tmp_path / "bin" / "count").write_text("-100")  # busy for the next 100 asks
+    slept = []
+    with pytest.raises(slurm.SlurmError, match="Socket timed out"):
+        slurm.scontrol("show", "job", "--oneliner", "41", patience_s=10, sleep=slept.append)
+    assert slept == [2.0, 4.0, 4.0]  # 10 s in all, then the last words

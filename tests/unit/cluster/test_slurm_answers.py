@@ -52,6 +52,8 @@ ANSWERS = [
     ),
     ("sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying", slurm_answers.BUSY, "full"),
     (FAILED + "Communication connection failure", slurm_answers.BUSY, "connection failed"),
+    ("slurm_load_jobs error: Invalid job id specified", slurm_answers.REFUSED, "a job or node"),  # scontrol's
+    ("slurm_load_node error: Invalid node name specified", slurm_answers.REFUSED, "a job or node"),
 ]
 
 

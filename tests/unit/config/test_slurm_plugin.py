@@ -5,6 +5,7 @@ plugin's run_job after a delay without a job error, and another plugin version i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
 import threading
@@ -234,6 +235,7 @@ def test_the_plugin_checks_only_the_jobs_left_after_the_stuck_ones_were_ended(ex
         ("7|SUSPENDED|None|1:00:00", "suspended"),
         ("7|PREEMPTED|None|1:00:00", "preempted"),
         ("7|REQUEUE_HOLD|JobHeldAdmin|1:00:00", "held"),
+        ("7|PENDING|job requeued in held state|1:00:00", "held"),  # scontrol requeuehold (SLURM 22.05's squeue)
         ("7|RUNNING|None|1:00:00", None),
         ("7|COMPLETING|None|1:00:00", None),
         ("7|SOMETHING_NEW|None|1:00:00", "stuck"),  # a state never seen: ended at the bound, named
@@ -251,3 +253,92 @@ def test_without_a_bound_the_jobs_time_limit_is_the_bound():
     assert [found.bound_s for _, found in watch.overdue([job], 900.0)] == [900.0]
     (unlimited,) = stuck_jobs.parse_squeue("8|SUSPENDED|None|UNLIMITED")
     assert stuck_jobs.Watch(None).overdue([unlimited], 1e9) == []
+
+
+# --- a status query without an answer (a busy controller)
+
+STATUS_SQUEUE = """#!/bin/sh
+answer=$(/bin/cat "$(/usr/bin/dirname "$0")/answer")
+[ "$answer" = busy ] && { echo "slurm_load_jobs error: Socket timed out on send/recv operation" >&2; exit 1; }
+echo "$answer"
+"""
+
+
+def test_a_job_the_plugin_gets_no_status_of_stays_active_and_is_asked_about_again(executor, tmp_path, monkeypatch):
+    """The plugin's own check (2.8.0), with squeue timing out every attempt: unpatched it yields none
+    of its jobs, and Snakemake, which keeps only those yielded, would wait for them for ever."""
+    import asyncio
+    import contextlib
+    import os
+
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(STATUS_SQUEUE)
+    (bin_dir / "squeue").chmod(0o755)
+    (bin_dir / "which").symlink_to("/usr/bin/which")  # the plugin asks `which sacct`: no sacct here
+    monkeypatch.setenv("PATH", str(bin_dir))
+    executor.workflow.executor_settings = SimpleNamespace(
+        status_attempts=3, status_command="squeue", init_seconds_before_status_checks=40, keep_successful_logs=True
+    )
+    executor.status_rate_limiter = contextlib.nullcontext()
+    executor.run_uuid, executor.next_seconds_between_status_checks = "run", 40
+    executor._status_query_failures = executor._status_query_calls = 0
+    executor._status_query_total_seconds, executor._status_query_min_seconds = 0.0, None
+    executor._status_query_max_seconds, executor._status_query_cycle_rows = 0.0, []
+    executor._preemption_warning = False
+    finished = []
+    executor.report_job_success = finished.append
+    info = SubmittedJobInfo(SimpleNamespace(jobid=1, name="other"), external_jobid="41", aux={})
+
+    def check(answer: str) -> list:
+        (bin_dir / "answer").write_text(answer)
+
+        async def collect():
+            return [job_info async for job_info in executor.check_active_jobs([info])]
+
+        return asyncio.run(collect())
+
+    with patch_logs(executor) as warnings:
+        assert check("busy") == [info]  # no answer: kept, asked again
+        assert "status query got no answer on 1 job(s)" in warnings[-1]
+        assert check("41|RUNNING") == [info] and finished == []
+        assert check("41|COMPLETED") == [] and finished == [info]  # reported, not kept
+    assert len(warnings) == 1
+    # unpatched, the same check loses the job
+    slurm_plugin.uninstall()
+    assert check("busy") == [] and os.environ["PATH"] == str(bin_dir)
+
+
+@contextlib.contextmanager
+def patch_logs(executor):
+    warnings: list[str] = []
+    original = executor.logger
+    executor.logger = SimpleNamespace(
+        warning=warnings.append, debug=lambda *a, **k: None, info=lambda *a, **k: None, error=warnings.append
+    )
+    try:
+        yield warnings
+    finally:
+        executor.logger = original
+
+
+def test_a_job_without_status_for_longer_than_busy_retry_min_is_reported_failed(executor):
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    slurm_plugin.install(window_s=60)
+    errors = []
+    executor.report_job_error = lambda info, msg=None, **kwargs: errors.append((info, msg))
+    quiet, answered = (SubmittedJobInfo(SimpleNamespace(jobid=i), external_jobid=str(40 + i)) for i in (1, 2))
+    clock = [0.0]
+
+    def check(answered_ids: set[int]) -> list:
+        return slurm_plugin.kept_unanswered(executor, [quiet, answered], answered_ids, now=lambda: clock[0])
+
+    assert check(set()) == [quiet, answered]  # neither answered: both kept
+    clock[0] = 50.0
+    assert check({id(answered)}) == [quiet]  # 42 answered: its clock stops
+    clock[0] = 61.0
+    assert check(set()) == [answered] and errors[0][0] is quiet  # 41: 61 s without status; 42: 11 s
+    assert "SLURM job 41: no status from the controller for 1.0 min (cluster.busy_retry_min)" in errors[0][1]

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 import re
 import subprocess
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from scalebench.cluster import slurm_answers
 from scalebench.cluster.ports import port_for_job
 
 # launch.py tells the ranks which node names share an address (several slurmd on one host, as in a test
@@ -99,14 +101,34 @@ def block_distribution(ranks: int, nodes: int) -> list[int]:
     return [max(0, min(per_node, ranks - i * per_node)) for i in range(nodes)]
 
 
-def scontrol(*args: str) -> str:
-    try:
-        result = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise SlurmError(f"scontrol {' '.join(args)} failed: {error}") from error
-    if result.returncode:
-        raise SlurmError(f"scontrol {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout
+# how long a job's own scontrol asks a controller that gives no verdict (busy, rate-limited, restarting)
+PATIENCE_S = 300.0
+
+
+def scontrol(*args: str, patience_s: float = PATIENCE_S, sleep: Callable[[float], None] = time.sleep) -> str:
+    """scontrol's answer; a controller that gives no verdict (slurm_answers: busy) is asked again after
+    a growing delay for `patience_s`, each new ask said on stdout (the cell's log): a busy controller
+    costs a cell a delay, not its attempt. SlurmError on a refusal, or once the patience is used up."""
+    command = " ".join(["scontrol", *args])
+    waits = slurm_answers.delays(patience_s)
+    while True:
+        try:
+            result = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=60)
+            words = result.stderr.strip() if result.returncode else None
+        except subprocess.TimeoutExpired as error:
+            words = f"no answer in {error.timeout:g} s"
+        except OSError as error:
+            raise SlurmError(f"{command} failed: {error}") from error
+        if words is None:
+            return result.stdout
+        answer = slurm_answers.classify(words)
+        wait = next(waits, None) if answer.kind == slurm_answers.BUSY else None
+        if wait is None:
+            raise SlurmError(f"{command} failed: {words}")
+        print(
+            f"slurm: {command} got no verdict ({answer.means}: {words[-200:]}); asked again in {wait:g} s", flush=True
+        )
+        sleep(wait)
 
 
 def oneliner_fields(oneliner: str) -> dict[str, str]:

@@ -10,7 +10,7 @@ costs a delay, while treating an unknown message as a refusal could end a cell t
 
 Both the pre-flight (`sbatch --test-only`, config/slurm_check.py) and the submission of a job
 (config/slurm_plugin.py) read sbatch's answer here; a cell's holder (cluster/cell_holder.py) reads
-squeue's the same way. The messages are SLURM's own (slurm_errno.c of SLURM 22.05 to 24.x, and
+squeue's and a cell's launch (cluster/slurm.py: scontrol) scontrol's the same way. The messages are SLURM's own (slurm_errno.c of SLURM 22.05 to 24.x, and
 the reasons sbatch prints before them); tests/unit/cluster/test_slurm_answers.py holds a test
 for each.
 """
@@ -67,6 +67,9 @@ TABLE: tuple[Answer, ...] = (
     Answer(r"Invalid wckey specification", REFUSED, "an invalid workload characterisation key"),
     Answer(r"unrecognized option|invalid option|script arguments not permitted", REFUSED, "an option sbatch refuses"),
     Answer(r"Invalid --?[-\w]+ specification", REFUSED, "an option value sbatch refuses"),
+    Answer(
+        r"Invalid job id specified|Invalid node name specified", REFUSED, "a job or node the controller does not know"
+    ),
     Answer(r"Could not establish a configuration source|Unable to process configuration file", NO_SLURM, "no config"),
 )
 

@@ -1,7 +1,8 @@
 """A study that never waits for ever: the cells whose SLURM job sits in a state that will not end by itself.
 
 The SLURM executor plugin (2.8.0) polls every job it does not see in a final state it knows as
-still running: a held job (PENDING for JobHeldUser or JobHeldAdmin, REQUEUE_HOLD, SPECIAL_EXIT), a
+still running: a held job (PENDING for JobHeldUser, JobHeldAdmin or a requeue in held state,
+REQUEUE_HOLD, SPECIAL_EXIT), a
 SUSPENDED one, one PREEMPTED under PreemptMode=CANCEL (final there, and still polled), or a state
 neither it nor this project knows. Snakemake would wait for such a job for ever.
 
@@ -42,7 +43,9 @@ STUCK = {
     "SPECIAL_EXIT": "held",
     "RESV_DEL_HOLD": "held",
 }
-HELD_REASONS = ("JobHeldUser", "JobHeldAdmin")  # a PENDING job held: it waits for a release that may never come
+# a PENDING job held: it waits for a release that may never come (a requeued-and-held job's reason is
+# "job requeued in held state" in squeue, job_requeued_in_held_state in scontrol)
+HELD_REASONS = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state", "job_requeued_in_held_state")
 UNKNOWN = "stuck"  # a state neither the plugin nor this project knows
 SQUEUE_FORMAT = "%i|%T|%r|%l"  # job id, state, reason, time limit
 

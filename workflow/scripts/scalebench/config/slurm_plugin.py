@@ -27,6 +27,10 @@ for ever. Its check of the active jobs (`Executor.check_active_jobs`) is wrapped
 train jobs' states and reasons are read from squeue, and a job that sat in a state that will not end
 by itself longer than `cluster.stuck_after_min` is ended (cancelled, its cell marked with what
 happened) and reported failed with its attempts used up; the plugin checks the others as before.
+Where every status query of a check fails (a busy controller), the plugin yields none of its jobs,
+and Snakemake drops what is not yielded: the study would wait for their outcome for ever. A job the
+plugin neither yielded nor reported is kept active, and asked about again at the next check, for
+`cluster.busy_retry_min` (then it is reported failed).
 
 The wrapped methods and the messages read are 2.8.0's: on another version of the plugin `install`
 patches nothing and raises instead of guessing, naming both versions; the planner (config/planning.py)
@@ -35,6 +39,7 @@ stops the start with that message before any job.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import re
 import subprocess
@@ -74,6 +79,7 @@ class _State:
     asks: dict[tuple[int, int], _Asks] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     watch: stuck_jobs.Watch = field(default_factory=lambda: stuck_jobs.Watch(None))
+    unanswered: dict[str, float] = field(default_factory=dict)  # job id -> since when no status came back
 
 
 _STATE = _State()
@@ -145,6 +151,7 @@ def uninstall() -> None:
     if getattr(Executor.check_active_jobs, "scalebench", False):
         Executor.check_active_jobs = Executor.check_active_jobs.original
     _STATE.asks.clear()
+    _STATE.unanswered.clear()
     _STATE.watch = stuck_jobs.Watch(None)
 
 
@@ -168,16 +175,77 @@ TRAIN_RULES = ("train", "train_variant")
 
 
 def _ending_stuck(check_active_jobs):
-    """The plugin's check of its active jobs, after the stuck train jobs among them were ended (end_stuck)."""
+    """The plugin's check of its active jobs, after the stuck train jobs among them were ended
+    (end_stuck), keeping the jobs it lost track of (kept_unanswered)."""
 
     async def checked(self, active_jobs):
         ended = end_stuck(self, active_jobs)
-        async for job_info in check_active_jobs(self, [j for j in active_jobs if id(j) not in ended]):
+        asked = [j for j in active_jobs if id(j) not in ended]
+        answered: set[int] = set()
+        with _recording_reports(self, answered):
+            async for job_info in check_active_jobs(self, asked):
+                answered.add(id(job_info))
+                yield job_info
+        for job_info in kept_unanswered(self, asked, answered):
             yield job_info
 
     checked.scalebench = True
     checked.original = check_active_jobs
     return checked
+
+
+@contextlib.contextmanager
+def _recording_reports(executor, answered: set[int]):
+    """While the plugin checks its jobs, the id of each job it reports finished or failed goes to `answered`."""
+    reports = {name: getattr(executor, name) for name in ("report_job_success", "report_job_error")}
+    own = {name: executor.__dict__[name] for name in reports if name in executor.__dict__}  # set on the instance
+
+    def recorded(report):
+        def report_and_record(job_info, *args, **kwargs):
+            answered.add(id(job_info))
+            return report(job_info, *args, **kwargs)
+
+        return report_and_record
+
+    for name, report in reports.items():
+        setattr(executor, name, recorded(report))
+    try:
+        yield
+    finally:
+        for name in reports:
+            executor.__dict__.pop(name, None)
+        executor.__dict__.update(own)
+
+
+def kept_unanswered(executor, asked: list, answered: set[int], now: Callable[[], float] = time.monotonic) -> list:
+    """The jobs of `asked` that the plugin neither yielded as still running nor reported: where every
+    one of its status queries failed (a busy controller: squeue or sacct timed out `status_attempts`
+    times in a row) it yields none, and Snakemake, which keeps only the yielded jobs, would wait for
+    their outcome for ever. They stay active and are asked about again at the next check, for
+    cluster.busy_retry_min; a job without an answer for longer is reported failed (its retry, if any,
+    waits for a live job of the cell: cluster/cell_holder.py)."""
+    unanswered = _STATE.unanswered
+    for job_info in asked:
+        if id(job_info) in answered:
+            unanswered.pop(job_info.external_jobid, None)
+    kept = []
+    for job_info in (j for j in asked if id(j) not in answered):
+        since = unanswered.setdefault(job_info.external_jobid, now())
+        if now() - since <= _STATE.window_s:
+            kept.append(job_info)
+            continue
+        unanswered.pop(job_info.external_jobid)
+        executor.report_job_error(
+            job_info,
+            msg=f"SLURM job {job_info.external_jobid}: no status from the controller for "
+            f"{(now() - since) / 60:.1f} min (cluster.busy_retry_min): reported failed",
+        )
+    if kept:
+        executor.logger.warning(
+            f"the SLURM plugin's status query got no answer on {len(kept)} job(s) (the controller busy?): "
+            "kept as running, asked again at the next check"
+        )
+    return kept
 
 
 def end_stuck(
