@@ -13,6 +13,7 @@ include: "rules/data.smk"
 include: "rules/train.smk"
 include: "rules/rounds.smk"
 include: "rules/analysis.smk"
+include: "rules/history.smk"
 
 
 # the study's text, with its answer in front once the analysis has run (common.smk)

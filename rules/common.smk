@@ -330,6 +330,22 @@ def baseline_folder(wildcards):
     return config["compare"]["baseline"]
 
 
+def history_inputs(wildcards):
+    """The finished study's summary tables that the history target adds to history.path (its
+    rule in rules/history.smk); refused, naming the key, where history.path is null."""
+    if config["history"]["path"] is None:
+        raise WorkflowError(
+            "config key 'history.path' is not set: the history target adds this finished study to the "
+            """folder it names; set it in the config or with --config 'history={"path": "../history"}'"""
+        )
+    return [path for path in final_outputs() if path.startswith("results/summary/")]
+
+
+def history_folder(wildcards):
+    """history.path, where the history target adds the study (checked before any job: config/checks.py)."""
+    return str(Path(config["history"]["path"]).expanduser().resolve())
+
+
 def legacy_inputs():
     """The log files of the legacy imports (so a changed file re-runs the collection)."""
     from scalebench.analysis import legacy as sb_legacy

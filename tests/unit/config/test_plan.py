@@ -197,12 +197,17 @@ def test_planning_writes_each_cells_settings_and_the_stamp_and_says_what_it_foun
     stamp = Path(planning.ANALYSIS_STAMP)
     digest = stamp.read_text()
     invocation = rerun.from_argv(list(started.argv), os.getcwd(), ["/study/config.yaml"], str(REPO / "Snakefile"))
-    content = {"code": code_digest(REPO), "config": studied.config, "invocation": dataclasses.asdict(invocation)}
+    analysed = {section: value for section, value in studied.config.items() if section != "history"}
+    content = {"code": code_digest(REPO), "config": analysed, "invocation": dataclasses.asdict(invocation)}
     assert json.loads(digest)["digest"] == hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
     before = stamp.stat().st_mtime
     time.sleep(0.01)
     planning.plan_study(studied, started)
     assert stamp.read_text() == digest and stamp.stat().st_mtime == before  # nothing changed: not rewritten
+    # where the finished study is kept redraws nothing (history.path, the history target's)
+    kept = study(schema, training={"device": "cpu"}, history={"path": str(workdir / "history")})
+    planning.plan_study(kept, started)
+    assert stamp.read_text() == digest and stamp.stat().st_mtime == before
     planning.plan_study(study(schema, training={"device": "cpu", "epochs": 4}), started)
     assert stamp.read_text() != digest
 

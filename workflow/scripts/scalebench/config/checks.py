@@ -3,6 +3,9 @@ naming the config key, before Snakemake builds a job."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from scalebench import architecture, backends, environments
 from scalebench.cell import OWN_SOURCE, Cell, width_key
 from scalebench.config import earlier_study
@@ -72,8 +75,7 @@ def check_semantics(config: dict) -> Matrix:
             if problem:
                 problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
     problems += legacy_label_problems(config["legacy"])
-    if config["budget"]["from"] is not None:  # the earlier study the bill reads (config/bill.py)
-        problems += [problem for problem in [earlier_study.folder_problem(config["budget"]["from"])] if problem]
+    problems += folder_problems(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return expanded
@@ -268,6 +270,39 @@ def legacy_label_problems(entries: list[dict]) -> list[str]:
                 f"config key 'legacy[{index}].label': {label!r} is already used; give every import its own label"
             )
     return problems
+
+
+def folder_problems(config: dict) -> list[str]:
+    """The folders other keys name, where set: budget.from's earlier study (the bill reads it,
+    config/bill.py) and history.path (where `snakemake history` adds the finished study)."""
+    found = []
+    if config["budget"]["from"] is not None:
+        found.append(earlier_study.folder_problem(config["budget"]["from"]))
+    if config["history"]["path"] is not None:
+        found.append(history_problem(config["history"]["path"]))
+    return [problem for problem in found if problem]
+
+
+def history_problem(folder: str) -> str | None:
+    """Why history.path cannot hold the history of studies (naming the key), or None: a file is there,
+    or a folder this user cannot write to, or one that cannot be created (its nearest existing parent is
+    not a writable folder). Checked before any job, so a finished study never fails only at its end."""
+    path = Path(folder).expanduser().absolute()
+    key = "config key 'history.path'"
+    if path.exists() and not path.is_dir():
+        return f"{key}: {path} is not a folder (a file is there); name the folder that keeps the finished studies"
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            return f"{key}: {path} is a folder this user cannot write to (a study is added to it as a new folder)"
+        return None
+    parent = path.parent
+    while not parent.exists():  # the root always exists
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"{key}: {path} cannot be created: {parent} is a file, not a folder"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{key}: {path} cannot be created: this user cannot write to {parent}"
+    return None
 
 
 LAUNCHER_PLACEHOLDERS = (

@@ -61,6 +61,9 @@ from scalebench.config.run_order import study_priorities
 from scalebench.config.seeds import ROUNDS_STAMP, remove_unreadable_rounds, round_cells
 
 ANALYSIS_STAMP = "results/summary/.analysis-inputs.json"
+# Sections of the config that change no table or figure, left out of the analysis' stamp: where the
+# finished study is kept (history.path) redraws nothing.
+NOT_ANALYSED = ("history",)
 # A train job's output named on the command line: results/runs/{framework}/{backend}[/{variant}]/g{gpus}/s{seed}/<output>
 CELL_TARGET = re.compile(
     rf"{RUNS_ROOT}/(?P<framework>{'|'.join(FRAMEWORKS)})/(?P<backend>{'|'.join(BACKENDS)})"
@@ -297,13 +300,13 @@ def warn_about_rerun_triggers(command: rerun.Command | None, out: TextIO) -> Non
 
 
 def stamp_analysis(study: Study, start: Start) -> None:
-    """The analysis' stamp: the project's code, the study's config and this invocation (the report's
-    rerun commands); rewritten only when one of them changes, so the tables and figures are redrawn
-    after an upgrade or a changed setting, and not otherwise."""
+    """The analysis' stamp: the project's code, the study's config (less NOT_ANALYSED) and this
+    invocation (the report's rerun commands); rewritten only when one of them changes, so the tables
+    and figures are redrawn after an upgrade or a changed setting, and not otherwise."""
     invocation = rerun.from_argv(list(start.argv), os.getcwd(), list(start.configfiles), start.snakefile)
     content = {
         "code": code_digest(start.basedir),
-        "config": study.config,
+        "config": {section: value for section, value in study.config.items() if section not in NOT_ANALYSED},
         "invocation": dataclasses.asdict(invocation),
     }
     write_stamp(ANALYSIS_STAMP, content)
