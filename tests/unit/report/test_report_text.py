@@ -10,6 +10,7 @@ publish_parts to HTML. A "System Message" in the HTML is what a reader would see
 from __future__ import annotations
 
 import copy
+import re
 import textwrap
 from html import unescape
 from pathlib import Path
@@ -147,3 +148,28 @@ def test_the_frameworks_compared_on_each_backend_follow_the_frameworks_on_the_fi
         validated(),
     )
     assert html.index("Against native") < html.index("On native at 2 GPUs") < html.index("The study")
+
+
+# Words the report's prose must not use: each was the code's word once and is no longer (the study's
+# text names a setting by its config key).
+RETIRED = {
+    "scaled by the rule": "training.lr_scaling is a scaling, named by its key",
+}
+# a sentence's end glued to the next one's start ("TensorFlow).Horovod"): a lower-case letter or a
+# closing bracket, a full stop, then a capitalised word (a version, a file name or "e.g." do not match)
+GLUED = re.compile(r"[a-z)\]*]\.[A-Z][a-z]")
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_the_prose_has_no_glued_sentences_and_no_retired_words(name):
+    study = STUDIES[name]()
+    template = (REPO / "report" / "workflow.rst").read_text()
+    pages = {"workflow.rst": template, "with the answer": landing.landing_page(template, FACTS)}
+    pages |= {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.rst"))}
+    for page, text in pages.items():
+        prose = " ".join(unescape(re.sub(r"<[^>]+>", " ", render(text, study))).split())
+        prose = re.sub(r"\s+([.,;:)])", r"\1", prose)  # the spaces the tags left before punctuation
+        glued = GLUED.search(prose)
+        assert not glued, f"{page} ({name}): {prose[max(0, glued.start() - 80) : glued.end() + 80]}"
+        for words, why in RETIRED.items():
+            assert words not in prose, f"{page} ({name}): '{words}' ({why})"
