@@ -34,11 +34,16 @@ def validate():
     to the schema's types: Snakemake reads values inside a structure as strings."""
     schema = sb_config.load_schema(Path(workflow.basedir) / "config" / "schema.yaml")
     try:
-        study = sb_plan.Study.validate(config, schema)
+        study = sb_plan.Study.validate(config, schema, folders=workflow.is_main_process)
     except sb_config.ConfigError as error:
         raise WorkflowError(str(error)) from None
     folder = study.config["compare"]["baseline"]
-    problem = sb_baseline.baseline_problem(folder) if folder is not None else None
+    # the folders other keys name are checked where they are read: in the process the user started
+    problem = (
+        sb_baseline.baseline_problem(folder)
+        if folder is not None and workflow.is_main_process
+        else None
+    )
     if problem:
         raise WorkflowError(problem)
     config.clear()

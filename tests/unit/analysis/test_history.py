@@ -284,6 +284,18 @@ def test_history_path_is_refused_where_it_is_a_file(schema, tmp_path):
         validated(tmp_path / "a-file" / "history", schema)
 
 
+def test_a_jobs_own_snakemake_does_not_check_the_folders_it_never_reads(schema, tmp_path):
+    """A train job's Snakemake runs on a compute node, which may not reach the history (or
+    budget.from's study): the folders are checked in the process the user started only."""
+    from scalebench.config.plan import Study
+
+    (tmp_path / "a-file").write_text("")
+    config = tiny_config(history={"path": str(tmp_path / "a-file")})
+    with pytest.raises(sb_config.ConfigError, match="config key 'history.path'"):
+        Study.validate(config, schema)
+    assert Study.validate(config, schema, folders=False).config["history"]["path"] == str(tmp_path / "a-file")
+
+
 def test_history_path_is_refused_where_this_user_cannot_write(schema, tmp_path, monkeypatch):
     locked = tmp_path / "locked"
     locked.mkdir()

@@ -21,9 +21,11 @@ class ConfigError(ValueError):
     """A configuration problem, with the offending key in the message."""
 
 
-def check_semantics(config: dict) -> Matrix:
+def check_semantics(config: dict, folders: bool = True) -> Matrix:
     """Raise ConfigError naming every key whose value the other keys rule out; else the config's
-    matrix, expanded here once (once its axes are known to be sound) for every check and the plan."""
+    matrix, expanded here once (once its axes are known to be sound) for every check and the plan.
+    `folders`: check the folders other keys name (folder_problems); False in a job's own Snakemake,
+    which reads none of them, on a node that may not reach them."""
     problems: list[str] = []
     dataset, matrix, cluster = config["dataset"], config["matrix"], config["cluster"]
     height, width = dataset["image_size"]
@@ -75,7 +77,8 @@ def check_semantics(config: dict) -> Matrix:
             if problem:
                 problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
     problems += legacy_label_problems(config["legacy"])
-    problems += folder_problems(config)
+    if folders:  # a job's own Snakemake reads neither folder: a node that cannot reach them runs its job
+        problems += folder_problems(config)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return expanded

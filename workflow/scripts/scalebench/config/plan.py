@@ -50,10 +50,11 @@ class Study:
     matrix: Matrix
 
     @classmethod
-    def validate(cls, config: dict, schema: dict) -> Study:
+    def validate(cls, config: dict, schema: dict, folders: bool = True) -> Study:
         """Validate `config` against `schema` and the checks across keys (ConfigError names the key);
-        the matrix the checks expanded is the study's."""
-        resolved, matrix = validate_study(config, schema)
+        the matrix the checks expanded is the study's. `folders`: check the folders other keys name
+        (checks.folder_problems), which only the process the user started reads."""
+        resolved, matrix = validate_study(config, schema, folders)
         return cls(_canonical(resolved), _canonical(resolve({}, schema)), matrix)
 
     @property

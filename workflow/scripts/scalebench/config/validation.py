@@ -123,10 +123,11 @@ def resolve(config: dict, schema: dict) -> dict:
     return resolved
 
 
-def validate_study(config: dict, schema: dict) -> tuple[dict, Matrix]:
-    """validate's config, and its matrix as the checks expanded it (the plan reads that one)."""
+def validate_study(config: dict, schema: dict, folders: bool = True) -> tuple[dict, Matrix]:
+    """validate's config, and its matrix as the checks expanded it (the plan reads that one);
+    `folders`: check_semantics'."""
     resolved = resolve(config, schema)
-    return resolved, check_semantics(resolved)
+    return resolved, check_semantics(resolved, folders)
 
 
 def validate(config: dict, schema: dict) -> dict:
