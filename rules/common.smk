@@ -346,6 +346,11 @@ def history_inputs(wildcards):
     return [path for path in final_outputs() if path.startswith("results/summary/")]
 
 
+def history_entries(wildcards):
+    """The entries of the history (their entry.json): a study added since judges the gate again."""
+    return sorted(str(path) for path in Path(history_folder(wildcards)).glob("*/entry.json"))
+
+
 def history_folder(wildcards):
     """history.path, where the history target adds the study (checked before any job: config/checks.py)."""
     return str(Path(config["history"]["path"]).expanduser().resolve())

@@ -21,3 +21,41 @@ rule history:
         history=history_folder,
     script:
         "../workflow/scripts/add_to_history.py"
+
+
+# The gate (scalebench/analysis/gate.py): `snakemake gate` judges this study against the newest
+# study of the history that ran on the same devices and exits non-zero where a key figure regressed
+# beyond history.gate_threshold with confidence; results/summary/gate.json holds every verdict. A
+# study added to the history since (a new entry.json) judges again.
+localrules:
+    judge_gate,
+    gate,
+
+
+rule judge_gate:
+    input:
+        runs="results/summary/runs.csv",
+        tables=history_inputs,
+        entries=history_entries,
+    output:
+        gate="results/summary/gate.json",
+    log:
+        "results/logs/gate.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        history=history_folder,
+        threshold=config["history"]["gate_threshold"],
+    script:
+        "../workflow/scripts/judge_gate.py"
+
+
+rule gate:
+    input:
+        gate="results/summary/gate.json",
+    log:
+        "results/logs/check_gate.log",
+    conda:
+        "../envs/pipeline.yaml"
+    script:
+        "../workflow/scripts/check_gate.py"

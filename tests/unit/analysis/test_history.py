@@ -22,7 +22,7 @@ from cell_records import cell, write_cell
 from conftest import copy_study, tiny_config
 from scalebench import config as sb_config
 from scalebench import locks
-from scalebench.analysis import answer, collectives, history, study, verdicts, waterfall
+from scalebench.analysis import answer, collectives, gate, history, study, verdicts, waterfall
 from scalebench.analysis.scaling import scaling
 from scalebench.analysis.summary_csv import read_runs
 from scalebench.rerun import Invocation
@@ -320,7 +320,7 @@ def test_history_path_is_refused_where_this_user_cannot_write(schema, tmp_path, 
 
 
 def test_history_path_is_optional_is_not_created_by_checking_and_is_no_cell_setting(schema, tmp_path):
-    assert sb_config.validate(tiny_config(), schema)["history"] == {"path": None}
+    assert sb_config.validate(tiny_config(), schema)["history"] == {"path": None, "gate_threshold": 0.05}
     kept = validated(tmp_path / "new" / "history", schema)
     assert kept["history"]["path"] == str(tmp_path / "new" / "history") and not (tmp_path / "new").exists()
     plain = sb_config.validate(tiny_config(), schema)
@@ -338,3 +338,52 @@ def test_what_an_add_killed_before_its_rename_left_is_never_read_and_the_next_ad
     assert history.read(place) == ([], [])
     history.add(march, place)
     assert not leftover.exists() and sorted(p.name for p in place.iterdir()) == [".history.lock", study_id(march)]
+
+
+# --- the gate: this study against the history (analysis/gate.py)
+
+
+def test_the_gate_fails_a_study_that_regressed_beyond_the_band_and_names_the_figure(studies, tmp_path):
+    march, april = studies
+    history.add(march, tmp_path / "history")
+    judged = gate.judge(april / "summary" / "runs.csv", tmp_path / "history", 0.05)
+    march_id = history.id_of((march / "summary" / "runs.csv").read_bytes())
+    april_id = history.id_of((april / "summary" / "runs.csv").read_bytes())
+    assert judged["reference"]["study"] == march_id and judged["study"] == april_id
+    assert judged["passed"] is False and "550.54.15" in judged["provenance_differences"]
+    by = {(row["backend"], row["gpus"], row["figure"]): row for row in judged["figures"]}
+    throughput = by[("native", 2, "images_per_s")]  # April ran 10% slower: 1 / 1.1
+    assert (
+        throughput["verdict"] == "regressed" and throughput["fails"] and throughput["studies"] == [march_id, april_id]
+    )
+    assert throughput["ratio"] == pytest.approx(1 / 1.1, rel=1e-3) and throughput["high"] < 1 / 1.05
+    assert by[("native", 2, "efficiency")]["verdict"] == "unchanged"  # both scale alike
+    assert "images_per_s of torch/native at 2 GPUs" in judged["regressed_beyond_band"]
+    assert gate.summary(judged).startswith(f"gate: FAILED against study {march_id} (")
+
+
+def test_the_gate_passes_a_regression_inside_the_band_an_improvement_and_an_empty_history(studies, tmp_path):
+    march, april = studies
+    history.add(march, tmp_path / "history")
+    wide = gate.judge(april / "summary" / "runs.csv", tmp_path / "history", 0.2)  # 10% slower, within 20%
+    rows = [row for row in wide["figures"] if row["figure"] == "images_per_s"]
+    assert wide["passed"] and {row["verdict"] for row in rows} == {"regressed"} and not any(r["fails"] for r in rows)
+    history.add(april, tmp_path / "history")  # now March against the newest other study, April's
+    back = gate.judge(march / "summary" / "runs.csv", tmp_path / "history", 0.05)
+    assert back["passed"] and {r["verdict"] for r in back["figures"] if r["figure"] == "images_per_s"} == {"improved"}
+    empty = gate.judge(march / "summary" / "runs.csv", tmp_path / "nothing", 0.05)
+    assert empty["passed"] and empty["reference"] is None and empty["figures"] == []
+    assert "no earlier study of the history ran on the same devices" in empty["note"]
+
+
+def test_the_gate_never_compares_a_study_of_other_devices_and_says_why_a_figure_is_undecided(studies):
+    entry = lambda study_id, devices: history.Entry(  # noqa: E731
+        study_id, Path(study_id), "2025-01-01", None, None, 1, 1, {"devices": devices}, [], [], {}
+    )
+    entries = [entry("a100", ["A100"]), entry("h100", ["H100"]), entry("mine", ["A100"])]
+    assert gate.reference(entries, "mine", ["A100"]).study_id == "a100"  # the newer H100 study is another site
+    assert gate.reference(entries, "mine", ["V100"]) is None
+    assert gate.verdict(1.0, 0.97, 1.04, True, 0.05) == ("unchanged", False)
+    assert gate.verdict(0.93, 0.85, 1.02, True, 0.05) == ("insufficient data", False)  # too wide to tell
+    assert gate.verdict(1.2, 1.16, 1.25, False, 0.05) == ("regressed", True)  # 20% longer to target
+    assert gate.verdict(float("nan"), float("nan"), float("nan"), True, 0.05) == ("insufficient data", False)

@@ -8,7 +8,8 @@ rounds added and cost; what an imported study's logs can be compared on.
 
 Every sentence is generated from the tables (scaling.csv, waterfall.csv, verdicts.csv,
 collectives.csv); a fact the tables cannot give is stated as such, with the reason, never guessed.
-answer.json holds the same facts, so a site can gate on them in CI.
+answer.json holds the same facts, so a site can gate on them in CI, and links (`gate`) the verdicts
+of this study against the history of studies that the gate target writes (analysis/gate.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from scalebench.cell import OWN_SOURCE
 # the gradient reduction reaches less than this share of its own plateau bus bandwidth: latency-bound
 LATENCY_BOUND_SHARE = 0.5
 GRADIENT_OPS = ("all_reduce", "reduce")
+# where this study's verdicts against the history of studies go (analysis/gate.py), once asked for
+GATE = {
+    "file": "results/summary/gate.json",
+    "made_by": "the gate target (snakemake gate): this study against the history of studies (history.path)",
+}
 
 
 def number(value: Any) -> float | None:
@@ -377,6 +383,7 @@ def answer(
         "frameworks_sentences": [frameworks_sentence(found) for found in across],
         "rounds": spent,
         "notes": notes,
+        "gate": GATE,
     }
 
 

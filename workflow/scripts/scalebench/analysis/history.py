@@ -129,7 +129,7 @@ def add(study_results: Path, history: Path) -> Entry:
     `history` as one entry; the entry already there (`new` False, nothing written) where the study
     was added before. DamagedStudy (the history untouched) where a table cannot be taken."""
     tables = study_files(Path(study_results) / "summary")
-    study_id = hashlib.sha256(tables["runs.csv"]).hexdigest()[:ID_DIGITS]
+    study_id = id_of(tables["runs.csv"])
     history = Path(history).expanduser()
     try:
         history.mkdir(parents=True, exist_ok=True)
@@ -148,6 +148,16 @@ def add(study_results: Path, history: Path) -> Entry:
         entry = describe(study_id, history / study_id, tables)
         write_entry(entry, tables)
     return replace(entry, new=True)
+
+
+def id_of(runs_csv: bytes) -> str:
+    """A study's id: the start of its runs.csv's sha256 (the same study gives the same id anywhere)."""
+    return hashlib.sha256(runs_csv).hexdigest()[:ID_DIGITS]
+
+
+def provenance_of(runs_csv: bytes) -> dict[str, list[str]]:
+    """The provenance an entry of this runs.csv would record (entry.json's `provenance`)."""
+    return describe("", Path(), {"runs.csv": runs_csv}).provenance
 
 
 def read(history: Path) -> tuple[list[Entry], list[Skipped]]:
