@@ -193,6 +193,32 @@ def test_links_to_a_part_of_a_page_find_its_heading(document):
     assert not broken, f"{document.name}: links to headings that are not there: {broken}"
 
 
+# --- docs/benchmarks.md is a reference, docs/benchmarks-log.md its history
+
+BENCHMARKS = REPO / "docs" / "benchmarks.md"
+BENCHMARKS_LOG = REPO / "docs" / "benchmarks-log.md"
+# One current figure per subject: a little above the page's length when it became a reference
+BENCHMARKS_LINES = 600
+
+
+def test_the_benchmarks_page_is_a_reference_of_current_figures():
+    lines = len(BENCHMARKS.read_text().splitlines())
+    assert lines <= BENCHMARKS_LINES, (
+        f"docs/benchmarks.md has {lines} lines, more than {BENCHMARKS_LINES}: it holds one current figure "
+        "per subject. Replace a subject's figure with the new one instead of adding one beside it: older "
+        "figures go to the history, docs/benchmarks-log.md up to 2026-11-29 and git's history of the page since"
+    )
+
+
+def test_the_benchmarks_page_links_its_subjects_to_headings_of_the_log():
+    """Each subject says how its figure got there with a link into the log; every such link finds a
+    heading of the log (GitHub's anchors), so moving or renaming a heading breaks no history link."""
+    anchors = heading_anchors(BENCHMARKS_LOG.read_text())
+    links = [target for target in relative_links(BENCHMARKS.read_text()) if target.startswith("benchmarks-log.md#")]
+    assert len(links) >= 15, links
+    assert [link for link in links if link.partition("#")[2] not in anchors] == []
+
+
 # --- paths of the repository named in inline code (`launch/launcher.py`, `tests/unit/test_docs.py`)
 
 PACKAGE = REPO / "workflow" / "scripts" / "scalebench"
