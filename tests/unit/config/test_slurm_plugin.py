@@ -342,3 +342,51 @@ def test_a_job_without_status_for_longer_than_busy_retry_min_is_reported_failed(
     clock[0] = 61.0
     assert check(set()) == [answered] and errors[0][0] is quiet  # 41: 61 s without status; 42: 11 s
     assert "SLURM job 41: no status from the controller for 1.0 min (cluster.busy_retry_min)" in errors[0][1]
+
+
+def test_a_failure_is_reported_once_a_later_check_confirms_it_and_a_requeued_job_is_not(
+    executor, tmp_path, monkeypatch
+):
+    """A job SLURM requeues can read FAILED for a moment (its batch script's failed exit before the
+    requeue): reported at once, Snakemake would submit the cell again while SLURM runs it again."""
+    import asyncio
+    import contextlib
+
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(STATUS_SQUEUE)
+    (bin_dir / "squeue").chmod(0o755)
+    (bin_dir / "which").symlink_to("/usr/bin/which")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    executor.workflow.executor_settings = SimpleNamespace(
+        status_attempts=1, status_command="squeue", init_seconds_before_status_checks=40, keep_successful_logs=True
+    )
+    executor.status_rate_limiter = contextlib.nullcontext()
+    executor.run_uuid, executor.next_seconds_between_status_checks = "run", 40
+    executor._status_query_failures = executor._status_query_calls = 0
+    executor._status_query_total_seconds, executor._status_query_min_seconds = 0.0, None
+    executor._status_query_max_seconds, executor._status_query_cycle_rows = 0.0, []
+    executor._preemption_warning = False
+    failed = []
+    executor.report_job_error = lambda info, msg=None, **kwargs: failed.append(info)
+    executor.print_job_error = lambda *args, **kwargs: None
+    info = SubmittedJobInfo(SimpleNamespace(jobid=1, name="train"), external_jobid="41", aux={})
+
+    def check(answer: str) -> list:
+        (bin_dir / "answer").write_text(answer)
+
+        async def collect():
+            return [job_info async for job_info in executor.check_active_jobs([info])]
+
+        return asyncio.run(collect())
+
+    monkeypatch.setattr(slurm_plugin, "CONFIRM_S", 1000.0)
+    with patch_logs(executor) as warnings:
+        assert check("41|FAILED") == [info] and failed == []  # read failed once: kept
+        assert "SLURM job 41 reads failed: reported once a later check confirms it" in warnings[-1]
+        assert check("41|PENDING") == [info] and failed == []  # requeued: running again, never reported
+        assert check("41|FAILED") == [info] and failed == []  # failed afresh: its clock starts again
+        monkeypatch.setattr(slurm_plugin, "CONFIRM_S", 0.0)
+        assert check("41|FAILED") == [] and failed == [info]  # confirmed: reported

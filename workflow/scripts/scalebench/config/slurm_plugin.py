@@ -27,6 +27,9 @@ for ever. Its check of the active jobs (`Executor.check_active_jobs`) is wrapped
 train jobs' states and reasons are read from squeue, and a job that sat in a state that will not end
 by itself longer than `cluster.stuck_after_min` is ended (cancelled, its cell marked with what
 happened) and reported failed with its attempts used up; the plugin checks the others as before.
+A job the plugin reads failed is reported only once a later check, at least CONFIRM_S on, reads it
+failed again: a job SLURM requeues can read FAILED for a moment (its batch script's failed exit
+before the requeue), and Snakemake would submit the cell a second time.
 Where every status query of a check fails (a busy controller), the plugin yields none of its jobs,
 and Snakemake drops what is not yielded: the study would wait for their outcome for ever. A job the
 plugin neither yielded nor reported is kept active, and asked about again at the next check, for
@@ -80,6 +83,7 @@ class _State:
     lock: threading.Lock = field(default_factory=threading.Lock)
     watch: stuck_jobs.Watch = field(default_factory=lambda: stuck_jobs.Watch(None))
     unanswered: dict[str, float] = field(default_factory=dict)  # job id -> since when no status came back
+    failing: dict[str, float] = field(default_factory=dict)  # job id -> since when it read failed
 
 
 _STATE = _State()
@@ -152,6 +156,7 @@ def uninstall() -> None:
         Executor.check_active_jobs = Executor.check_active_jobs.original
     _STATE.asks.clear()
     _STATE.unanswered.clear()
+    _STATE.failing.clear()
     _STATE.watch = stuck_jobs.Watch(None)
 
 
@@ -172,20 +177,27 @@ def settle(job) -> None:
 
 
 TRAIN_RULES = ("train", "train_variant")
+# how long a job must have read failed before its failure is reported (confirmed_failure)
+CONFIRM_S = 10.0
 
 
 def _ending_stuck(check_active_jobs):
     """The plugin's check of its active jobs, after the stuck train jobs among them were ended
-    (end_stuck), keeping the jobs it lost track of (kept_unanswered)."""
+    (end_stuck), keeping the jobs it lost track of (kept_unanswered) and those it read failed once
+    (confirmed_failure)."""
 
     async def checked(self, active_jobs):
         ended = end_stuck(self, active_jobs)
         asked = [j for j in active_jobs if id(j) not in ended]
         answered: set[int] = set()
-        with _recording_reports(self, answered):
+        deferred: list = []
+        with _recording_reports(self, answered, deferred):
             async for job_info in check_active_jobs(self, asked):
                 answered.add(id(job_info))
+                _STATE.failing.pop(job_info.external_jobid, None)  # running or pending: requeued, if it failed
                 yield job_info
+        for job_info in deferred:
+            yield job_info
         for job_info in kept_unanswered(self, asked, answered):
             yield job_info
 
@@ -195,26 +207,51 @@ def _ending_stuck(check_active_jobs):
 
 
 @contextlib.contextmanager
-def _recording_reports(executor, answered: set[int]):
-    """While the plugin checks its jobs, the id of each job it reports finished or failed goes to `answered`."""
+def _recording_reports(executor, answered: set[int], deferred: list):
+    """While the plugin checks its jobs, the id of each job it reports finished or failed goes to
+    `answered`; a failure not yet confirmed (confirmed_failure) is not reported but kept in `deferred`."""
     reports = {name: getattr(executor, name) for name in ("report_job_success", "report_job_error")}
     own = {name: executor.__dict__[name] for name in reports if name in executor.__dict__}  # set on the instance
 
-    def recorded(report):
+    def recorded(report, failure: bool):
         def report_and_record(job_info, *args, **kwargs):
             answered.add(id(job_info))
+            if failure and not confirmed_failure(executor, job_info):
+                deferred.append(job_info)
+                return None
             return report(job_info, *args, **kwargs)
 
         return report_and_record
 
     for name, report in reports.items():
-        setattr(executor, name, recorded(report))
+        setattr(executor, name, recorded(report, name == "report_job_error"))
     try:
         yield
     finally:
         for name in reports:
             executor.__dict__.pop(name, None)
         executor.__dict__.update(own)
+
+
+def confirmed_failure(executor, job_info, now: Callable[[], float] = time.monotonic) -> bool:
+    """Whether the plugin's failure of a submitted job stands: read failed at a check at least
+    CONFIRM_S before this one, and not running or pending since. A job SLURM requeues (scontrol
+    requeue, a preemption or a node failure under slurm-requeue) can read FAILED for a moment, when
+    its batch script's failed exit reaches the controller before the requeue does: reported at once,
+    Snakemake would submit the cell again while SLURM runs it again under its id."""
+    if not job_info.external_jobid:
+        return True
+    moment = now()
+    since = _STATE.failing.setdefault(job_info.external_jobid, moment)
+    if moment - since >= CONFIRM_S:
+        _STATE.failing.pop(job_info.external_jobid)
+        return True
+    if moment == since:  # said once per job
+        executor.logger.warning(
+            f"SLURM job {job_info.external_jobid} reads failed: reported once a later check confirms it "
+            f"(at least {CONFIRM_S:g} s on), as a job SLURM requeues can read failed for a moment"
+        )
+    return False
 
 
 def kept_unanswered(executor, asked: list, answered: set[int], now: Callable[[], float] = time.monotonic) -> list:
