@@ -9,7 +9,9 @@ import contextlib
 import logging
 import subprocess
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -264,23 +266,22 @@ echo "$answer"
 """
 
 
-def test_a_job_the_plugin_gets_no_status_of_stays_active_and_is_asked_about_again(executor, tmp_path, monkeypatch):
-    """The plugin's own check (2.8.0), with squeue timing out every attempt: unpatched it yields none
-    of its jobs, and Snakemake, which keeps only those yielded, would wait for them for ever."""
+def status_checks(executor, folder: Path, monkeypatch, attempts: int) -> Callable[[str, list], list]:
+    """The plugin's own check of its active jobs (2.8.0) against an squeue first on PATH that answers
+    what check(answer, jobs) is given ('busy': it times out), on an Executor without a workflow."""
     import asyncio
     import contextlib
-    import os
 
-    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
-
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "squeue").write_text(STATUS_SQUEUE)
-    (bin_dir / "squeue").chmod(0o755)
-    (bin_dir / "which").symlink_to("/usr/bin/which")  # the plugin asks `which sacct`: no sacct here
-    monkeypatch.setenv("PATH", str(bin_dir))
+    folder.mkdir()
+    (folder / "squeue").write_text(STATUS_SQUEUE)
+    (folder / "squeue").chmod(0o755)
+    (folder / "which").symlink_to("/usr/bin/which")  # the plugin asks `which sacct`: no sacct here
+    monkeypatch.setenv("PATH", str(folder))
     executor.workflow.executor_settings = SimpleNamespace(
-        status_attempts=3, status_command="squeue", init_seconds_before_status_checks=40, keep_successful_logs=True
+        status_attempts=attempts,
+        status_command="squeue",
+        init_seconds_before_status_checks=40,
+        keep_successful_logs=True,
     )
     executor.status_rate_limiter = contextlib.nullcontext()
     executor.run_uuid, executor.next_seconds_between_status_checks = "run", 40
@@ -288,17 +289,30 @@ def test_a_job_the_plugin_gets_no_status_of_stays_active_and_is_asked_about_agai
     executor._status_query_total_seconds, executor._status_query_min_seconds = 0.0, None
     executor._status_query_max_seconds, executor._status_query_cycle_rows = 0.0, []
     executor._preemption_warning = False
+
+    def check(answer: str, jobs: list) -> list:
+        (folder / "answer").write_text(answer)
+
+        async def collect():
+            return [job_info async for job_info in executor.check_active_jobs(jobs)]
+
+        return asyncio.run(collect())
+
+    return check
+
+
+def test_a_job_the_plugin_gets_no_status_of_stays_active_and_is_asked_about_again(executor, tmp_path, monkeypatch):
+    """The plugin's own check (2.8.0), with squeue timing out every attempt: unpatched it yields none
+    of its jobs, and Snakemake, which keeps only those yielded, would wait for them for ever."""
+    import os
+
+    from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
+
+    statuses = status_checks(executor, tmp_path / "bin", monkeypatch, attempts=3)
     finished = []
     executor.report_job_success = finished.append
     info = SubmittedJobInfo(SimpleNamespace(jobid=1, name="other"), external_jobid="41", aux={})
-
-    def check(answer: str) -> list:
-        (bin_dir / "answer").write_text(answer)
-
-        async def collect():
-            return [job_info async for job_info in executor.check_active_jobs([info])]
-
-        return asyncio.run(collect())
+    check = lambda answer: statuses(answer, [info])  # noqa: E731
 
     with patch_logs(executor) as warnings:
         assert check("busy") == [info]  # no answer: kept, asked again
@@ -308,7 +322,7 @@ def test_a_job_the_plugin_gets_no_status_of_stays_active_and_is_asked_about_agai
     assert len(warnings) == 1
     # unpatched, the same check loses the job
     slurm_plugin.uninstall()
-    assert check("busy") == [] and os.environ["PATH"] == str(bin_dir)
+    assert check("busy") == [] and os.environ["PATH"] == str(tmp_path / "bin")
 
 
 @contextlib.contextmanager
@@ -349,38 +363,14 @@ def test_a_failure_is_reported_once_a_later_check_confirms_it_and_a_requeued_job
 ):
     """A job SLURM requeues can read FAILED for a moment (its batch script's failed exit before the
     requeue): reported at once, Snakemake would submit the cell again while SLURM runs it again."""
-    import asyncio
-    import contextlib
-
     from snakemake_interface_executor_plugins.executors.base import SubmittedJobInfo
 
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "squeue").write_text(STATUS_SQUEUE)
-    (bin_dir / "squeue").chmod(0o755)
-    (bin_dir / "which").symlink_to("/usr/bin/which")
-    monkeypatch.setenv("PATH", str(bin_dir))
-    executor.workflow.executor_settings = SimpleNamespace(
-        status_attempts=1, status_command="squeue", init_seconds_before_status_checks=40, keep_successful_logs=True
-    )
-    executor.status_rate_limiter = contextlib.nullcontext()
-    executor.run_uuid, executor.next_seconds_between_status_checks = "run", 40
-    executor._status_query_failures = executor._status_query_calls = 0
-    executor._status_query_total_seconds, executor._status_query_min_seconds = 0.0, None
-    executor._status_query_max_seconds, executor._status_query_cycle_rows = 0.0, []
-    executor._preemption_warning = False
+    statuses = status_checks(executor, tmp_path / "bin", monkeypatch, attempts=1)
     failed = []
     executor.report_job_error = lambda info, msg=None, **kwargs: failed.append(info)
     executor.print_job_error = lambda *args, **kwargs: None
     info = SubmittedJobInfo(SimpleNamespace(jobid=1, name="train"), external_jobid="41", aux={})
-
-    def check(answer: str) -> list:
-        (bin_dir / "answer").write_text(answer)
-
-        async def collect():
-            return [job_info async for job_info in executor.check_active_jobs([info])]
-
-        return asyncio.run(collect())
+    check = lambda answer: statuses(answer, [info])  # noqa: E731
 
     monkeypatch.setattr(slurm_plugin, "CONFIRM_S", 1000.0)
     with patch_logs(executor) as warnings:

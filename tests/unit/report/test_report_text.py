@@ -97,13 +97,17 @@ def render(text: str, study: dict) -> str:
     return publish_parts(rst, writer_name="html")["html_body"]  # docutils' defaults, as Snakemake
 
 
+def report_pages() -> dict[str, str]:
+    """The report's texts: its first page, with and without the answer in front, and every caption."""
+    template = (REPO / "report" / "workflow.rst").read_text()
+    pages = {"workflow.rst": template, "with the answer": landing.landing_page(template, FACTS)}
+    return pages | {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.rst"))}
+
+
 @pytest.mark.parametrize("name", STUDIES)
 def test_the_first_page_and_every_caption_render_without_a_system_message(name):
     study = STUDIES[name]()
-    template = (REPO / "report" / "workflow.rst").read_text()
-    pages = {"workflow.rst": template, "with the answer": landing.landing_page(template, FACTS)}
-    pages |= {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.rst"))}
-    for page, text in pages.items():
+    for page, text in report_pages().items():
         html = render(text, study)
         assert "System Message" not in html, f"{page} ({name}):\n{html[html.find('System Message') - 300 :][:1500]}"
 
@@ -163,10 +167,7 @@ GLUED = re.compile(r"[a-z)\]*]\.[A-Z][a-z]")
 @pytest.mark.parametrize("name", STUDIES)
 def test_the_prose_has_no_glued_sentences_and_no_retired_words(name):
     study = STUDIES[name]()
-    template = (REPO / "report" / "workflow.rst").read_text()
-    pages = {"workflow.rst": template, "with the answer": landing.landing_page(template, FACTS)}
-    pages |= {path.name: path.read_text() for path in sorted((REPO / "report").glob("*.rst"))}
-    for page, text in pages.items():
+    for page, text in report_pages().items():
         prose = " ".join(unescape(re.sub(r"<[^>]+>", " ", render(text, study))).split())
         prose = re.sub(r"\s+([.,;:)])", r"\1", prose)  # the spaces the tags left before punctuation
         glued = GLUED.search(prose)
