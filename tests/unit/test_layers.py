@@ -333,3 +333,11 @@ def test_every_form_of_import_is_seen():
     assert graph["scalebench.b"] == {"scalebench.a"}
     assert graph["scalebench.b.z"] == {"scalebench.a.x", "scalebench.a"}
     assert cycles(graph) == [["scalebench.a.x", "scalebench.a.y", "scalebench.b.z", "scalebench.a.x"]]
+
+
+def test_the_architecture_page_maps_each_module_once():
+    """The map's tables name a module in their first column; a module named twice says two things
+    of it, one of which the next change will leave stale."""
+    rows = [line for line in (REPO / "docs" / "architecture.md").read_text().splitlines() if line.startswith("| `")]
+    named = [row.split("|")[1].strip() for row in rows]
+    assert sorted({name for name in named if named.count(name) > 1}) == []
