@@ -137,11 +137,12 @@ def test_a_preempted_cell_is_ended_under_cancel_and_resumes_under_requeue(single
     assert runs["status"].tolist() == ["ok"]
 
 
-# In one allocation: a step that holds all of it, then a second step that cannot start beside it,
-# once without a bound (still waiting after 20 s) and once with launch.py's (cluster.step_wait_s)
+# In one allocation: a step that holds all of it, then (once it runs, however slow the machine) a
+# second step that cannot start beside it, once without a bound (still waiting after 20 s) and once
+# with launch.py's (cluster.step_wait_s)
 BLOCKED_STEP = """#!/bin/bash
-srun --ntasks=1 --cpus-per-task=2 sleep 120 &
-sleep 5
+srun --ntasks=1 --cpus-per-task=2 bash -c 'touch "$0"; sleep 120' "$PWD/holding.$SLURM_JOB_ID" &
+until [ -e "holding.$SLURM_JOB_ID" ]; do sleep 0.2; done
 start=$(date +%s)
 timeout 20 srun --ntasks=1 --cpus-per-task=1 true
 echo "unbounded: rc=$? after $(( $(date +%s) - start )) s"
@@ -160,7 +161,7 @@ def test_a_step_that_cannot_start_in_its_allocation_fails_within_the_bound_inste
     script.write_text(BLOCKED_STEP.format(step_wait=launcher.step_wait(5)))
     output = tmp_path / "blocked.out"
     submitted = subprocess.run(
-        ["sbatch", "--parsable", "-c", "2", "--mem", "1000", "-o", str(output), str(script)],
+        ["sbatch", "--parsable", "-D", str(tmp_path), "-c", "2", "--mem", "1000", "-o", str(output), str(script)],
         capture_output=True,
         text=True,
         env=single_node.env(),
