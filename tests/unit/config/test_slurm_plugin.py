@@ -220,7 +220,7 @@ def test_the_plugin_checks_only_the_jobs_left_after_the_stuck_ones_were_ended(ex
         for job_info in jobs:
             yield job_info
 
-    wrapped = slurm_plugin._ending_stuck(plugin_check)
+    wrapped = slurm_plugin._watched_check(plugin_check)
 
     async def run() -> list:
         return [info async for info in wrapped(executor, infos)]

@@ -10,9 +10,9 @@ costs a delay, while treating an unknown message as a refusal could end a cell t
 
 Both the pre-flight (`sbatch --test-only`, config/slurm_check.py) and the submission of a job
 (config/slurm_plugin.py) read sbatch's answer here; a cell's holder (cluster/cell_holder.py) reads
-squeue's and a cell's launch (cluster/slurm.py: scontrol) scontrol's the same way. The messages are SLURM's own (slurm_errno.c of SLURM 22.05 to 24.x, and
-the reasons sbatch prints before them); tests/unit/cluster/test_slurm_answers.py holds a test
-for each.
+squeue's, and a cell's launch (cluster/slurm.py: scontrol) scontrol's, the same way. The messages
+are SLURM's own (slurm_errno.c of SLURM 22.05 to 24.x, and the reasons sbatch prints before them);
+tests/unit/cluster/test_slurm_answers.py holds a test for each.
 """
 
 from __future__ import annotations

@@ -126,7 +126,7 @@ def install(
     if by_priority and not getattr(Executor.run_jobs, "by_priority", False):
         Executor.run_jobs = _by_priority(Executor.run_jobs)
     if not getattr(Executor.check_active_jobs, "scalebench", False):
-        Executor.check_active_jobs = _ending_stuck(Executor.check_active_jobs)
+        Executor.check_active_jobs = _watched_check(Executor.check_active_jobs)
     original = Executor._report_job_error_threadsafe
     if getattr(original, "scalebench", False):
         return
@@ -181,7 +181,7 @@ TRAIN_RULES = ("train", "train_variant")
 CONFIRM_S = 10.0
 
 
-def _ending_stuck(check_active_jobs):
+def _watched_check(check_active_jobs):
     """The plugin's check of its active jobs, after the stuck train jobs among them were ended
     (end_stuck), keeping the jobs it lost track of (kept_unanswered) and those it read failed once
     (confirmed_failure)."""
@@ -265,17 +265,17 @@ def kept_unanswered(executor, asked: list, answered: set[int], now: Callable[[],
     for job_info in asked:
         if id(job_info) in answered:
             unanswered.pop(job_info.external_jobid, None)
-    kept = []
+    kept, moment = [], now()
     for job_info in (j for j in asked if id(j) not in answered):
-        since = unanswered.setdefault(job_info.external_jobid, now())
-        if now() - since <= _STATE.window_s:
+        since = unanswered.setdefault(job_info.external_jobid, moment)
+        if moment - since <= _STATE.window_s:
             kept.append(job_info)
             continue
         unanswered.pop(job_info.external_jobid)
         executor.report_job_error(
             job_info,
             msg=f"SLURM job {job_info.external_jobid}: no status from the controller for "
-            f"{(now() - since) / 60:.1f} min (cluster.busy_retry_min): reported failed",
+            f"{(moment - since) / 60:.1f} min (cluster.busy_retry_min): reported failed",
         )
     if kept:
         executor.logger.warning(
