@@ -219,6 +219,33 @@ def test_the_benchmarks_page_links_its_subjects_to_headings_of_the_log():
     assert [link for link in links if link.partition("#")[2] not in anchors] == []
 
 
+# --- docs/architecture.md is the map and the recipes, docs/design.md the why
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+DESIGN = REPO / "docs" / "design.md"
+# The map and the recipes: a little above the page's length when its design notes moved to docs/design.md
+ARCHITECTURE_LINES = 450
+# The map's sections without a table: the recipes, and the tests' folders
+RECIPES = ("Adding ", "Recipes", "Tests")
+
+
+def test_the_architecture_page_is_the_map_and_the_recipes():
+    """docs/architecture.md holds the map (sections with a table) and the recipes, and opens by
+    linking docs/design.md; a note on why the code is built so is a section of docs/design.md,
+    never of both pages."""
+    text = ARCHITECTURE.read_text()
+    assert "](design.md)" in text.split("\n\n", 2)[1], "the map's opening paragraph links docs/design.md"
+    sections = re.split(r"(?m)^## ", prose(text))[1:]
+    notes = [s.splitlines()[0] for s in sections if "\n| --- |" not in s and not s.startswith(RECIPES)]
+    assert notes == [], f"design notes belong in docs/design.md: {notes}"
+    lines = len(text.splitlines())
+    assert lines <= ARCHITECTURE_LINES, (
+        f"docs/architecture.md has {lines} lines, more than {ARCHITECTURE_LINES}: it is the map (a row per "
+        "module) and the recipes; why the code is built so goes to docs/design.md"
+    )
+    assert heading_anchors(text) & heading_anchors(DESIGN.read_text()) == set()
+
+
 # --- paths of the repository named in inline code (`launch/launcher.py`, `tests/unit/test_docs.py`)
 
 PACKAGE = REPO / "workflow" / "scripts" / "scalebench"

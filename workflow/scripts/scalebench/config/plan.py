@@ -1,6 +1,6 @@
 """The study's plan: one immutable object per Snakemake start, with a method per question the rules ask.
 
-Two stages, both built once per start (docs/architecture.md#one-plan):
+Two stages, both built once per start (docs/design.md#one-plan):
 
 - `Study`: the validated config (every default filled in), the schema's defaults and the matrix
   expanded once. rules/common.smk makes it before the first rule (`Study.validate`), so the rules

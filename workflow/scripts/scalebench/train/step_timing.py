@@ -1,6 +1,6 @@
 """Where each rank's epoch goes: compute, exposed communication, data wait and the rest.
 
-The method (docs/step-split.md, docs/architecture.md) is one per framework and lives in its
+The method (docs/step-split.md, docs/design.md) is one per framework and lives in its
 folder (train/torch/step_timing.py, train/tf/step_timing.py): each step gets four marks on the
 rank's own timeline (the device's on a GPU),
 
