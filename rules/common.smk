@@ -293,12 +293,20 @@ def final_outputs():
     ]
     if config["compare"]["baseline"] is not None:
         tables.append("baseline")
+    history = []  # the History section (rules/history.smk), with history.path set
+    if config["history"]["path"] is not None:
+        history = [f"results/summary/{name}.csv" for name in ("history", "changes")] + [
+            "results/tables/changes.html",
+            "results/figures/history.png",
+            "results/figures/history_waterfall.png",
+        ]
     return (
         [f"results/summary/{name}.csv" for name in tables]
         + [f"results/tables/{name}.html" for name in tables if name != "epochs"]
         + [f"results/tables/{name}.html" for name in ("hosts", "drift", "order")]
         + [figure.path for figure in sb_figures.FIGURES]
         + ["results/summary/answer.json", LANDING_PAGE]
+        + history
     )
 
 

@@ -23,10 +23,11 @@ rule history:
         "../workflow/scripts/add_to_history.py"
 
 
-# The gate (scalebench/analysis/gate.py): `snakemake gate` judges this study against the newest
-# study of the history that ran on the same devices and exits non-zero where a key figure regressed
-# beyond history.gate_threshold with confidence; results/summary/gate.json holds every verdict. A
-# study added to the history since (a new entry.json) judges again.
+# The gate (scalebench/analysis/gate.py): `snakemake gate` judges this study against the studies of
+# the history that ran on the same devices, since each cell key's last change point, and exits
+# non-zero where a key figure regressed beyond history.gate_threshold with confidence;
+# results/summary/gate.json holds every verdict. A study added to the history since (a new
+# entry.json) judges again.
 localrules:
     judge_gate,
     gate,
@@ -46,6 +47,7 @@ rule judge_gate:
     params:
         history=history_folder,
         threshold=config["history"]["gate_threshold"],
+        alpha=config["history"]["change_alpha"],
     script:
         "../workflow/scripts/judge_gate.py"
 
@@ -59,3 +61,50 @@ rule gate:
         "../envs/pipeline.yaml"
     script:
         "../workflow/scripts/check_gate.py"
+
+
+# The History section of the report (scalebench/analysis/history_changes.py), with history.path
+# set (final_outputs): each key figure of each cell key across the history's studies and this one,
+# the change points found in each series with their size, confidence and what changed with them.
+# Its inputs are the entries: a study added since draws it again.
+localrules:
+    analyse_history,
+
+
+rule analyse_history:
+    input:
+        runs="results/summary/runs.csv",
+        scaling="results/summary/scaling.csv",
+        waterfall="results/summary/waterfall.csv",
+        entries=history_entries,
+        stamp=ANALYSIS_STAMP,
+    output:
+        series="results/summary/history.csv",
+        changes="results/summary/changes.csv",
+        html=report(
+            "results/tables/changes.html",
+            caption="../report/history_changes.rst",
+            category="History",
+            labels={"table": "change points across the history"},
+        ),
+        figure=report(
+            "results/figures/history.png",
+            caption="../report/history.rst",
+            category="History",
+            labels={"figure": "key figures across the history"},
+        ),
+        waterfall=report(
+            "results/figures/history_waterfall.png",
+            caption="../report/history_waterfall.rst",
+            category="History",
+            labels={"figure": "the loss waterfall across the history"},
+        ),
+    log:
+        "results/logs/analyse_history.log",
+    conda:
+        "../envs/pipeline.yaml"
+    params:
+        history=history_folder,
+        alpha=config["history"]["change_alpha"],
+    script:
+        "../workflow/scripts/analyse_history.py"

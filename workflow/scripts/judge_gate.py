@@ -10,7 +10,9 @@ sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from scalebench.analysis import gate
 
-judged = gate.judge(Path(snakemake.input.runs), Path(snakemake.params.history), snakemake.params.threshold)
+judged = gate.judge(
+    Path(snakemake.input.runs), Path(snakemake.params.history), snakemake.params.threshold, snakemake.params.alpha
+)
 Path(snakemake.output.gate).write_text(json.dumps(judged, indent=2, sort_keys=True) + "\n")
 print(gate.summary(judged))
 print(gate.summary(judged), file=terminal)

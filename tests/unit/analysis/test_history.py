@@ -16,52 +16,14 @@ import os
 import re
 from pathlib import Path
 
-import pandas as pd
 import pytest
-from cell_records import cell, write_cell
 from conftest import copy_study, tiny_config
 from scalebench import config as sb_config
 from scalebench import locks
-from scalebench.analysis import answer, collectives, gate, history, study, verdicts, waterfall
-from scalebench.analysis.scaling import scaling
-from scalebench.analysis.summary_csv import read_runs
-from scalebench.rerun import Invocation
+from scalebench.analysis import gate, history
+from study_tables import write_study
 
 pytestmark = pytest.mark.unit
-
-NCCL = "nvidia/nccl/lib/libnccl.so.2"
-
-
-def write_study(results: Path, month: int, speed: float, driver: str) -> Path:
-    """A finished study's results folder: two backends on 1 and 2 GPUs, two seeds, run in `month` of
-    2025 on a node of `driver`, its summary tables written by the analysis as the rules run it."""
-    site = {"driver": driver, "libraries": {"nccl": {NCCL: "2.21.5"}}}
-    cells = []
-    for backend, slower in (("native", 1.0), ("horovod", 1.2)):
-        for gpus in (1, 2):
-            for seed in (1, 2):
-                times = tuple(t * speed * slower / gpus * (1 + 0.01 * seed) for t in (10.0, 4.0, 6.0, 5.0))
-                when = f"2025-{month:02d}-0{seed}T1{gpus}:00:00+00:00"
-                ended = f"2025-{month:02d}-0{seed}T1{gpus}:30:00+00:00"
-                extra = {"site": site, "start": when, "end": ended}
-                write_cell(results / "runs", backend=backend, gpus=gpus, seed=seed, times=times, run_extra=extra)
-                cells.append(cell(backend=backend, gpus=gpus, seed=seed))
-    summary = results / "summary"
-    summary.mkdir(parents=True)
-    made = study.collect_study(str(results / "runs"), cells, 0.8, [], Invocation(("snakemake",), "/w", ()))
-    for name in ("runs", "epochs", "provenance", "incomplete"):
-        getattr(made, name).to_csv(summary / f"{name}.csv", index=False)
-    runs = read_runs(summary / "runs.csv")
-    scaled = scaling(runs)
-    scaled.to_csv(summary / "scaling.csv", index=False)
-    found = verdicts.verdicts(runs)
-    found.to_csv(summary / "verdicts.csv", index=False)
-    losses = waterfall.waterfall(runs)
-    losses.to_csv(summary / "waterfall.csv", index=False)
-    measured = collectives.typed(pd.DataFrame(columns=collectives.SUMMARY_COLUMNS))
-    facts = answer.answer(runs, scaled, losses, found, measured)
-    (summary / "answer.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
-    return results
 
 
 @pytest.fixture(scope="module")
@@ -320,7 +282,11 @@ def test_history_path_is_refused_where_this_user_cannot_write(schema, tmp_path, 
 
 
 def test_history_path_is_optional_is_not_created_by_checking_and_is_no_cell_setting(schema, tmp_path):
-    assert sb_config.validate(tiny_config(), schema)["history"] == {"path": None, "gate_threshold": 0.05}
+    assert sb_config.validate(tiny_config(), schema)["history"] == {
+        "path": None,
+        "gate_threshold": 0.05,
+        "change_alpha": 0.01,
+    }
     kept = validated(tmp_path / "new" / "history", schema)
     assert kept["history"]["path"] == str(tmp_path / "new" / "history") and not (tmp_path / "new").exists()
     plain = sb_config.validate(tiny_config(), schema)
@@ -359,7 +325,7 @@ def test_the_gate_fails_a_study_that_regressed_beyond_the_band_and_names_the_fig
     assert throughput["ratio"] == pytest.approx(1 / 1.1, rel=1e-3) and throughput["high"] < 1 / 1.05
     assert by[("native", 2, "efficiency")]["verdict"] == "unchanged"  # both scale alike
     assert "images_per_s of torch/native at 2 GPUs" in judged["regressed_beyond_band"]
-    assert gate.summary(judged).startswith(f"gate: FAILED against study {march_id} (")
+    assert gate.summary(judged).startswith(f"gate: FAILED against 1 study of the history, the newest {march_id} (")
 
 
 def test_the_gate_passes_a_regression_inside_the_band_an_improvement_and_an_empty_history(studies, tmp_path):

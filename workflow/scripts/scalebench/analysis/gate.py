@@ -1,13 +1,17 @@
 """The gate (`snakemake gate`): this study against the history of studies, one verdict per key figure
 (results/summary/gate.json), for a site's CI to run after every upgrade.
 
-The reference is the newest study of the history (history.path; analysis/history.py) that is not
-this one and ran on the same devices (entry.json's provenance: a study of other GPUs is another
-site, never compared). Each cell key both studies share (framework, backend, variant, GPUs) is
-compared as `compare.baseline` compares two studies (analysis/baseline.py: the same code), on three
-figures: images/s, the parallel efficiency of the total training time (not at a series' base GPU
-count, where it is 1 by definition) and the time to the target IOU, each a ratio this study / the
-reference with its 95% interval from both studies' seeds.
+The reference is the history's current level of each cell key (framework, backend, variant, GPUs):
+the studies of the history (history.path; analysis/history.py) that are not this one and ran on the
+same devices (entry.json's provenance: a study of other GPUs is another site, never compared), from
+the last change point of the cell key's series on (analysis/history_changes.py, at
+history.change_alpha), or all of them where no change was found. Their cells are pooled and compared
+with this study's as `compare.baseline` compares two studies (analysis/baseline.py: the same code),
+on three figures: images/s, the parallel efficiency of the total training time (not at a series'
+base GPU count, where it is 1 by definition) and the time to the target IOU, each a ratio this study
+/ the reference with its 95% interval from both sides' seeds. A level after a change point is not
+mixed with the one before it: an upgrade that made a backend slower months ago is the reference of
+this study, not the time before it.
 
 A figure's verdict, with `threshold` (history.gate_threshold, a fraction) the band of no change:
 - ``regressed``: the interval lies wholly on the worse side of 1 (slower, less efficient, longer to
@@ -28,7 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalebench.analysis import baseline, history
+from scalebench.analysis import baseline, history, history_changes
 
 # figure (baseline.py's MEASURES) -> whether a ratio above 1 is better
 HIGHER_IS_BETTER = {"images_per_s": True, "efficiency": True, "time_to_target": False}
@@ -119,7 +123,7 @@ def other_settings(here: pd.DataFrame, there: pd.DataFrame) -> set[tuple]:
     return {tuple(key) for key in shared if hashes[0][key] and hashes[1][key] and hashes[0][key] != hashes[1][key]}
 
 
-def judge(runs_csv: Path, history_folder: Path, threshold: float) -> dict:
+def judge(runs_csv: Path, history_folder: Path, threshold: float, alpha: float = 0.01) -> dict:
     """gate.json's content: this study (its runs.csv) against the history (module docstring)."""
     table = Path(runs_csv).read_bytes()
     study_id, devices = history.id_of(table), history.provenance_of(table)["devices"]
@@ -132,16 +136,36 @@ def judge(runs_csv: Path, history_folder: Path, threshold: float) -> dict:
         "threshold": threshold,
         "skipped": [f"{entry.folder}: {entry.reason}" for entry in skipped],
     }
-    if found is None:
+    same_site = [
+        entry for entry in entries if entry.study_id != study_id and entry.provenance.get("devices", []) == devices
+    ]
+    studies = [study for entry in same_site if (study := history_changes.read_study(entry, False)[0]) is not None]
+    if found is None or not studies:
         reason = f"no earlier study of the history ran on the same devices ({', '.join(devices) or 'none recorded'})"
         return said | {"reference": None, "figures": [], "passed": True, "regressed_beyond_band": [], "note": reason}
-    there, absent = baseline.read_baseline(found.folder / "runs.csv")
-    rows = figures(baseline.compare(here, there, absent), other_settings(here, there), threshold)
-    for row in rows:
-        row["studies"] = [found.study_id, study_id]
+    levels = history_changes.level_starts(studies, alpha)
+    rows = []
+    for start in sorted(set(levels.values()) | {0}):
+        level = studies[start:]
+        pooled = pd.concat([study.runs for study in level], ignore_index=True)
+        absent = sorted({column for study in level for column in study.absent})
+        compared = baseline.compare(here, pooled, absent)
+        keys = [tuple(key) for key in compared[baseline.CELL].itertuples(index=False)]
+        mine = compared[[levels.get(history_changes.cell_key(key), 0) == start for key in keys]]
+        for row in figures(mine, other_settings(here, pooled), threshold):
+            rows.append(row | {"studies": [study.entry.study_id for study in level] + [study_id]})
     failing = [f"{row['figure']} of {cell_name(row)}" for row in rows if row["fails"]]
+    there, absent = baseline.read_baseline(found.folder / "runs.csv")
     return said | {
-        "reference": {"study": found.study_id, "start": found.start, "added": found.added},
+        "reference": {
+            "study": found.study_id,
+            "start": found.start,
+            "added": found.added,
+            "studies": [study.entry.study_id for study in studies],
+            "after_change": sorted(
+                {cell_name(dict(zip(baseline.CELL, key))) for key, start in levels.items() if start}
+            ),
+        },
         "provenance_differences": baseline.study_differences(here, there, absent),
         "figures": rows,
         "passed": not failing,
@@ -151,6 +175,7 @@ def judge(runs_csv: Path, history_folder: Path, threshold: float) -> dict:
 
 
 def cell_name(row: dict) -> str:
+    """'torch/native (variant) at 2 GPUs'."""
     variant = f" ({row['variant']})" if row["variant"] else ""
     return f"{row['framework']}/{row['backend']}{variant} at {row['gpus']} GPU{'s' if row['gpus'] != 1 else ''}"
 
@@ -163,7 +188,10 @@ def summary(judged: dict) -> str:
     for row in judged["figures"]:
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
     tally = ", ".join(f"{count} {name}" for name, count in sorted(counts.items()))
-    against = f"against study {judged['reference']['study']} ({tally}; band {100 * judged['threshold']:g}%)"
+    studies = len(judged["reference"]["studies"])
+    newest = judged["reference"]["study"]
+    against = f"against {studies} stud{'y' if studies == 1 else 'ies'} of the history, the newest {newest}"
+    against += f" ({tally}; band {100 * judged['threshold']:g}%)"
     if judged["passed"]:
         return f"gate: passed {against}"
     return f"gate: FAILED {against}: regressed beyond the band: {'; '.join(judged['regressed_beyond_band'])}"
