@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from conftest import SCRIPTS, cell_settings, framework_python, launch_cell, read_records, tool_env
 from paired_cells import COLLECTIVES, SCHEDULE, placed, trained_once, unmeasured_over_loopback
-from scalebench.collective_table import TABLE
+from scalebench.records.tables import CELL_COLLECTIVES
 from scalebench.train import collectives
 
 pytestmark = pytest.mark.integration
 
 
 def table(out: Path) -> list[dict]:
-    with open(out / TABLE) as handle:
+    with open(out / CELL_COLLECTIVES.name) as handle:
         return list(csv.DictReader(handle))
 
 
@@ -130,7 +130,7 @@ def test_a_one_gpu_cell_has_no_table_and_says_why(prepared_data, tmp_path_factor
     # tiny_config asks every cell for the benchmark: a one-rank cell has nothing to measure it on
     run, out = shared(tmp_path_factory, prepared_data, cell_settings("torch", "native", 1, **SCHEDULE))
     assert run["training"]["collectives"]["budget_s"] > 0
-    assert not (out / TABLE).exists()
+    assert not (out / CELL_COLLECTIVES.name).exists()
     assert run["collectives"]["reason"] == "one replica: nothing to exchange"
     assert json.loads((out / "run.json").read_text())["collectives"]["latency_us"] is None
 

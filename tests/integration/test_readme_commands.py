@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, tool_env
 from readme_commands import documents, snakemake_commands
-from scalebench.analysis.tables import RUNS
+from scalebench.records.tables import RUNS
 
 pytestmark = pytest.mark.integration
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 
@@ -10,6 +11,14 @@ import pytest
 from conftest import read_report, run_snakemake, tiny_config
 from paired_cells import study_data
 from scalebench import backends
+from scalebench.records.tables import BASELINE, CHANGES, HISTORY, TABLES
+
+# the tables tiny_study_config() does not write, and why
+NOT_IN_A_TINY_STUDY = {
+    BASELINE.where: "only with compare.baseline",
+    HISTORY.where: "only with history.path",
+    CHANGES.where: "only with history.path",
+}
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -163,6 +172,22 @@ def test_tiny_study_runs_to_the_report_with_its_answer(finished_study):
     assert (
         hosts["sentences"][0].startswith("One host (") and "no other host to compare it with" in hosts["sentences"][0]
     )
+
+
+@pytest.mark.integration
+def test_a_finished_studys_tables_hold_exactly_their_defined_columns(finished_study):
+    """Every CSV the study wrote (the bill, the cells' collectives.csv, the summary tables) has its
+    definition's columns in order (records/tables.py); a file that differs is named with them."""
+    problems, missing = [], []
+    for table in TABLES:
+        files = sorted(finished_study.glob(table.where.replace("<cell>", "**")))
+        if not files and table.where not in NOT_IN_A_TINY_STUDY:
+            missing.append(table.where)
+        for path in files:
+            with open(path, newline="") as handle:
+                problem = table.header_problem(next(csv.reader(handle)))
+            problems += [f"{path.relative_to(finished_study)}: {problem}"] if problem else []
+    assert (problems, missing) == ([], [])
 
 
 def test_a_variant_outside_the_study_is_refused_naming_its_variants(tmp_path):

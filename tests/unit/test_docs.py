@@ -367,8 +367,8 @@ def test_cell_files_table_lists_the_train_rules_outputs():
 def test_the_step_split_guide_lists_every_field_of_the_record_and_every_column():
     """docs/step-split.md's table of the epoch record's fields is records.STEP_SPLIT_FIELDS, row for
     row, and it names every step-split column of runs.csv and every knob."""
-    from scalebench.analysis.tables import RUN_SPLIT
     from scalebench.records import STEP_SPLIT_FIELDS
+    from scalebench.records.tables import RUN_SPLIT
 
     guide = (REPO / "docs" / "step-split.md").read_text()
     table = guide.split("## The epoch record's fields", 1)[1].split("\n## ", 1)[0]

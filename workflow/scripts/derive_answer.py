@@ -16,13 +16,14 @@ from scalebench.analysis.drift import read_drift, read_order
 from scalebench.analysis.host_findings import host_findings
 from scalebench.analysis.hosts import read_hosts
 from scalebench.analysis.summary_csv import read_runs
+from scalebench.records.tables import SCALING
 from scalebench.report.landing import landing_page
 
 given, output, params = snakemake.input, snakemake.output, snakemake.params
 runs = read_runs(given.runs)
 rules = json.loads(params.rounds)
 rules = rounds.Rules(**rules) if rules else None
-scaling = pd.read_csv(given.scaling, dtype={"variant": str}).assign(variant=lambda frame: frame["variant"].fillna(""))
+scaling = pd.read_csv(given.scaling, dtype=SCALING.text()).assign(variant=lambda frame: frame["variant"].fillna(""))
 losses = waterfall.waterfall(runs)
 losses.to_csv(output.waterfall, index=False)
 found = verdicts.verdicts(runs, params.equivalence)

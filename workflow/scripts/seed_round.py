@@ -9,8 +9,8 @@ sys.stdout = sys.stderr = open(snakemake.log[0], "w", buffering=1)
 
 from scalebench.analysis import rounds
 from scalebench.analysis.collect import collect
-from scalebench.analysis.tables import KEYS
 from scalebench.files import write_text_atomic
+from scalebench.records.tables import KEYS
 
 params, number = snakemake.params, int(snakemake.wildcards.round)
 planned = json.loads(params.cells)  # every cell the study can run, with its settings

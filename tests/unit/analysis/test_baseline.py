@@ -11,7 +11,8 @@ import pytest
 from conftest import REPO
 from scalebench.analysis.baseline import BaselineError, compare, read_baseline, study_differences
 from scalebench.analysis.baseline_tables import baseline_problem
-from scalebench.analysis.tables import RUNS, runs_frame
+from scalebench.analysis.tables import runs_frame
+from scalebench.records.tables import RUNS
 
 VERSIONS = "python 3.11.7, torch 2.13.0, numpy 2.1.0"
 

@@ -11,6 +11,7 @@ from cell_records import cell, rank_rows, write_cell
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import completeness, summary_csv
 from scalebench.analysis import study as summary
+from scalebench.records.tables import INCOMPLETE
 from scalebench.rerun import Invocation
 from scalebench.timing import step_split
 
@@ -135,7 +136,7 @@ def test_rerun_commands_name_the_cell_and_force_only_where_outputs_exist(tmp_pat
         + " ".join(f"results/runs/torch/native/g1/s{s}/metrics.jsonl" for s in (1, 2, 3)),
     }
     assert list(collected.incomplete["status"]) == ["diverged", "failed", "missing", ""]
-    assert set(completeness.COLUMNS) == set(collected.incomplete.columns)
+    assert INCOMPLETE.names == list(collected.incomplete.columns)
     assert list(collected.provenance["config_hash"].fillna("")) == ["h1", "", ""]
 
 

@@ -9,13 +9,14 @@ import pandas as pd
 import pytest
 from scalebench.analysis import drift as analysis
 from scalebench.analysis.host_findings import drift_sentences
-from scalebench.analysis.ranks import COLUMNS, ranks_frame
+from scalebench.analysis.ranks import ranks_frame
 from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config import run_order
+from scalebench.records.tables import RANKS
 
 ORDER = {"seed": 7, "blocks": False}
 SEEDS = [1, 2, 3]
-NO_RANKS = ranks_frame(pd.DataFrame(columns=COLUMNS))
+NO_RANKS = ranks_frame(pd.DataFrame(columns=RANKS.names))
 
 
 def study(growth_per_hour: float = 0.0, noise: float = 0.01, hours: float = 10.0, seed: int = 0):

@@ -8,6 +8,7 @@ The studies are summary tables made by the real analysis without training (tests
 
 from __future__ import annotations
 
+import csv
 import math
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pandas as pd
 import pytest
 import ruptures
 from scalebench.analysis import change_points, gate, history, history_changes
+from scalebench.records.tables import CHANGES, HISTORY
 from study_tables import write_study
 
 pytestmark = pytest.mark.unit
@@ -82,6 +84,15 @@ def test_a_history_of_noise_only_shows_no_change_point(noise_only):
     assert efficiency.groupby(["backend", "gpus"]).size().tolist() == [STUDIES, STUDIES]
     assert (efficiency["low"] < efficiency["value"]).all() and (efficiency["value"] < efficiency["high"]).all()
     assert noise_only.changes.empty and set(series["level"]) == {1} and noise_only.notes == []
+
+
+def test_history_csv_and_changes_csv_are_written_as_defined(planted_drop, tmp_path):
+    for table, frame in ((HISTORY, planted_drop.series), (CHANGES, planted_drop.changes)):
+        frame.to_csv(tmp_path / table.name, index=False)
+        with open(tmp_path / table.name, newline="") as handle:
+            assert not table.header_problem(next(csv.reader(handle)))
+    written = pd.read_csv(tmp_path / HISTORY.name, dtype=HISTORY.text())
+    assert written["level"].dtype == "int64" and written["this_study"].dtype == bool
 
 
 def test_a_drop_planted_in_one_backend_is_found_at_its_study_with_the_planted_upgrade(planted_drop):
@@ -223,4 +234,6 @@ def test_the_history_figures_draw_the_studies_and_mark_the_change(planted_drop, 
     assert "torch horovod at 2 GPUs on H100: parallel efficiency of the training time changed from study 8" in said
     # nothing to draw: a placeholder that says so
     empty = history_figure(planted_drop.series.iloc[0:0], planted_drop.changes.iloc[0:0])
-    assert empty.data is None and "No study of the history has these figures yet." in str(empty.layers[0].geom.aes_params)
+    assert empty.data is None and "No study of the history has these figures yet." in str(
+        empty.layers[0].geom.aes_params
+    )

@@ -13,9 +13,9 @@ import pytest
 from conftest import REPO
 from scalebench.analysis import hosts as analysis
 from scalebench.analysis.host_findings import host_findings
-from scalebench.analysis.ranks import COLUMNS, ranks_frame
-from scalebench.analysis.tables import KEYS
+from scalebench.analysis.ranks import ranks_frame
 from scalebench.cell import OWN_SOURCE
+from scalebench.records.tables import KEYS, RANKS
 from scalebench.rerun import Invocation
 
 SLURM_PROFILE = str(REPO / "profiles" / "slurm")
@@ -73,7 +73,7 @@ def study(
                     }
                 )
         runs.append({"source": OWN_SOURCE, **keys, "status": "ok", "hosts": ",".join(sorted(set(pair)))})
-    return ranks_frame(pd.DataFrame(rows, columns=COLUMNS)), pd.DataFrame(runs)
+    return ranks_frame(pd.DataFrame(rows, columns=RANKS.names)), pd.DataFrame(runs)
 
 
 def row(table: pd.DataFrame, host: str, measure: str = "compute") -> pd.Series:

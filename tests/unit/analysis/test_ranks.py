@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 from cell_records import cell, rank_rows, without_split, write_cell
-from scalebench.analysis.ranks import COLUMNS, collect_ranks, read_ranks
+from scalebench.analysis.ranks import collect_ranks, read_ranks
 from scalebench.records.definitions import RANK
+from scalebench.records.tables import RANKS
 
 
 def test_each_rank_of_each_epoch_is_a_row_with_its_cell_and_cells_without_ranks_have_none(tmp_path):
@@ -22,7 +23,7 @@ def test_each_rank_of_each_epoch_is_a_row_with_its_cell_and_cells_without_ranks_
     without_split(write_cell(tmp_path, gpus=2, seed=2))  # recorded before the step split: no rows
     entries = [cell(gpus=2, variant="batch8"), cell(gpus=2, seed=2)]
     table = collect_ranks(tmp_path, entries)
-    assert list(table.columns) == COLUMNS and set(RANK.names) <= set(COLUMNS)  # every field of the rank record
+    assert list(table.columns) == RANKS.names and set(RANK.names) <= set(RANKS.names)  # every field of the rank record
     assert len(table) == 3 * 2 and set(table["seed"]) == {1}
     assert list(table["epoch"]) == [1, 1, 2, 2, 3, 3] and list(table["rank"]) == [0, 1] * 3
     assert list(table["unsteady"]) == [False, False, True, True, False, False]

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from scalebench.analysis import waterfall
 from scalebench.analysis.scaling import t_interval
+from scalebench.records.tables import WATERFALL
 from scalebench.timing.step_split import CRITICAL_PATH
 
 pytestmark = pytest.mark.unit
@@ -100,4 +101,4 @@ def test_cells_without_a_critical_path_are_left_out_with_the_reason():
 def test_a_study_of_one_gpu_count_has_no_waterfall():
     runs = pd.DataFrame([cell("native", 2, 1, (4.0, 0.0, 1.0, 0.2, 0.1)), cell("native", 2, 2, (4.1, 0, 1, 0.2, 0.1))])
     table = waterfall.waterfall(runs)
-    assert table.empty and list(table.columns) == waterfall.COLUMNS
+    assert table.empty and list(table.columns) == WATERFALL.names

@@ -20,6 +20,7 @@ from scalebench.config.freshness import Verdict
 from scalebench.config.prediction import EARLIER_STUDY, FORMULA, THIS_STUDY
 from scalebench.config.resources import runtime_minutes
 from scalebench.data.keys import prepared_key
+from scalebench.records.tables import BILL, SUBMITTED
 from test_plan import start
 
 
@@ -273,6 +274,7 @@ def test_a_start_writes_the_bill_says_it_in_one_line_and_keeps_what_a_run_starte
     monkeypatched = start("--cores", "2", declared_gpus=0)
     planning.plan_study(studied, monkeypatched, out=io.StringIO())
     rows = list(csv.DictReader(open(bills.BILL_FILE)))
+    assert BILL.header_problem(list(rows[0])) == ""  # records/tables.py's columns, in order
     assert [(r["gpus"], r["seed"], r["state"], r["source"]) for r in rows] == [
         ("1", "1", "finished", ""),
         ("1", "2", "to run", "this study"),
@@ -283,6 +285,7 @@ def test_a_start_writes_the_bill_says_it_in_one_line_and_keeps_what_a_run_starte
     assert float(rows[1]["gpu_hours"]) == pytest.approx((EPOCHS * 10.0 + OVERHEAD_S) / 3600, rel=1e-3)
     # what this run started with, kept; a dry run afterwards keeps it as it was
     kept = Path(bills.SUBMITTED_FILE).read_text()
+    assert SUBMITTED.header_problem(kept.splitlines()[0].split(",")) == ""
     assert [line.split(",")[3:5] for line in kept.splitlines()[1:]] == [["1", "2"], ["2", "1"], ["2", "2"]]
     out = io.StringIO()
     planning.plan_study(
@@ -407,6 +410,8 @@ def test_the_rounds_expected_cost_comes_from_the_first_seeds_scatter(schema, wor
     verdicts = {cell: Verdict("current") for cell in first} | {cell: Verdict("new") for cell in rounds}
     made = bills.make_bill(studied, verdicts, "local", rounds=rounds, outlook=round_outlook.chances)
     rows = made.rows([(cell, None) for cell in verdicts])
+    # every key a row holds is a column of bill.csv (round_chance_reason is not: the line says it)
+    assert {key for row in rows for key in row} - {"round_chance_reason"} <= set(BILL.names)
     chances = {(r["backend"], r["seed"]): r["round_chance"] for r in rows if r["state"] == bills.ROUND}
     assert chances == {(b, s): float(s in expected_seeds) for b in epochs for s in (3, 4)}
     said = bills.line(rows)

@@ -11,7 +11,7 @@ from scalebench import architecture
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import collectives
 from scalebench.analysis.scaling import scaling
-from scalebench.collective_table import TABLE
+from scalebench.records.tables import CELL_COLLECTIVES
 from scalebench.report import collective_figures
 from scalebench.report.saving import save_figure
 from scalebench.train.collectives import bandwidths, empty_row, write_table
@@ -33,7 +33,7 @@ def measured_table(folder, gpus: int, gradient: int, seconds_per_byte: float, de
         us = latency * 1e6
         rows.append(row | {"iterations": 3, "latency_us": us, "latency_min_us": us, "latency_max_us": us})
         rows[-1].update(algbw_gbps=algbw, busbw_gbps=busbw)
-    write_table(rows, folder / TABLE)
+    write_table(rows, folder / CELL_COLLECTIVES.name)
 
 
 # the epoch's growth per doubling of the GPUs: Horovod worse at width 1 (latency), better at width 4 (bandwidth)
@@ -101,7 +101,7 @@ def test_the_table_at_the_gradient_size_is_the_median_over_seeds(tmp_path):
 def test_a_cell_not_measured_at_the_gradient_size_says_why_in_the_table(tmp_path):
     folder = write_cell(tmp_path / "runs", gpus=2, run_extra={"nodes": 1})
     row = empty_row("all_reduce", 1945640, "gradient", 2, "horovod gloo", "not measured: the budget is spent")
-    write_table([row], folder / TABLE)
+    write_table([row], folder / CELL_COLLECTIVES.name)
     table = collectives.gather(tmp_path / "runs", [{"framework": "torch", "backend": "native", "gpus": 2, "seed": 1}])
     at = collectives.at_gradient(table)
     assert at["measured"].tolist() == [0] and pd.isna(at["busbw_gbps"].iloc[0])

@@ -23,7 +23,7 @@ from scalebench.analysis.ranks import collect_ranks
 from scalebench.analysis.scaling import scaling
 from scalebench.analysis.summary_csv import read_epochs, read_runs
 from scalebench.cell import Cell
-from scalebench.collective_table import TABLE
+from scalebench.records.tables import CELL_COLLECTIVES
 from scalebench.report import scaling_figures as plots
 from scalebench.report.figures import FIGURES, RULE_INPUTS, FigureInputs, figures_of
 from scalebench.report.predictions import picture_panel
@@ -122,7 +122,7 @@ def write_collectives(folder, gpus: int, sizes=(8, 1024, GRADIENT_BYTES, 2**20))
         row = empty_row("all_reduce", nbytes, label, gpus, "torch.distributed gloo", None)
         row.update(iterations=3, latency_us=latency * 1e6, latency_min_us=latency * 1e6, latency_max_us=latency * 1e6)
         rows.append(row | {"algbw_gbps": algbw, "busbw_gbps": busbw})
-    write_table(rows, folder / TABLE)
+    write_table(rows, folder / CELL_COLLECTIVES.name)
 
 
 def test_a_single_cell_study_renders_every_figure(tmp_path):

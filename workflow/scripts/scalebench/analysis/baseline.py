@@ -38,9 +38,10 @@ from scalebench.analysis.baseline_tables import KEY, missing_columns
 from scalebench.analysis.collect import flat_settings
 from scalebench.analysis.scaling import LEVEL, unpaired_speedup, usable
 from scalebench.analysis.summary_csv import TEXT
-from scalebench.analysis.tables import RUNS, runs_frame
+from scalebench.analysis.tables import runs_frame, table_frame
 from scalebench.cell import OWN_SOURCE
 from scalebench.distributions import t_quantile
+from scalebench.records.tables import BASELINE, RUNS
 
 CELL = ["framework", "backend", "variant", "gpus"]
 SERIES = ["framework", "backend", "variant"]
@@ -55,19 +56,6 @@ MEASURES = {
     "efficiency": ("train_time_s", ("higher", "lower")),
     "time_to_target": ("time_to_target_s", ("slower", "faster")),  # above 1: it took longer
 }
-COLUMNS = [
-    *CELL,
-    "present",
-    "cells_here",
-    "cells_baseline",
-    *[
-        f"{name}_{part}"
-        for name in MEASURES
-        for part in ("here", "baseline", "ratio", "ratio_lo", "ratio_hi", "change")
-    ],
-    "note",
-    "provenance_differences",
-]
 
 
 class BaselineError(ValueError):
@@ -268,7 +256,7 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, absent: list[str] | N
         row |= compare_cell(cells_here, cells_there, *in_series, int(key[3]), absent)
         row["provenance_differences"] = provenance_differences(cells_here, cells_there, absent)
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return table_frame(BASELINE, rows)
 
 
 def study_differences(current: pd.DataFrame, baseline: pd.DataFrame, absent: list[str] | None = None) -> str:

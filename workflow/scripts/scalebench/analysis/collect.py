@@ -16,22 +16,14 @@ import numpy as np
 import pandas as pd
 
 from scalebench import measures
-from scalebench.analysis.tables import (
-    EPOCHS,
-    JSON_COLUMNS,
-    KEYS,
-    PROVENANCE_COLUMNS,
-    RUNS,
-    SETTING_COLUMNS,
-    epochs_frame,
-    runs_frame,
-)
+from scalebench.analysis.tables import epochs_frame, runs_frame
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.cluster import stuck_jobs
 from scalebench.config import settings_changes
 from scalebench.measures import finite_number
 from scalebench.records import FINISHED_STATUSES, read_metrics, read_run, run_problem
 from scalebench.records.definitions import EPOCH, FINAL
+from scalebench.records.tables import EPOCHS, KEYS, PROVENANCE_TABLE, RUNS, SETTING_COLUMNS
 from scalebench.timing import cell_times, step_split
 
 
@@ -418,7 +410,7 @@ def differing_settings(settings: list[dict]) -> list[str]:
 def provenance(runs: pd.DataFrame) -> pd.DataFrame:
     """Per cell: where and with what it ran (the report's provenance table), and a
     training.<setting> column for each resolved training setting that differs between cells."""
-    table = runs[["source", *KEYS, "status", *PROVENANCE_COLUMNS]].drop(columns=list(JSON_COLUMNS))
+    table = runs[PROVENANCE_TABLE.names]
     settings = training_settings(runs)
     differing = {f"training.{key}": [cell.get(key) for cell in settings] for key in differing_settings(settings)}
     return pd.concat([table.reset_index(drop=True), pd.DataFrame(differing, dtype=object)], axis=1)

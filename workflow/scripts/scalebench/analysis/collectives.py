@@ -14,14 +14,10 @@ from pathlib import Path
 import pandas as pd
 
 from scalebench import records
-from scalebench.analysis.tables import KEYS, no_variant_as_empty
+from scalebench.analysis.tables import no_variant_as_empty
 from scalebench.cell import cell_path
-from scalebench.collective_table import COLUMNS, TABLE
+from scalebench.records.tables import CELL_COLLECTIVES, COLLECTIVES, KEYS
 
-# where a cell ran, from its run.json: a GPU or the CPU (Gloo over loopback), one node or several
-CELL_COLUMNS = ["nodes", "device", "model_width", "gradient_bytes"]
-SUMMARY_COLUMNS = [*KEYS, *CELL_COLUMNS, *COLUMNS]
-NUMBERS = ["latency_us", "latency_min_us", "latency_max_us", "algbw_gbps", "busbw_gbps"]
 # the reduction a step's gradients go through: an all-reduce, or DataParallel's reduce onto its first GPU
 GRADIENT_OPS = ("all_reduce", "reduce")
 AT_GRADIENT_COLUMNS = [
@@ -44,7 +40,8 @@ AT_GRADIENT_COLUMNS = [
 
 
 def cell_facts(folder: Path) -> dict:
-    """CELL_COLUMNS of a cell from its run.json (empty where it has none that can be read)."""
+    """Where a cell ran, from its run.json (records/tables.py COLLECTIVE_CELL: a GPU or the CPU, one node or
+    several), empty where it has none that can be read."""
     try:
         run = json.loads((folder / "run.json").read_text())
     except (OSError, ValueError):
@@ -66,19 +63,19 @@ def gather(runs_root: str | Path, cells: list[dict]) -> pd.DataFrame:
     for entry in cells:
         keys = {key: entry.get(key, "") for key in KEYS}
         folder = Path(runs_root) / cell_path(**keys)
-        if not (folder / TABLE).exists():
+        if not (folder / CELL_COLLECTIVES.name).exists():
             continue
-        rows = pd.read_csv(folder / TABLE, dtype={"reason": str, "library": str})
+        rows = pd.read_csv(folder / CELL_COLLECTIVES.name, dtype=CELL_COLLECTIVES.text())
         frames.append(rows.assign(**keys, **cell_facts(folder)))
-    return typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=SUMMARY_COLUMNS))
+    return typed(pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLLECTIVES.names))
 
 
 def typed(frame: pd.DataFrame) -> pd.DataFrame:
-    frame = frame.reindex(columns=SUMMARY_COLUMNS)
+    frame = frame.reindex(columns=COLLECTIVES.names)
     frame["variant"] = no_variant_as_empty(frame["variant"])
-    for column in ("gpus", "seed", "nodes", "model_width", "gradient_bytes", "bytes", "ranks", "iterations"):
+    for column in COLLECTIVES.of_type("int"):
         frame[column] = pd.to_numeric(frame[column]).astype("Int64")
-    for column in NUMBERS:
+    for column in COLLECTIVES.of_type("float"):
         frame[column] = pd.to_numeric(frame[column])
     frame["reason"] = frame["reason"].fillna("")
     return frame.sort_values([*KEYS, "op", "bytes"], kind="stable").reset_index(drop=True)
@@ -87,9 +84,9 @@ def typed(frame: pd.DataFrame) -> pd.DataFrame:
 def read(path: str | Path) -> pd.DataFrame:
     """results/summary/collectives.csv back, typed."""
     try:
-        frame = pd.read_csv(path, dtype={"variant": str, "reason": str, "library": str, "device": str})
+        frame = pd.read_csv(path, dtype=COLLECTIVES.text())
     except pd.errors.EmptyDataError:
-        frame = pd.DataFrame(columns=SUMMARY_COLUMNS)
+        frame = pd.DataFrame(columns=COLLECTIVES.names)
     return typed(frame)
 
 

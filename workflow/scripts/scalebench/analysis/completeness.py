@@ -7,11 +7,12 @@ import pandas as pd
 
 from scalebench.analysis.legacy import Skipped
 from scalebench.analysis.submissions import NEVER_STARTED
+from scalebench.analysis.tables import table_frame
 from scalebench.cell import OWN_SOURCE, RUNS_ROOT, cell_path
 from scalebench.config import LeftOut
+from scalebench.records.tables import INCOMPLETE
 from scalebench.rerun import Invocation
 
-COLUMNS = ["item", "status", "reason", "rerun"]
 ALL_ITEM = "all of the above"
 LEFT_OUT = "left out"
 
@@ -51,4 +52,4 @@ def incomplete(
         rows.append({"item": skip.path, "status": "skipped (legacy import)", "reason": skip.reason, "rerun": ""})
     for entry in (LeftOut(**{**fields, "gpus": tuple(fields["gpus"])}) for fields in left_out):
         rows.append({"item": entry.item, "status": LEFT_OUT, "reason": entry.reason, "rerun": ""})
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return table_frame(INCOMPLETE, rows)

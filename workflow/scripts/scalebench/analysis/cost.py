@@ -17,18 +17,20 @@ import math
 
 import pandas as pd
 
-from scalebench.analysis.tables import COST, KEYS
 from scalebench.cell import OWN_SOURCE
 from scalebench.config.bill import ROUND
+from scalebench.records.tables import COST, KEYS, SUBMITTED
 
 FORMULA = "formula"  # config/prediction.py's source of the cluster.time formula
+# what cost.csv takes from submitted.csv: the bill's source (as predicted_from) and the columns it copies
+PREDICTION = [*KEYS, "source", *COST.copied()]
 
 
 def read_submitted(path: str | None) -> pd.DataFrame:
     """results/plan/submitted.csv (empty where the study kept none: a version before the bill, or dry runs only)."""
     if path is None:
-        return pd.DataFrame(columns=[*KEYS, "source", "method", "time_limit_min", "predicted_s", "low_s", "high_s"])
-    frame = pd.read_csv(path, dtype={"variant": str, "source": str, "method": str, "note": str})
+        return pd.DataFrame(columns=SUBMITTED.names)
+    frame = pd.read_csv(path, dtype=SUBMITTED.text())
     frame["variant"] = frame["variant"].fillna("")
     return frame
 
@@ -40,7 +42,7 @@ def cost(runs: pd.DataFrame, submitted: pd.DataFrame) -> pd.DataFrame:
     for key in ("gpus", "seed"):
         own[key] = own[key].astype(int)
         submitted[key] = submitted[key].astype(int)
-    kept = submitted[[*KEYS, "source", "method", "time_limit_min", "predicted_s", "low_s", "high_s"]]
+    kept = submitted[PREDICTION]
     kept = kept.rename(columns={"source": "predicted_from"})
     table = own.merge(kept, on=KEYS, how="left")
     gpus = table["gpus"].astype(float)

@@ -24,10 +24,11 @@ import numpy as np
 import pandas as pd
 
 from scalebench.analysis.hosts import LEVEL, MATERIAL, difference, left_out, percent
-from scalebench.analysis.tables import KEYS
+from scalebench.analysis.tables import table_frame
 from scalebench.cell import OWN_SOURCE, Cell
 from scalebench.config import run_order
 from scalebench.distributions import t_quantile
+from scalebench.records.tables import DRIFT, KEYS, ORDER
 
 CONFIGURATION = ["framework", "backend", "variant", "gpus"]  # a cell without its seed
 MIN_DOF = 2  # a line with fewer degrees of freedom left gives no interval worth reading
@@ -40,20 +41,6 @@ MEASURES = {
     "data wait": ("data_wait_median_s", "residual_data_wait", "longer", "shorter"),
 }
 RESIDUALS = {measure: residual for measure, (_, residual, *_) in MEASURES.items()}
-ORDER_COLUMNS = [
-    *KEYS,
-    "status",
-    "block",  # order.blocks: the cell's block (its seed's place in matrix.seeds); empty without blocks
-    "run_order",  # its place in the drawn order, from 1 (empty with order.seed null: Snakemake's own order)
-    "start",  # when rank 0 started (run.json, UTC)
-    "start_order",  # its place among the cells' starts, from 1
-    "hours",  # hours from the study's first start
-    "slurm_job_id",
-    "hosts",
-    "host_analysis",  # why the cell is not in the host comparison ('' where it is)
-    *RESIDUALS.values(),
-]
-DRIFT_COLUMNS = ["measure", "change", "low", "high", "cells", "hours", "verdict"]
 
 
 def drawn_places(cells: list[dict], order: dict, seeds: list[int]) -> dict[tuple, int]:
@@ -84,7 +71,7 @@ def residuals(runs: pd.DataFrame) -> pd.DataFrame:
 def order_table(
     runs: pd.DataFrame, ranks: pd.DataFrame, cells: list[dict], order: dict, seeds: list[int]
 ) -> pd.DataFrame:
-    """order.csv (ORDER_COLUMNS), in the order the cells started (those that never did last)."""
+    """order.csv (records/tables.py ORDER), in the order the cells started (those that never did last)."""
     own = runs[runs["source"] == OWN_SOURCE].reset_index(drop=True)
     places = drawn_places(cells, order, seeds)
     keys = [tuple(row[k] for k in KEYS) for _, row in own.iterrows()]
@@ -103,7 +90,7 @@ def order_table(
     table["start_order"] = pd.Series(range(1, len(started) + 1), index=started, dtype="Int64").reindex(table.index)
     table["host_analysis"] = left_out(own, ranks)
     table = pd.concat([table, residuals(own)], axis=1)
-    return table.loc[by_start.index, ORDER_COLUMNS].reset_index(drop=True)
+    return table.loc[by_start.index, ORDER.names].reset_index(drop=True)
 
 
 def drift_table(order: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -111,7 +98,7 @@ def drift_table(order: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     fits = {measure: residual_rows(order, measure) for measure in MEASURES}
     tested = sum(1 for used in fits.values() if dof(used) >= MIN_DOF and used["hours"].nunique() > 1)
     rows = [drift_row(measure, used, max(tested, 1), typical_share(measure, runs)) for measure, used in fits.items()]
-    return pd.DataFrame(rows, columns=DRIFT_COLUMNS)
+    return table_frame(DRIFT, rows)
 
 
 def residual_rows(order: pd.DataFrame, measure: str) -> pd.DataFrame:
@@ -196,12 +183,11 @@ def drift_row(measure: str, used: pd.DataFrame, tested: int, share: float) -> di
 
 def read_order(path) -> pd.DataFrame:
     """order.csv as written ('' for no variant, job ids and hosts as text)."""
-    text = {"framework": str, "backend": str, "variant": str, "status": str, "start": str}
-    frame = pd.read_csv(path, dtype={**text, "slurm_job_id": str, "hosts": str, "host_analysis": str})
+    frame = pd.read_csv(path, dtype=ORDER.text())
     frame["variant"] = frame["variant"].fillna("")
     frame["host_analysis"] = frame["host_analysis"].fillna("")
     return frame
 
 
 def read_drift(path) -> pd.DataFrame:
-    return pd.read_csv(path, dtype={"measure": str, "verdict": str})
+    return pd.read_csv(path, dtype=DRIFT.text())

@@ -11,8 +11,8 @@ and each change is given its size, its interval, its p-value and what changed be
 studies on either side of it (baseline.provenance_differences: library versions, driver and NCCL
 as the ranks loaded them, devices, nodes, config hash, training settings).
 
-Written (rule analyse_history): results/summary/history.csv, one row per study and series
-(HISTORY_COLUMNS), and results/summary/changes.csv, one row per change point (CHANGE_COLUMNS).
+Written (rule analyse_history): results/summary/history.csv, one row per study and series, and
+results/summary/changes.csv, one row per change point (records/tables.py: HISTORY, CHANGES).
 An entry whose tables this version cannot read is skipped with the reason, and a figure an older
 entry's tables lack is left out of that study's values, said in `History.notes`.
 """
@@ -29,8 +29,10 @@ import pandas as pd
 from scalebench.analysis import baseline, change_points, history
 from scalebench.analysis.baseline_tables import missing_columns
 from scalebench.analysis.scaling import t_interval, usable
+from scalebench.analysis.tables import table_frame
 from scalebench.analysis.waterfall import LABELS, PARTS
 from scalebench.analysis.waterfall import read as read_waterfall
+from scalebench.records.tables import CHANGES, HISTORY, HISTORY_SERIES
 
 CELL = list(baseline.CELL)
 # figure -> (what the report calls it, its unit, whether higher is better); the waterfall's terms
@@ -43,26 +45,7 @@ FIGURES = {
     "busbw_gbps": ("bus bandwidth at the gradient size", "GB/s", True),
     **{f"waterfall_{term}": (f"loss waterfall: {LABELS[term]}", "s", False) for term in PARTS},
 }
-SERIES = ["site", "config_hash", *CELL, "figure"]
-HISTORY_COLUMNS = ["study", "position", "start", "this_study", *SERIES, "value", "low", "high", "n", "level"]
-CHANGE_COLUMNS = [
-    *SERIES,
-    "study",
-    "study_start",
-    "position",
-    "studies_before",
-    "studies_after",
-    "mean_before",
-    "mean_after",
-    "size",
-    "size_lo",
-    "size_hi",
-    "size_as",
-    "direction",
-    "p_value",
-    "alpha",
-    "provenance_changes",
-]
+SERIES = [column.name for column in HISTORY_SERIES]
 
 
 @dataclass(frozen=True)
@@ -93,7 +76,7 @@ def analyse(history_folder: Path, summary: Path, alpha: float) -> History:
     series = series_table(studies)
     changes, levels = changes_table(series, studies, alpha)
     series["level"] = levels
-    return History(studies, series.reindex(columns=HISTORY_COLUMNS), changes, alpha, notes)
+    return History(studies, series, changes, alpha, notes)
 
 
 def read_studies(history_folder: Path, summary: Path) -> tuple[list[Study], list[str]]:
@@ -134,7 +117,7 @@ def read_study(entry: history.Entry, this: bool) -> tuple[Study | None, str]:
 
 
 def series_table(studies: list[Study]) -> pd.DataFrame:
-    """One row per study, cell key and figure with a value (HISTORY_COLUMNS but `level`)."""
+    """One row per study, cell key and figure with a value (history.csv's rows, `level` still empty)."""
     rows = []
     for position, study in enumerate(studies, start=1):
         head = {
@@ -151,7 +134,7 @@ def series_table(studies: list[Study]) -> pd.DataFrame:
                     rows.append(
                         head | where | keys | {"figure": figure, "value": value, "low": low, "high": high, "n": n}
                     )
-    return pd.DataFrame(rows, columns=HISTORY_COLUMNS[:-1])
+    return table_frame(HISTORY, rows)
 
 
 def joined(cells: pd.DataFrame, column: str) -> str:
@@ -204,7 +187,7 @@ def changes_table(series: pd.DataFrame, studies: list[Study], alpha: float) -> t
         for change in change_points.find(values["value"].to_numpy(float), alpha, additive):
             levels[values.index[change.index :]] += 1
             rows.append(change_row(dict(zip(SERIES, key, strict=True)), values, change, studies, alpha))
-    return pd.DataFrame(rows, columns=CHANGE_COLUMNS), levels.tolist()
+    return table_frame(CHANGES, rows), levels.tolist()
 
 
 def change_row(

@@ -34,9 +34,10 @@ import numpy as np
 import pandas as pd
 
 from scalebench.analysis.completeness import cell_target
-from scalebench.analysis.tables import KEYS
+from scalebench.analysis.tables import table_frame
 from scalebench.cell import OWN_SOURCE
 from scalebench.distributions import t_quantile
+from scalebench.records.tables import HOSTS, KEYS
 from scalebench.rerun import Invocation
 
 LEVEL = 0.95
@@ -49,19 +50,6 @@ MEASURES = {
     "exposed communication": ("comm_exposed_s", "longer", "shorter", False),
     "data wait": ("data_wait_s", "longer", "shorter", True),
 }
-COLUMNS = [
-    "host",
-    "measure",
-    "ratio",  # the host's ranks over the other hosts' ranks of the same cells and epochs (geometric mean over cells)
-    "low",
-    "high",
-    "cells",  # cells in which the host's ranks were compared with another host's
-    "rank_epochs",
-    "excess_share",  # the host's excess seconds in the measure over the others' epoch time, mean over cells
-    "verdict",
-    "slow_node",  # compute or data wait slower beyond the interval, by at least 1% of an epoch
-    "rerun",  # for a slow node: the command that reruns the cells it ran, on other nodes (cluster.exclude)
-]
 ONE_HOST = "one host: nothing to compare"
 SINGLE_HOST_CELL = "its ranks ran on one host: nothing to compare within the cell"
 
@@ -201,16 +189,16 @@ def verdict(measure: str, found: Pooled) -> tuple[str, bool]:
 def host_table(
     ranks: pd.DataFrame, runs: pd.DataFrame, invocation: Invocation, exclude: list[str] = ()
 ) -> pd.DataFrame:
-    """hosts.csv: every host that ran ranks of a cell with status ok, per measure (COLUMNS).
+    """hosts.csv: every host that ran ranks of a cell with status ok, per measure (records/tables.py HOSTS).
 
     `exclude`: the study's cluster.exclude, kept in the rerun command beside the slow nodes."""
     ok_cells = own_ok(runs)
     hosts = sorted(set(ranks.merge(ok_cells[KEYS], on=KEYS)["host"].dropna()))
     if not hosts:
-        return pd.DataFrame(columns=COLUMNS)
+        return table_frame(HOSTS, [])
     if len(hosts) == 1:
         rows = [{"host": hosts[0], "measure": m, "verdict": ONE_HOST, "slow_node": False} for m in MEASURES]
-        return pd.DataFrame(rows, columns=COLUMNS)
+        return table_frame(HOSTS, rows)
     per_cell = cell_comparisons(ranks, ok_cells)
     rows = []
     for measure in MEASURES:
@@ -226,7 +214,7 @@ def host_table(
             found = pooled(mine, compared)
             words, slow = verdict(measure, found)
             rows.append({"host": host, "measure": measure, **found.__dict__, "verdict": words, "slow_node": slow})
-    table = pd.DataFrame(rows, columns=COLUMNS)
+    table = table_frame(HOSTS, rows)
     table["rerun"] = rerun_without(table, runs, invocation, exclude)
     return table
 
@@ -275,6 +263,6 @@ def left_out(runs: pd.DataFrame, ranks: pd.DataFrame) -> pd.Series:
 
 def read_hosts(path) -> pd.DataFrame:
     """hosts.csv as written (a host named 007 stays text)."""
-    frame = pd.read_csv(path, dtype={"host": str, "measure": str, "verdict": str, "rerun": str})
+    frame = pd.read_csv(path, dtype=HOSTS.text())
     frame["slow_node"] = frame["slow_node"].astype(bool)
     return frame

@@ -3,7 +3,7 @@
 Each epoch record holds every rank's own step split (records/definitions.py RANK, written by
 train/step_timing.py). Here they become a table with the cell's keys, when the cell started and
 its SLURM job, so that analyses across cells (slow hosts and drift: analysis/hosts.py; the loss
-waterfall) read ranks without opening every cell's metrics.jsonl. docs/report.md defines the columns.
+waterfall) read ranks without opening every cell's metrics.jsonl. records/tables.py defines the columns (RANKS).
 
 Cells whose epoch records have no per-rank rows (recorded before the step split, with
 training.step_split off, imported legacy logs) have no rows here; runs.csv's step_split_reason
@@ -19,21 +19,21 @@ import numpy as np
 import pandas as pd
 
 from scalebench import measures
-from scalebench.analysis.tables import KEYS, no_variant_as_empty
+from scalebench.analysis.tables import no_variant_as_empty
 from scalebench.cell import cell_path
 from scalebench.records import read_metrics, read_run
-from scalebench.records.definitions import EPOCH, RANK
+from scalebench.records.definitions import EPOCH
+from scalebench.records.tables import KEYS, RANK_FIGURES, RANKS, names
 
-# the rank's figures, as RANK defines them (all but its number and host)
-RANK_VALUES = [name for name in RANK.names if name not in ("rank", "host")]
-COLUMNS = [*KEYS, "start", "slurm_job_id", "epoch", "unsteady", "node_set", "rank", "host", *RANK_VALUES]
+# the rank's figures, as the rank record defines them (all but its number and host)
+RANK_VALUES = names(RANK_FIGURES)
 
 
 def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
     """The rows of one cell folder: every rank of every epoch record that has per-rank rows."""
     metrics = folder / "metrics.jsonl"
     if not metrics.exists():
-        return pd.DataFrame(columns=COLUMNS)
+        return pd.DataFrame(columns=RANKS.names)
     run = {}
     if (folder / "run.json").exists():
         try:
@@ -47,7 +47,7 @@ def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
             continue
         record = EPOCH.read(line)
         records.append(record)
-        # the ranks' names are RANK's own (COLUMNS): read in bulk, a million rank-epochs in seconds
+        # the ranks' names are RANK's own (RANKS): read in bulk, a million rank-epochs in seconds
         epochs.append((record.get("epoch"), len(line["ranks"])))
         profiled.append(measures.unsteady(record))
         ranks += line["ranks"]
@@ -63,12 +63,12 @@ def cell_ranks(folder: Path, keys: dict) -> pd.DataFrame:
     cell = {**keys, "start": run.get("start"), "slurm_job_id": (run.get("slurm") or {}).get("job_id")}
     for position, name in enumerate([*KEYS, "start", "slurm_job_id"]):
         frame.insert(position, name, cell[name])
-    return frame[COLUMNS]
+    return frame[RANKS.names]
 
 
 def collect_ranks(runs_root: str | Path, cells: list[dict]) -> pd.DataFrame:
     """ranks.csv of the study's cells (`cells`: each cell's keys, as collect_runs gets them)."""
-    frames = [pd.DataFrame(columns=COLUMNS)]
+    frames = [pd.DataFrame(columns=RANKS.names)]
     for entry in cells:
         keys = {name: entry.get(name, "") for name in KEYS}
         frames.append(cell_ranks(Path(runs_root) / cell_path(**keys), keys))
@@ -77,7 +77,7 @@ def collect_ranks(runs_root: str | Path, cells: list[dict]) -> pd.DataFrame:
 
 def ranks_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """ranks.csv's types: the cell's keys as runs.csv has them ('' for no variant), hosts and job ids as text."""
-    frame = frame.reindex(columns=COLUMNS)
+    frame = frame.reindex(columns=RANKS.names)
     frame["variant"] = no_variant_as_empty(frame["variant"])
     for column in ("gpus", "seed", "epoch", "node_set", "rank"):
         frame[column] = frame[column].astype("Int64")
@@ -86,8 +86,7 @@ def ranks_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_ranks(path: str | Path) -> pd.DataFrame:
-    text = {"framework": str, "backend": str, "variant": str, "host": str, "slurm_job_id": str, "start": str}
     try:
-        return ranks_frame(pd.read_csv(path, dtype=text))
+        return ranks_frame(pd.read_csv(path, dtype=RANKS.text()))
     except pd.errors.EmptyDataError:
-        return ranks_frame(pd.DataFrame(columns=COLUMNS))
+        return ranks_frame(pd.DataFrame(columns=RANKS.names))

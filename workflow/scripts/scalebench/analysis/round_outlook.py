@@ -14,11 +14,11 @@ from collections.abc import Iterable, Mapping
 
 from scalebench.analysis.collect import collect
 from scalebench.analysis.rounds import expected_adds
-from scalebench.analysis.tables import KEYS
 from scalebench.cell import RUNS_ROOT, Cell
 from scalebench.config.cell_settings import train_settings
 from scalebench.config.seeds import Rules
 from scalebench.data.keys import prepared_key
+from scalebench.records.tables import KEYS
 
 UNMEASURED = "the first seeds have not all finished: no scatter measured to expect from"
 

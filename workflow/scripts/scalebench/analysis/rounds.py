@@ -34,11 +34,12 @@ import pandas as pd
 
 from scalebench.analysis.comparisons import answer_rows, sides
 from scalebench.analysis.scaling import LEVEL
-from scalebench.analysis.tables import KEYS, ROUNDS
+from scalebench.analysis.tables import table_frame
 from scalebench.analysis.verdicts import KINDS, compared_cells, verdicts
 from scalebench.cell import OWN_SOURCE, cell_path
 from scalebench.config.seeds import Rules
 from scalebench.distributions import t_quantile, welch_dof
+from scalebench.records.tables import KEYS, ROUNDS
 
 # a comparison across rounds: the same pair whichever side is the faster
 PAIR = ["kind", "compared", "framework", "backend", "variant", "gpus"]
@@ -370,7 +371,7 @@ def annotate(table: pd.DataFrame, rounds: list[Round]) -> pd.DataFrame:
 
 
 def round_table(rounds: list[Round], runs: pd.DataFrame) -> pd.DataFrame:
-    """results/summary/rounds.csv: one row per round (analysis/tables.py: ROUNDS)."""
+    """results/summary/rounds.csv: one row per round (records/tables.py: ROUNDS)."""
     rows = []
     for found in rounds:
         states = found.comparisons["state"]
@@ -389,4 +390,4 @@ def round_table(rounds: list[Round], runs: pd.DataFrame) -> pd.DataFrame:
                 "stopped": found.stopped,
             }
         )
-    return pd.DataFrame(rows, columns=ROUNDS.names)
+    return table_frame(ROUNDS, rows)

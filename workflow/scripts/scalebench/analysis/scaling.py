@@ -45,15 +45,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from scalebench.analysis.tables import table_frame
 from scalebench.distributions import t_quantile
-from scalebench.timing.scaling_model import (
-    GROUP,
-    MODEL_COLUMNS,
-    backtest,
-    fit_series,
-    row_columns,
-    series_columns,
-)
+from scalebench.records.tables import SCALING
+from scalebench.timing.scaling_model import GROUP, backtest, fit_series, row_columns, series_columns
 
 METRICS = {"train_time_s": "train_time", "steady_epoch_s": "epoch_time", "time_to_target_s": "time_to_target"}
 # Every usable cell has these; a cell may lack the others (a target never reached) and still count.
@@ -191,28 +186,7 @@ def scaling(runs: pd.DataFrame, per_node: int | None = None) -> pd.DataFrame:
             row.update(iou_mean=iou[0], iou_lo=iou[1], iou_hi=iou[2])
             row["images_per_s_per_gpu_mean"] = used["images_per_s_per_gpu"].mean() if len(used) else math.nan
             rows.append(row | model_series | row_columns(model, int(gpus)))
-    return pd.DataFrame(rows, columns=scaling_columns())
-
-
-def scaling_columns() -> list[str]:
-    columns = [
-        *GROUP,
-        "gpus",
-        "base_gpus",
-        "cells",
-        "used",
-        "excluded",
-        "excluded_status",
-        "interval",
-        "work_ratio",  # images per epoch here over the base's: 1 unless training.steps_per_epoch fixes the steps
-    ]
-    for name in METRICS.values():
-        if name in PARTIAL:
-            columns += [f"{name}_used", f"{name}_interval"]
-        columns.append(f"{name}_mean_s")
-        for kind in ("speedup", "efficiency"):
-            columns += [f"{kind}_{name}", f"{kind}_{name}_lo", f"{kind}_{name}_hi"]
-    return columns + ["iou_mean", "iou_lo", "iou_hi", "images_per_s_per_gpu_mean", *MODEL_COLUMNS]
+    return table_frame(SCALING, rows)
 
 
 def interval_summary(table: pd.DataFrame, name: str = "train_time") -> str:

@@ -11,6 +11,7 @@ import pandas as pd
 from scalebench.analysis import collect as analysis
 from scalebench.analysis import completeness, legacy, rounds, tables
 from scalebench.cell import OWN_SOURCE
+from scalebench.records.tables import KEYS
 from scalebench.rerun import Invocation
 
 
@@ -62,10 +63,10 @@ def added_by_rounds(
 ) -> tuple[list[dict], pd.DataFrame, pd.DataFrame]:
     """The entries, runs rows and epoch rows of the cells the rounds read: the first seeds and those the
     rounds added; a cell a round could have added but did not (an earlier study's, on disk) is left out."""
-    keys = lambda frame: list(zip(*(frame[name] for name in tables.KEYS), strict=True))  # noqa: E731
+    keys = lambda frame: list(zip(*(frame[name] for name in KEYS), strict=True))  # noqa: E731
     possible = set(keys(runs))
     study = rounds.study_keys(rounds.replay(runs, rules, possible))
-    entry_key = lambda entry: tuple(entry.get(name, "") for name in tables.KEYS)  # noqa: E731
+    entry_key = lambda entry: tuple(entry.get(name, "") for name in KEYS)  # noqa: E731
     kept = [key in study for key in keys(runs)]
     return (
         [entry for entry in cells if entry_key(entry) in study],

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from scalebench.analysis.tables import EPOCHS, RUNS, epochs_frame, runs_frame
+from scalebench.analysis.tables import epochs_frame, runs_frame
+from scalebench.records.tables import EPOCHS, RUNS
 
 # the text columns of both tables, read back as written ("0" is an id, not a number)
 TEXT = {**RUNS.text(), **EPOCHS.text()}

@@ -43,8 +43,9 @@ import numpy as np
 import pandas as pd
 
 from scalebench.analysis.scaling import LEVEL, usable
-from scalebench.analysis.tables import VERDICTS
+from scalebench.analysis.tables import table_frame
 from scalebench.distributions import welch
+from scalebench.records.tables import VERDICTS
 
 ALPHA = 0.05
 EQUIVALENCE = 0.02  # verdicts.equivalence's default
@@ -224,7 +225,7 @@ def verdicts(runs: pd.DataFrame, equivalence: float = EQUIVALENCE) -> pd.DataFra
         keys["gpus"] = int(gpus)
         if cells["framework"].nunique() > 1:
             rows += speed_pairs(kind, cells, "frameworks", keys)
-    table = pd.DataFrame(rows, columns=VERDICTS.names)
+    table = table_frame(VERDICTS, rows)
     # each study's claims corrected over its own comparisons (an imported study is another study)
     table["p_holm"] = table.groupby("source")["p"].transform(holm) if len(table) else table["p"]
     table["verdict"] = table["verdict"].astype(object)
@@ -240,20 +241,7 @@ def verdicts(runs: pd.DataFrame, equivalence: float = EQUIVALENCE) -> pd.DataFra
 
 def read(path) -> pd.DataFrame:
     """verdicts.csv back, typed."""
-    names = (
-        "kind",
-        "compared",
-        "source",
-        "framework",
-        "backend",
-        "variant",
-        "a",
-        "b",
-        "verdict",
-        "state",
-        "open_reason",
-    )
-    frame = pd.read_csv(path, dtype=dict.fromkeys(names, str))
+    frame = pd.read_csv(path, dtype=VERDICTS.text())
     frame = frame.reindex(columns=VERDICTS.names)
     for name in ("framework", "backend", "variant"):
         frame[name] = frame[name].fillna("")

@@ -30,6 +30,8 @@ import math
 import pandas as pd
 
 from scalebench.analysis.scaling import GROUP, base_gpus_of, ideal_factor, t_interval, usable
+from scalebench.analysis.tables import table_frame
+from scalebench.records.tables import WATERFALL
 from scalebench.timing.step_split import CRITICAL_PATH
 
 # term: the critical path's part (runs.csv) it is the growth of
@@ -44,7 +46,6 @@ LABELS = {
     "rest": "rest",
     "measured": "measured",
 }
-COLUMNS = [*GROUP, "gpus", "base_gpus", "term", "seconds", "share", "low", "high", "seeds", "reason"]
 NO_SPLIT = "no per-rank step split (recorded before the step split, an imported log, or training.step_split off)"
 
 
@@ -69,7 +70,7 @@ def waterfall(runs: pd.DataFrame) -> pd.DataFrame:
                 left_out = len(cells) - len(split)
                 note = f"{left_out} of {len(cells)} cells left out: {NO_SPLIT}" if left_out else ""
                 rows += count_rows(keys, split, base_split, ideal_factor(split, base_split, int(gpus), base_gpus), note)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return table_frame(WATERFALL, rows)
 
 
 def empty_rows(keys: dict, reason: str) -> list[dict]:
@@ -106,10 +107,10 @@ def count_rows(keys: dict, cells: pd.DataFrame, base: pd.DataFrame, factor: floa
 
 def read(path) -> pd.DataFrame:
     """waterfall.csv back, typed (an empty study writes only its header)."""
-    frame = pd.read_csv(path, dtype={"variant": str, "reason": str, "term": str, "source": str})
+    frame = pd.read_csv(path, dtype=WATERFALL.text())
     frame["variant"] = frame["variant"].fillna("")
     frame["reason"] = frame["reason"].fillna("")
-    return frame.reindex(columns=COLUMNS)
+    return frame.reindex(columns=WATERFALL.names)
 
 
 def terms_of(table: pd.DataFrame) -> pd.DataFrame:

@@ -36,29 +36,15 @@ from scalebench.config.prediction import EARLIER_STUDY, FORMULA, THIS_STUDY, Est
 from scalebench.config.resources import ranks_per_node_limit, runtime_minutes, task_layout
 from scalebench.data.keys import prepared_key
 from scalebench.files import write_text_atomic
+from scalebench.records.tables import BILL, KEYS
 from scalebench.timing import cell_times
 
 BILL_FILE = "results/plan/bill.csv"
 SUBMITTED_FILE = "results/plan/submitted.csv"
 FINISHED, TO_RUN, HELD, LEFT_OUT = "finished", "to run", "held by a live job", "left out"
 ROUND = "a round's, if open"  # matrix.seeds {initial, max}: a cell only a round adds, where a comparison stays open
-KEYS = ["framework", "backend", "variant", "gpus", "seed"]
 # (config, first cells, a round's cells, finished cells) -> each round cell's chance, or why none is known
 Outlook = Callable[[dict, list[Cell], list[Cell], set[Cell]], Mapping[Cell, float] | str]
-COLUMNS = [
-    *KEYS,
-    "nodes",
-    "state",
-    "predicted_s",  # the cell's job wall: start-up plus its epochs (config/prediction.py)
-    "low_s",  # its 95% interval (empty where not known: one measurement, the formula)
-    "high_s",
-    "gpu_hours",  # gpus x predicted_s
-    "round_chance",  # a round's cell: the chance a round adds it, from the first seeds' scatter (empty: not measured yet): what the cell's allocation will hold
-    "time_limit_min",  # what its job asks SLURM for at its first attempt
-    "source",  # this study, earlier study, formula (config/prediction.py)
-    "method",
-    "note",
-]
 MAX_KEY = "budget.max_gpu_hours"
 
 
@@ -106,7 +92,8 @@ class Bill:
         return max(measured, formula) if estimate.lower_bound else measured
 
     def rows(self, reasons: Iterable[tuple[Cell, str | None]]) -> list[dict]:
-        """bill.csv: a row per cell of `reasons` (each cell with why it does not run, None where it runs)."""
+        """bill.csv: a row per cell of `reasons` (each cell with why it does not run, None where it runs),
+        in records/tables.py BILL's columns (and round_chance_reason, not a column: the line says it)."""
         found = []
         for cell, reason in reasons:
             row = {**cell.key(), "nodes": self.nodes.get(cell), "state": LEFT_OUT if reason else self.state(cell)}
@@ -359,7 +346,7 @@ def rounds_part(rows: list[dict]) -> str:
 
 def csv_text(rows: list[dict]) -> str:
     handle = io.StringIO()
-    writer = csv.DictWriter(handle, COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer = csv.DictWriter(handle, BILL.names, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
         writer.writerow({key: _cell_text(value) for key, value in row.items()})

@@ -1,9 +1,14 @@
-"""How a record is defined: its fields (type, unit, meaning, when it may be empty and what says
-why), and a reader that refuses a name the definition does not hold.
+"""How a written file is defined, one machinery for all of them: a record (run.json, a line of
+metrics.jsonl: records/definitions.py) or a table (a CSV the analysis or the planner writes, one row
+per cell, epoch, round, ...: records/tables.py) is a `Record` of `Field`s, each with its name, type,
+unit, meaning and when it may be empty (and what says why), in the order the file holds them.
 
 The writers' records are checked against their definition by the unit tests (the builders run,
 their keys compared); the analysis reads every record through `Record.read`, so a field renamed
-on either side fails there instead of turning into NaN in runs.csv.
+on either side fails there instead of turning into NaN in runs.csv. A table's writer builds its
+rows to the definition's names (`Record.row`, `Record.undefined`), its header is the definition's
+(`Record.header_problem` names the columns a written file has otherwise), and its readers take the
+names and the text columns from it.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-# A field's type as the record holds it (JSON), and the Python types a value of it may have
+# A field's type as the record holds it (JSON), and the Python types a value of it may have; a
+# table's column holds one of SCALAR
 TYPES = {
     "float": (int, float),
     "int": (int,),
@@ -21,17 +27,21 @@ TYPES = {
     "object": (dict,),
     "any": (object,),
 }
+SCALAR = ("float", "int", "bool", "str")
 
 
 @dataclass(frozen=True)
 class Field:
-    """One field of a record. `empty`: when it may be None and what says why (a reason field's name
-    or the rule), '' where a written record always holds a value; `absent`: where today's writers
-    leave it out of the record altogether, and why ('' where every record of today holds it; a test
-    fails on a writer that drops any other); `old`: only records written by earlier versions hold it
-    (the analysis reads it for them); `part`: the nested record it holds (or a list of).
-    `was`: the name earlier versions wrote it under, and `old_words`: (earlier word, today's) pairs
-    of its values; Record.today reads both as today's (records.read_run, the compatibility reader)."""
+    """One field of a record, or one column of a table. `empty`: when it may be None (empty in a
+    table) and what says why (a reason field's name or the rule), '' where a written record always
+    holds a value; `absent`: where today's writers leave it out of the record altogether, and why (''
+    where every record of today holds it; a test fails on a writer that drops any other); `old`: only
+    records written by earlier versions hold it (the analysis reads it for them); `part`: the nested
+    record it holds (or a list of). `was`: the name earlier versions wrote it under, and `old_words`:
+    (earlier word, today's) pairs of its values; Record.today reads both as today's (records.read_run,
+    the compatibility reader). A table's column only: `text`, read back as written, never as a number
+    ('0' is an id); `copied`, the field of the same name of what the table is made from, as it is (the
+    cell's run.json for runs.csv, its epoch record for epochs.csv, submitted.csv for cost.csv)."""
 
     name: str
     type: str
@@ -43,6 +53,8 @@ class Field:
     absent: str = ""
     was: str = ""
     old_words: tuple[tuple[str, str], ...] = ()
+    text: bool = False
+    copied: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in TYPES:
@@ -51,8 +63,10 @@ class Field:
 
 @dataclass(frozen=True)
 class Record:
-    """A record's definition: its fields in the order the docs list them. `open`: it may hold
-    names it does not list (a backend's own options in training, the config's settings)."""
+    """A record's or a table's definition: its fields in the order the docs list them (a table's:
+    the order of its columns). `open`: it may hold names it does not list (a backend's own options in
+    training, the config's settings; a table's columns after its own: provenance.csv's differing
+    training settings)."""
 
     name: str
     where: str
@@ -69,8 +83,8 @@ class Record:
         object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
 
     @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.by_name)
+    def names(self) -> list[str]:
+        return list(self.by_name)
 
     def written(self) -> tuple[str, ...]:
         """The names today's writers write (not the old ones)."""
@@ -80,6 +94,43 @@ class Record:
         """The names every record today's writers write holds (not the old ones, nor those `absent`
         says a writer may leave out)."""
         return tuple(f.name for f in self.fields if not f.old and not f.absent)
+
+    def of_type(self, kind: str) -> list[str]:
+        return [f.name for f in self.fields if f.type == kind]
+
+    def text(self) -> dict[str, type]:
+        """The dtypes that read a table's text columns back as written (pandas.read_csv's `dtype`)."""
+        return {f.name: str for f in self.fields if f.text}
+
+    def copied(self) -> list[str]:
+        return [f.name for f in self.fields if f.copied]
+
+    def row(self, values: dict, derived: tuple[str, ...] = ()) -> dict:
+        """`values` as a row of this table: it must hold every column but `derived` (those the frame
+        computes), and no other, so that a column renamed on one side fails here, not as NaN."""
+        missing = [name for name in self.names if name not in values and name not in derived]
+        extra = [name for name in values if name not in self.by_name]
+        if missing or extra:
+            raise KeyError(f"{self.name} row: lacks {missing}, not defined {extra} ({self.defined_in()})")
+        return values
+
+    def header_problem(self, header: list[str]) -> str:
+        """Why a written table's header is not its definition's columns in order ('' where it is),
+        naming the columns: those it lacks, those it holds beyond them (an open table may hold more
+        after its own), and a changed order."""
+        own = header[: len(self.names)] if self.open else header
+        missing = [name for name in self.names if name not in own]
+        extra = [name for name in own if name not in self.by_name]
+        if missing or extra:
+            return f"{self.where}: lacks {missing}, not defined {extra} ({self.defined_in()})"
+        if own != self.names:
+            moved = [name for name, defined in zip(own, self.names, strict=True) if name != defined]
+            return f"{self.where}: columns {moved} out of the defined order ({self.defined_in()})"
+        return ""
+
+    def defined_in(self) -> str:
+        """Where the definition is, for the messages."""
+        return "records/tables.py" if self.where.endswith(".csv") else "records/definitions.py"
 
     def undefined(self, record: Mapping) -> list[str]:
         """The names in a written record (its nested parts too, dotted) its definition does not hold."""
@@ -135,7 +186,7 @@ class ReadRecord(dict):
         known = self.definition.by_name.get(name)  # type: ignore[arg-type]
         if known is None and not self.definition.open:
             raise UndefinedField(
-                f"{self.definition.name} record has no field {name!r} (records/definitions.py defines its fields)"
+                f"{self.definition.name} record has no field {name!r} ({self.definition.defined_in()} defines its fields)"
             )
         return known
 

@@ -39,8 +39,8 @@ from scalebench.analysis.scaling import (
     known,
     usable,
 )
-from scalebench.analysis.tables import STATUSES
 from scalebench.cell import OWN_SOURCE
+from scalebench.records.tables import STATUSES
 from scalebench.report.style import (
     STATUS_COLOURS,
     figure_theme,

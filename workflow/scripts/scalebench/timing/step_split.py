@@ -66,7 +66,7 @@ STEADY_FIELDS = {
     "step_max_s": "step_max_s",
     "compute_spread": "compute_spread",
 }
-# epochs.csv: the epoch record's maxima over ranks (the columns, their order and meaning: analysis/tables.py)
+# epochs.csv: the epoch record's maxima over ranks (the columns, their order and meaning: records/tables.py)
 EPOCH_MAXIMA = {
     "compute_max_s": "compute_max_s",
     "comm_exposed_max_s": "comm_exposed_max_s",
