@@ -665,6 +665,7 @@ def rank_in_process(framework_name: str, backend: str, data: Path, out: Path, **
     from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
     from scalebench.train.entry import build_rank, cell_hash
+    from scalebench.train.faults import NO_FAULTS
     from scalebench.train.loop import TrainingLoop
 
     started = time.perf_counter()
@@ -674,7 +675,9 @@ def rank_in_process(framework_name: str, backend: str, data: Path, out: Path, **
     process = ProcessFacts.of_rank(run, {})
     spec, device, built = build_rank(run, process, rank_env.detect({}))
     try:
-        return TrainingLoop(run, spec, device, built, process, cell_hash(settings, data), started)
+        # no test fault, no binding: as a rank started without SCALEBENCH_FAULT or launch.py
+        config_hash = cell_hash(settings, data)
+        return TrainingLoop(run, spec, device, built, process, config_hash, started, faults=NO_FAULTS, cpu_binding=None)
     except BaseException:
         built.shutdown()
         raise

@@ -64,14 +64,19 @@ def test_under_slurm_srun_s_binding_stands_and_where_srun_bound_nothing_the_rank
     assert decide(1, 2, task, mine=range(64), gpu_binding="task", topology=TOPOLOGY)[1] == [2, 3]
 
 
-def test_run_json_records_every_rank_s_cores_as_read_back_and_the_gpu_ids_a_local_cell_held(monkeypatch):
-    monkeypatch.setattr(binding, "_applied", binding.Binding("cores", "launch.py"))
+def test_run_json_records_every_rank_s_cores_as_read_back_and_the_gpu_ids_a_local_cell_held():
     gathered = []
     fields = binding.fields(
-        lambda text: gathered.append(text) or [text, "1"], {gpu_ids.HELD: "1,2", "CUDA_VISIBLE_DEVICES": "1,2"}
+        lambda text: gathered.append(text) or [text, "1"],
+        {gpu_ids.HELD: "1,2", "CUDA_VISIBLE_DEVICES": "1,2"},
+        applied=binding.Binding("cores", "launch.py"),
     )
     assert gathered == [cpu_binding.format_cpus(cpu_binding.affinity())]  # this process's, from the OS
     assert fields["rank_cpus"] == [gathered[0], "1"] and fields["cpu_bound_by"] == "launch.py"
+    # the writer records only the binding it is handed: none where bind() did not run
+    unbound = binding.fields(lambda text: [text], {})
+    assert (unbound["cpu_binding"], unbound["cpu_bound_by"]) == (None, None)
+    assert unbound["cpu_binding_reason"] == "not bound: train/binding.bind did not run in this process"
     assert (fields["local_gpu_ids"], fields["local_gpu_ids_reason"]) == (["1", "2"], None)
     assert binding.local_gpu_ids({gpu_ids.HELD: ""})[1] == "the cell held no GPU of this machine (CPU ranks)"
     assert binding.local_gpu_ids({"SCALEBENCH_EXECUTOR": "slurm"}) == (

@@ -13,6 +13,8 @@ import dataclasses
 import importlib
 import inspect
 import textwrap
+import typing
+from collections.abc import Callable
 
 import pytest
 from conftest import SCRIPTS
@@ -116,6 +118,33 @@ def assert_a_spec_of_every_builder(framework: str) -> None:
         assert known.name == "name" or callable(value), f"{framework}: {known.name} is not a builder"
 
 
+def builder_protocols() -> dict[str, type]:
+    """Each builder of FrameworkSpec and the protocol its field is typed with (train/interfaces.py)."""
+    return {name: hint for name, hint in typing.get_type_hints(FrameworkSpec).items() if name != "name"}
+
+
+def parameters(builder: Callable) -> list[tuple[str, str]]:
+    """(name, kind) of each parameter a builder takes (a class: its constructor's)."""
+    return [(p.name, p.kind.name) for p in inspect.signature(builder).parameters.values()]
+
+
+def builder_problems(spec: FrameworkSpec) -> list[str]:
+    """Each builder of `spec` whose parameters are not its protocol's __call__'s, name for name and
+    kind for kind: the loop passes them positionally, so a renamed, missing or extra one is a fault."""
+    problems = []
+    for field, protocol in builder_protocols().items():
+        wanted = parameters(protocol.__call__)[1:]  # less self
+        found = parameters(getattr(spec, field))
+        if found != wanted:
+            problems.append(f"{spec.name}: {field} takes {found}; {protocol.__name__} wants {wanted}")
+    return problems
+
+
+def assert_builders_take_their_protocols_parameters(framework: str) -> None:
+    spec = importlib.import_module(f"{FRAMEWORK_PACKAGES[framework]}.spec").SPEC
+    assert builder_problems(spec) == []
+
+
 def assert_the_product(framework: str, role: str, name: str, protocol: type) -> None:
     """The framework's product `name` is a class in its module of `role`, with its protocol's members:
     the same name and role in both frameworks."""
@@ -191,3 +220,41 @@ def assert_no_backend_class_restates_a_fact(framework: str, names: set[str]) -> 
         shards_parameters = True
 
     assert restated_facts(Restating) == ["shards_parameters", "shards_state"]
+
+
+def conforming(protocol: type) -> Callable:
+    """A builder whose parameters are `protocol`'s, as a spec that follows it would hold."""
+
+    def builder(*args, **kwargs) -> None: ...
+
+    wanted = list(inspect.signature(protocol.__call__).parameters.values())[1:]
+    builder.__signature__ = inspect.Signature(wanted)
+    return builder
+
+
+def test_every_builder_is_typed_with_a_protocol_of_its_call():
+    protocols = builder_protocols()
+    assert {f.name for f in dataclasses.fields(FrameworkSpec)} - {"name"} == set(protocols)
+    for field, protocol in protocols.items():
+        assert getattr(protocol, "_is_protocol", False) and "__call__" in vars(protocol), f"{field}: {protocol}"
+
+
+def test_a_builder_whose_parameters_differ_from_its_protocol_is_named():
+    """The check the frameworks' specs pass (test_contract_torch.py, test_contract_tensorflow.py)
+    fails a builder with a parameter renamed, missing, extra or keyword-only."""
+    right = FrameworkSpec("fake", **{field: conforming(protocol) for field, protocol in builder_protocols().items()})
+    assert builder_problems(right) == []
+
+    def build_numerics(run, device): ...  # the test faults not taken
+
+    def build_data(run, device, backend, sampler, where, eval_shards): ...  # order renamed
+
+    def restore(model, directory, config_hash, strict=True): ...
+
+    def start_trace(folder, device, *, backend): ...
+
+    wrong = dataclasses.replace(
+        right, build_numerics=build_numerics, build_data=build_data, restore=restore, start_trace=start_trace
+    )
+    named = [problem.split(" takes ")[0] for problem in builder_problems(wrong)]
+    assert named == ["fake: build_numerics", "fake: restore", "fake: build_data", "fake: start_trace"]

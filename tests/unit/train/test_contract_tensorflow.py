@@ -10,6 +10,7 @@ from test_contract import (
     PRODUCTS,
     assert_a_backend_module,
     assert_a_spec_of_every_builder,
+    assert_builders_take_their_protocols_parameters,
     assert_no_backend_class_restates_a_fact,
     assert_the_product,
 )
@@ -20,6 +21,10 @@ BACKENDS = list(backends.REGISTRY["tensorflow"])
 
 def test_tensorflow_is_a_spec_of_every_builder():
     assert_a_spec_of_every_builder("tensorflow")
+
+
+def test_each_tensorflow_builder_takes_its_protocols_parameters():
+    assert_builders_take_their_protocols_parameters("tensorflow")
 
 
 @pytest.mark.parametrize(("role", "name", "protocol"), PRODUCTS, ids=[name for _, name, _ in PRODUCTS])

@@ -70,15 +70,15 @@ def test_communication_in_flight_counts_once_where_collectives_overlap():
     assert torch_marks.covered(spans, 1.0, 3.5) == pytest.approx(1.0)
 
 
-def test_the_faults_delay_the_rank_and_epoch_they_name(monkeypatch):
-    monkeypatch.setenv("SCALEBENCH_FAULT", "slow_reduce:1:0.2:3,slow_loader:0.1:3,slow_compute:0:0.5:4")
-    assert faults.delays(1, 2) == faults.Delays(reduce_s=0.2, loader_s=0.1)  # 0-based epoch 2 is epoch 3
-    assert faults.delays(0, 2) == faults.Delays(loader_s=0.1)
-    assert faults.delays(0, 3) == faults.Delays(compute_s=0.5) and faults.delays(1, 0) == faults.Delays()
-    assert faults.injects("slow_reduce") and not faults.injects("stall")
+def test_the_faults_delay_the_rank_and_epoch_they_name():
+    plan = faults.FaultPlan.parse("slow_reduce:1:0.2:3,slow_loader:0.1:3,slow_compute:0:0.5:4")
+    assert plan.delays(1, 2) == faults.Delays(reduce_s=0.2, loader_s=0.1)  # 0-based epoch 2 is epoch 3
+    assert plan.delays(0, 2) == faults.Delays(loader_s=0.1)
+    assert plan.delays(0, 3) == faults.Delays(compute_s=0.5) and plan.delays(1, 0) == faults.Delays()
+    assert plan.injects("slow_reduce") and not plan.injects("stall")
     assert list(faults.delayed(iter([1, 2]), 0.0)) == [1, 2]
-    monkeypatch.setenv("SCALEBENCH_FAULT", "hide_checkpoint:1,slow_loader:0.1:2")
-    assert faults.checkpoint_folder(1, __import__("pathlib").Path("out")).name == ".hidden-checkpoint"
+    hiding = faults.FaultPlan.parse("hide_checkpoint:1,slow_loader:0.1:2")
+    assert hiding.checkpoint_folder(1, __import__("pathlib").Path("out")).name == ".hidden-checkpoint"
 
 
 @pytest.fixture

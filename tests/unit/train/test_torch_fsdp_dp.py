@@ -155,7 +155,7 @@ def test_a_step_of_several_replicas_counts_each_replicas_batch_and_loss(prepared
     device, numerics, delays = (
         runtime.Device(torch.device("cpu"), []),
         runtime.Numerics(None, True),
-        faults.EpochDelays(0),
+        faults.EpochDelays(faults.NO_FAULTS, 0),
     )
     distributed = model.distribute(run, model.build(run, device, numerics, backend), backend, None, delays)
     batches = accumulation.epoch_batches(run.training, 32, backend.replicas, 1)

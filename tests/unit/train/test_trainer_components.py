@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import cell_settings, training_settings
-from scalebench.collective_table import TABLE
 from scalebench.records.definitions import RUN
+from scalebench.records.tables import CELL_COLLECTIVES
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import collectives, energy, observed, profiling, run_record, step_timing
 from scalebench.train.placement import DataPlacement
@@ -195,7 +195,7 @@ def test_the_benchmark_of_one_replica_measures_nothing_and_says_why(tmp_path):
     backend = FakeBackend()
     backend.replicas = 1
     result = collectives.benchmark(backend, None, training_settings().collectives, 40, tmp_path)
-    assert result.reason == "one replica: nothing to exchange" and not (tmp_path / TABLE).exists()
+    assert result.reason == "one replica: nothing to exchange" and not (tmp_path / CELL_COLLECTIVES.name).exists()
 
 
 def test_rank_0_writes_the_table_and_its_line_and_another_rank_neither(tmp_path, capsys):
@@ -204,10 +204,10 @@ def test_rank_0_writes_the_table_and_its_line_and_another_rank_neither(tmp_path,
     result = collectives.benchmark(FakeBackend(0, bench), None, training.collectives, 40, tmp_path)
     assert result.library == "fake library" and result.rows[0]["size"] == "gradient"
     assert capsys.readouterr().out.startswith("collectives: ")
-    assert (tmp_path / TABLE).read_text().startswith("op,")
-    (tmp_path / TABLE).unlink()
+    assert (tmp_path / CELL_COLLECTIVES.name).read_text().startswith("op,")
+    (tmp_path / CELL_COLLECTIVES.name).unlink()
     collectives.benchmark(FakeBackend(1, bench), None, training.collectives, 40, tmp_path)
-    assert not (tmp_path / TABLE).exists() and capsys.readouterr().out == ""
+    assert not (tmp_path / CELL_COLLECTIVES.name).exists() and capsys.readouterr().out == ""
 
 
 def test_a_bench_that_cannot_be_built_leaves_the_cell_training_with_the_reason(tmp_path):

@@ -326,26 +326,8 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
     """Start the cell's ranks (this job holds the cell) and record how they ended."""
     # run.json's cell and settings where a refusal comes before any rank wrote it
     cell = {**run_settings.cell.to_json(), "settings": run_settings.source}
-    framework, backend, gpus = run_settings.cell.framework, run_settings.cell.backend, run_settings.cell.gpus
-    template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
-    environment = environments.resolve(framework, json.loads(args.environments).get(framework))
-    train_args = cell_arguments(args.settings, args.data, args.out)
     try:
-        if where == "slurm":  # the job id's port block, or the next one free on this node (ports.py)
-            allocation = slurm_allocation(env["SLURM_JOB_ID"], reserve_slurm_block(env["SLURM_JOB_ID"]))
-        else:
-            allocation = local_allocation()
-        processes = launch_processes(framework, backend, gpus, allocation)
-        template = without_agent(template, where, processes)
-        command = build_command(template, processes, allocation, train_args, environment, args.step_wait_s)
-        interface = run_settings.network_interface
-        if interface:  # the rendezvous on the interface's address of this (the first) node
-            allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
-            if where == "slurm" and len(allocation.hosts) > 1:  # every node's, for TensorFlow's workers
-                gathered = network.gather_addresses(interface, allocation.hosts, step_wait(args.step_wait_s))
-                allocation = dataclasses.replace(allocation, interface_addresses=gathered)
-                print(f"launch: {interface} on each node: {export_addresses(allocation.hosts, gathered)}", flush=True)
-            command = build_command(template, processes, allocation, train_args, environment, args.step_wait_s)
+        allocation, processes, command, environment = planned_launch(args, run_settings, env, where)
     except (LaunchError, network.InterfaceMissing) as error:
         # the cell's shape against its allocation: the next attempt gets the same (scalebench/refusal.py)
         print(f"launch ({where}): refused: {error}", flush=True)
@@ -354,6 +336,72 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
     except (SlurmError, PortError) as error:
         print(f"launch ({where}): error: {error}", flush=True)
         return 1
+    ranks_env = placed_environment(run_settings, env, where, allocation, processes, environment)
+    print(f"launch ({where}): {command}", flush=True)
+    if where == "slurm":
+        print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
+    started = time.time()
+    # the attempt before (a resumed cell sums its job wall: launch/accounting.py), before the ranks rewrite it
+    prior = store.read_run(Path(args.out) / "run.json")
+    outcome.clear(args.out)  # marks of an earlier attempt
+    stuck_jobs.clear_mark(args.out)  # an earlier job of the cell that the study ended: this one trains it
+    code = run(command, ranks_env)
+    print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
+    ended = outcome.finish(args.out, cell)
+    record_accounting(args.out, env, where, prior)
+    if ended:
+        status, reason = ended
+        print(f"launch: the cell ended {status} ({reason}): recorded as status {status}, not retried", flush=True)
+        return 0
+    return code
+
+
+def planned_launch(
+    args: argparse.Namespace, run_settings: RunSettings, env: dict[str, str], where: str
+) -> tuple[Allocation, int, str, environments.Environment]:
+    """The cell's allocation, its process count, the launcher's command (its template filled in) and
+    the framework's environment. LaunchError or network.InterfaceMissing where the cell cannot be
+    placed in its allocation; SlurmError or PortError where the allocation could not be read."""
+    framework, backend, gpus = run_settings.cell.framework, run_settings.cell.backend, run_settings.cell.gpus
+    template = json.loads(args.launchers)[where][f"{framework}_{backend}"]
+    environment = environments.resolve(framework, json.loads(args.environments).get(framework))
+    train_args = cell_arguments(args.settings, args.data, args.out)
+    if where == "slurm":  # the job id's port block, or the next one free on this node (ports.py)
+        allocation = slurm_allocation(env["SLURM_JOB_ID"], reserve_slurm_block(env["SLURM_JOB_ID"]))
+    else:
+        allocation = local_allocation()
+    processes = launch_processes(framework, backend, gpus, allocation)
+    template = without_agent(template, where, processes)
+    command = build_command(template, processes, allocation, train_args, environment, args.step_wait_s)
+    interface = run_settings.network_interface
+    if interface:  # after the command's first build: a cell that cannot be placed asks no node for it
+        allocation = on_interface(allocation, interface, where, args.step_wait_s)
+        command = build_command(template, processes, allocation, train_args, environment, args.step_wait_s)
+    return allocation, processes, command, environment
+
+
+def on_interface(allocation: Allocation, interface: str, where: str, step_wait_s: float) -> Allocation:
+    """`allocation` with the rendezvous on `interface`'s address of this (the first) node and, under
+    SLURM on several nodes, every node's address of it, for TensorFlow's workers."""
+    allocation = dataclasses.replace(allocation, master_addr=network.address_of(interface))
+    if where == "slurm" and len(allocation.hosts) > 1:
+        gathered = network.gather_addresses(interface, allocation.hosts, step_wait(step_wait_s))
+        allocation = dataclasses.replace(allocation, interface_addresses=gathered)
+        print(f"launch: {interface} on each node: {export_addresses(allocation.hosts, gathered)}", flush=True)
+    return allocation
+
+
+def placed_environment(
+    run_settings: RunSettings,
+    env: dict[str, str],
+    where: str,
+    allocation: Allocation,
+    processes: int,
+    environment: environments.Environment,
+) -> dict[str, str]:
+    """The ranks' environment (rank_environment) with the variables that place them: srun's binding,
+    or locally the GPU ids and cores this cell now holds (waiting while other cells hold them)."""
+    framework, backend, gpus = run_settings.cell.framework, run_settings.cell.backend, run_settings.cell.gpus
     # this process's own facts: under SLURM a task's CPUs are the allocation's (each rank resolves
     # the same from its SLURM_CPUS_PER_TASK: settings.ProcessFacts), locally there are none
     cpus_per_task = allocation.cpus_per_rank if where == "slurm" else None
@@ -369,28 +417,19 @@ def start(args: argparse.Namespace, run_settings: RunSettings, env: dict[str, st
         )
         for line in said:
             print(f"launch: {line}", flush=True)
-    print(f"launch ({where}): {command}", flush=True)
-    if where == "slurm":
-        print(f"launch: SLURM job {env['SLURM_JOB_ID']} on {','.join(allocation.hosts)}", flush=True)
-    started = time.time()
-    # the attempt before (a resumed cell sums its job wall: launch/accounting.py), before the ranks rewrite it
-    prior = store.read_run(Path(args.out) / "run.json")
-    outcome.clear(args.out)  # marks of an earlier attempt
-    stuck_jobs.clear_mark(args.out)  # an earlier job of the cell that the study ended: this one trains it
-    code = run(command, {**rank_environment(threads, allocation, environment, interface, gpus_per_task), **placed})
-    print(f"launch: exit code {code} after {time.time() - started:.1f} s", flush=True)
-    ended = outcome.finish(args.out, cell)
-    # what SLURM accounted (the step's energy, the allocation's GPU-hours), beside the loop's figures
+    interface = run_settings.network_interface
+    return {**rank_environment(threads, allocation, environment, interface, gpus_per_task), **placed}
+
+
+def record_accounting(out: str, env: dict[str, str], where: str, prior: dict | None) -> None:
+    """run.json's account of the cell's job after its ranks, beside the loop's figures (launch/accounting.py:
+    the job's wall, summed over a resumed cell's attempts from `prior`, and what SLURM accounted: the
+    step's energy, the allocation's GPU-hours), said in the log."""
     job_id = env.get("SLURM_JOB_ID") if where == "slurm" else None
-    fields = accounting.record(Path(args.out) / "run.json", job_id, accounting.own_start(), prior)
+    fields = accounting.record(Path(out) / "run.json", job_id, accounting.own_start(), prior)
     if fields and where == "slurm":
         print(f"launch: SLURM accounting: {json.dumps(fields)}", flush=True)
     elif fields:
         wall = fields["job_s"]
         said = f"{wall:.1f} s ({fields['job_s_source']})" if wall is not None else f"unknown: {fields['job_s_reason']}"
         print(f"launch: the job's wall {said}", flush=True)
-    if ended:
-        status, reason = ended
-        print(f"launch: the cell ended {status} ({reason}): recorded as status {status}, not retried", flush=True)
-        return 0
-    return code

@@ -35,9 +35,6 @@ class Binding:
     reason: str = ""
 
 
-_applied: Binding | None = None  # what bind() did in this process, for run.json
-
-
 def near_cores(
     ranks: int, per_process: int, env: Mapping[str, str], topology: nvidia_smi.Topology | None
 ) -> list[set[int] | None]:
@@ -108,23 +105,25 @@ def decide(
 
 
 def bind(place: RankInfo, per_process: int, gpu_binding: str, env: Mapping[str, str] | None = None) -> Binding:
-    """Bind this process to its cores as launch.py asks (before the framework starts threads)."""
-    global _applied
+    """Bind this process to its cores as launch.py asks (before the framework starts threads); how
+    it was bound, which the rank's entry hands to run.json's writer (fields)."""
     env = os.environ if env is None else env
-    _applied, cores = decide(place, per_process, gpu_binding, env, cpu_binding.affinity())
+    applied, cores = decide(place, per_process, gpu_binding, env, cpu_binding.affinity())
     if cores is not None:
         try:
             cpu_binding.bind_process(cores)
         except OSError as error:  # cores this process may not use (a cgroup narrower than the plan)
-            _applied = Binding(_applied.setting, None, f"binding to {cpu_binding.format_cpus(cores)} failed: {error}")
-    return _applied
+            applied = Binding(applied.setting, None, f"binding to {cpu_binding.format_cpus(cores)} failed: {error}")
+    return applied
 
 
-def fields(gather: Callable[[str], list[str]], env: Mapping[str, str] | None = None) -> dict:
+def fields(
+    gather: Callable[[str], list[str]], env: Mapping[str, str] | None = None, applied: Binding | None = None
+) -> dict:
     """run.json's CPU binding fields: every rank's cores read back from the OS (gathered), how they were
-    bound, and the GPU ids a local cell held."""
+    bound (`applied`: what bind() returned, None where it did not run), and the GPU ids a local cell held."""
     env = os.environ if env is None else env
-    binding = _applied or Binding(None, None, "not bound: train/binding.bind did not run in this process")
+    binding = applied or Binding(None, None, "not bound: train/binding.bind did not run in this process")
     record = {
         "cpu_binding": binding.setting,
         "cpu_bound_by": binding.by,

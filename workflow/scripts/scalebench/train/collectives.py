@@ -40,9 +40,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from scalebench.collective_table import COLUMNS, TABLE
+from scalebench.records.tables import CELL_COLLECTIVES
 from scalebench.settings import CollectiveSettings
-from scalebench.train import faults
+from scalebench.train.faults import NO_FAULTS, FaultPlan
 
 ITEMSIZE = 4  # float32, the gradients' type
 DTYPE = "float32"
@@ -138,7 +138,7 @@ def planned_sizes(max_bytes: int, gradient_bytes: int, bucket_bytes: int | None,
 
 
 def empty_row(op: str, nbytes: int, label: str, ranks: int, library: str, reason: str) -> dict:
-    row = dict.fromkeys(COLUMNS)
+    row = dict.fromkeys(CELL_COLLECTIVES.names)
     row.update(op=op, bytes=nbytes, size=label, dtype=DTYPE, ranks=ranks, library=library, reason=reason)
     return row
 
@@ -146,8 +146,10 @@ def empty_row(op: str, nbytes: int, label: str, ranks: int, library: str, reason
 class Measurement:
     """One operation's sizes, timed in lockstep on every rank within the operation's share of the budget."""
 
-    def __init__(self, bench: Bench, settings: CollectiveSettings, ranks: int, rank: int, reduce_max, clock) -> None:
-        self.bench, self.settings, self.ranks, self.rank = bench, settings, ranks, rank
+    def __init__(
+        self, bench: Bench, settings: CollectiveSettings, ranks: int, rank: int, reduce_max, clock, faults: FaultPlan
+    ) -> None:
+        self.bench, self.settings, self.ranks, self.rank, self.faults = bench, settings, ranks, rank, faults
         self.reduce_max, self.clock = reduce_max, clock
 
     def op(self, op: str, sizes: list[tuple[int, str]], budget_s: float) -> list[dict]:
@@ -184,7 +186,7 @@ class Measurement:
         started = self.clock()
         problem = ""
         try:
-            faults.collective_failure(self.rank, op)
+            self.faults.collective_failure(self.rank, op)
             run = self.bench.ops[op](elements)
         except Exception as error:  # memory, an operation the library lacks: agreed on below
             problem = f"{type(error).__name__}: {error}"
@@ -241,9 +243,11 @@ def measure(
     gradient_bytes: int,
     reduce_max: Callable[[np.ndarray], np.ndarray],
     clock: Callable[[], float] = time.perf_counter,
+    *,
+    faults: FaultPlan = NO_FAULTS,
 ) -> Result:
     """Time every operation of `bench` (or record why there is none: `bench` is then the reason;
-    where one rank has none, no rank measures)."""
+    where one rank has none, no rank measures). `faults`: the rank's test faults (collectives_fail)."""
     started = clock()
     missing = isinstance(bench, str)
     if reduce_max(np.array([1.0 if missing else 0.0]))[0]:
@@ -251,7 +255,7 @@ def measure(
             bench.release()
         return Result(reason=bench if missing else "not measured: another rank has no benchmark (see its log)")
     sizes = planned_sizes(settings.max_bytes, gradient_bytes, bench.fusion_bytes, ranks)
-    measurement = Measurement(bench, settings, ranks, rank, reduce_max, clock)
+    measurement = Measurement(bench, settings, ranks, rank, reduce_max, clock, faults)
     rows = []
     try:
         for op in bench.ops:
@@ -275,11 +279,17 @@ class BenchmarkedRanks(Protocol):
 
 
 def benchmark(
-    backend: BenchmarkedRanks, model: Any, settings: CollectiveSettings, gradient_bytes: int, folder: Path
+    backend: BenchmarkedRanks,
+    model: Any,
+    settings: CollectiveSettings,
+    gradient_bytes: int,
+    folder: Path,
+    *,
+    faults: FaultPlan = NO_FAULTS,
 ) -> Result:
     """The cell's benchmark on every rank: the backend's Bench for `model` as it distributed it (or
     why it has none) measured, rank 0's collectives.csv in `folder` and its line in train.log. One
-    replica has nothing to exchange."""
+    replica has nothing to exchange. `faults`: the rank's test faults (collectives_fail)."""
     if backend.replicas < 2:
         result = Result(reason="one replica: nothing to exchange")
     else:
@@ -287,9 +297,11 @@ def benchmark(
             bench = backend.collective_bench(model)
         except Exception as error:  # the cell trains on; every rank learns of it in measure()
             bench = f"failed: {type(error).__name__}: {error}"
-        result = measure(bench, settings, backend.replicas, backend.rank, gradient_bytes, backend.allreduce_max)
+        result = measure(
+            bench, settings, backend.replicas, backend.rank, gradient_bytes, backend.allreduce_max, faults=faults
+        )
         if backend.rank == 0:
-            write_table(result.rows, Path(folder) / TABLE)
+            write_table(result.rows, Path(folder) / CELL_COLLECTIVES.name)
     if backend.rank == 0:
         print(f"collectives: {describe(result)}", flush=True)
     return result
@@ -345,7 +357,8 @@ def write_table(rows: list[dict], path: str | Path) -> None:
     path = Path(path)
     partial = path.with_suffix(".csv.partial")
     with open(partial, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        names = CELL_COLLECTIVES.names
+        writer = csv.DictWriter(handle, fieldnames=names)
         writer.writeheader()
-        writer.writerows({key: ("" if row.get(key) is None else row[key]) for key in COLUMNS} for row in rows)
+        writer.writerows({key: ("" if row.get(key) is None else row[key]) for key in names} for row in rows)
     partial.replace(path)

@@ -7,8 +7,9 @@ of these per rank. Every rank runs the same code; rank 0 writes the records.
 The framework and the backend are imported here by name, so a rank of one
 framework never imports the other: the framework's spec (train/<framework>/spec.py)
 from FRAMEWORK_PACKAGES, the backend's module as its registry entry names it
-(scalebench/backends.py, modules). Here the rank builds its device and its backend (which
-joins the ranks); the loop builds the rest from the spec.
+(scalebench/backends.py, modules). Here the rank binds its cores, reads the test faults of
+SCALEBENCH_FAULT once (faults.FaultPlan), and builds its device and its backend (which joins the
+ranks); the loop, handed the binding and the faults, builds the rest from the spec.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from scalebench.data.preprocess import read_manifest
 from scalebench.refusal import Refused, SettingRefused
 from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train import binding, provenance, rank_env
+from scalebench.train.faults import FaultPlan
 from scalebench.train.interfaces import Backend, Device, FrameworkSpec
 from scalebench.train.loop import TrainingLoop
 from scalebench.train.preflight import check_launch
@@ -106,26 +108,59 @@ def end_now(code: int) -> NoReturn:
 def run_rank(argv: list[str] | None) -> tuple[int, Backend | None]:
     """The rank's exit code, and its backend where one was built (shut down by now)."""
     started = time.perf_counter()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--settings", required=True, help="the cell's settings as JSON (scalebench.config)")
-    parser.add_argument("--data", required=True, help="folder with images.npy, masks.npy, manifest.json")
-    parser.add_argument("--out", required=True, help="the cell's results folder")
-    args = parser.parse_args(argv)
+    args = parse_arguments(argv)
     signal.signal(signal.SIGTERM, _terminate)
     run = RunSettings.from_json(json.loads(args.settings), args.data, args.out)
     process = ProcessFacts.of_rank(run, os.environ)  # this rank's own, from what its launcher gave it
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    if not adopt_srun_layout(run):
+        return 1, None
+    place = rank_env.detect()
+    cpu_binding = bind_cores(run, place)
+    faults = FaultPlan.of_rank(os.environ)  # the test faults, read here once: nothing below reads them
+    return train_cell(run, process, place, faults, cpu_binding, started)
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--settings", required=True, help="the cell's settings as JSON (scalebench.config)")
+    parser.add_argument("--data", required=True, help="folder with images.npy, masks.npy, manifest.json")
+    parser.add_argument("--out", required=True, help="the cell's results folder")
+    return parser.parse_args(argv)
+
+
+def adopt_srun_layout(run: RunSettings) -> bool:
+    """A Horovod rank started by horovod_srun.py takes Horovod's variables from srun's; False where
+    the two layouts disagree (rank 0 records the failure in run.json), else True."""
     try:
-        rank_env.adopt_srun_rank()  # a Horovod rank started by horovod_srun.py: Horovod's variables from srun's
+        rank_env.adopt_srun_rank()
     except rank_env.LayoutMismatch as error:
         print(f"rank {os.environ['SLURM_PROCID']}: failed: {error}", file=sys.stderr, flush=True)
         if os.environ["SLURM_PROCID"] == "0":
-            provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
-        return 1, None
-    place = rank_env.detect()
-    if backends.exists(run.cell.framework, run.cell.backend):  # before the framework's threads, which inherit it
-        per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
-        binding.bind(place, per_process, run.gpu_binding)
+            provenance.record_failure(Path(run.out_dir) / "run.json", run.cell.to_json(), error)
+        return False
+    return True
+
+
+def bind_cores(run: RunSettings, place: rank_env.RankInfo) -> binding.Binding | None:
+    """This rank bound to its cores as launch.py asks, before the framework's threads, which inherit
+    the binding; how, for run.json. None where the cell's backend does not exist (refused next)."""
+    if not backends.exists(run.cell.framework, run.cell.backend):
+        return None
+    per_process = backends.devices_per_process(run.cell.framework, run.cell.backend, run.cell.gpus)
+    return binding.bind(place, per_process, run.gpu_binding)
+
+
+def train_cell(
+    run: RunSettings,
+    process: ProcessFacts,
+    place: rank_env.RankInfo,
+    faults: FaultPlan,
+    cpu_binding: binding.Binding | None,
+    started: float,
+) -> tuple[int, Backend | None]:
+    """The cell trained on this rank, from the checks to the loop's end: the exit code, and the backend
+    where one was built (shut down by now). An out-of-memory or refused cell ends the process here."""
     backend = None
     try:
         network.check_node()  # cluster.network_interface exists on this rank's node
@@ -136,7 +171,10 @@ def run_rank(argv: list[str] | None) -> tuple[int, Backend | None]:
         # notes the signal: the rank trained on until its launcher's SIGKILL (torchrun's after 30 s,
         # SLURM's after KillWait) and run.json still said "running". Take SIGTERM back.
         signal.signal(signal.SIGTERM, _terminate)
-        loop = TrainingLoop(run, spec, device, backend, process, cell_hash(run.source, args.data), started)
+        config_hash = cell_hash(run.source, run.data_dir)
+        loop = TrainingLoop(
+            run, spec, device, backend, process, config_hash, started, faults=faults, cpu_binding=cpu_binding
+        )
         status = loop.train()
         return (0 if status in ("ok", "diverged") else 1), backend
     except outcome.CellOutOfMemory as error:
@@ -148,7 +186,7 @@ def run_rank(argv: list[str] | None) -> tuple[int, Backend | None]:
         # No retry would change this (scalebench/refusal.py): the cell ends refused, with the reason, at once.
         rank = backend.rank if backend is not None else place.rank
         print(f"rank {rank}: refused: {error}", file=sys.stderr, flush=True)
-        outcome.mark(args.out, rank, f"{type(error).__name__}: {error}", "refused")
+        outcome.mark(run.out_dir, rank, f"{type(error).__name__}: {error}", "refused")
         end_now(outcome.REFUSED_EXIT_CODE)
     except BaseException as error:
         rank = backend.rank if backend is not None else place.rank
@@ -156,7 +194,7 @@ def run_rank(argv: list[str] | None) -> tuple[int, Backend | None]:
         if not isinstance(error, SystemExit):
             traceback.print_exc()
         if rank == 0:
-            provenance.record_failure(Path(args.out) / "run.json", run.cell.to_json(), error)
+            provenance.record_failure(Path(run.out_dir) / "run.json", run.cell.to_json(), error)
         return (error.code if isinstance(error, SystemExit) and isinstance(error.code, int) else 1), backend
     finally:
         if backend is not None:

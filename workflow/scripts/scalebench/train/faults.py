@@ -1,5 +1,7 @@
-"""Test hooks, set through SCALEBENCH_FAULT (several separated by commas); the loop calls check()
-before each epoch's first step.
+"""Test hooks, set through SCALEBENCH_FAULT (several separated by commas). The rank's entry
+(entry.py) reads the variable once into a FaultPlan, which the loop, the collective benchmark and
+the builders are handed (no code below the entry reads it); the loop calls its check() before each
+epoch's first step. FaultPlan() names none.
 
 - ``oom:RANK:EPOCH``: rank RANK raises its framework's out-of-memory error in epoch EPOCH.
 - ``stall:EPOCH``: a run that did not resume blocks at the start of epoch EPOCH, so it
@@ -60,42 +62,117 @@ import fnmatch
 import os
 import resource
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from scalebench.train.provenance import host_name
 
+VARIABLE = "SCALEBENCH_FAULT"
 MEET_TIMEOUT_S = 300
 DELAY_KINDS = ("slow_reduce", "slow_comm", "slow_loader", "slow_compute")
 
 
-def faults() -> list[tuple[str, str]]:
-    """(kind, argument) of each fault SCALEBENCH_FAULT names."""
-    entries = [entry for entry in os.environ.get("SCALEBENCH_FAULT", "").split(",") if entry]
-    return [(kind, argument) for kind, _, argument in (entry.partition(":") for entry in entries)]
+@dataclass(frozen=True)
+class FaultPlan:
+    """The faults SCALEBENCH_FAULT names, read once where the rank starts (entry.py) and handed to
+    the loop, the collective benchmark and the builders: `entries` holds each (kind, argument) in
+    the variable's order, `host` this rank's node, which slow_host's NAME matches. FaultPlan() names
+    none: every method then leaves the run as it is."""
+
+    entries: tuple[tuple[str, str], ...] = ()
+    host: str = ""
+
+    @classmethod
+    def parse(cls, text: str, host: str = "") -> FaultPlan:
+        """The plan of SCALEBENCH_FAULT's value `text` (entries separated by commas, empty ones skipped)."""
+        entries = [entry for entry in text.split(",") if entry]
+        return cls(tuple((kind, argument) for kind, _, argument in (entry.partition(":") for entry in entries)), host)
+
+    @classmethod
+    def of_rank(cls, env: Mapping[str, str]) -> FaultPlan:
+        """This rank's plan, from the variables its launcher gave it, on the node it runs on."""
+        return cls.parse(env.get(VARIABLE, ""), host_name())
+
+    def check(self, rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], BaseException]) -> None:
+        """Apply the hooks, if any, at the start of 0-based `epoch`."""
+        for kind, argument in self.entries:
+            fault = f"{kind}:{argument}"
+            if kind == "oom":
+                fault_rank, fault_epoch = argument.split(":")
+                if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
+                    raise out_of_memory(f"out of memory (injected by SCALEBENCH_FAULT={fault})")
+            elif kind == "stall" and not resumed and int(argument) == epoch + 1:
+                stall(epoch, fault)
+            elif kind == "stall_rank" and not resumed and argument == f"{rank}:{epoch + 1}":
+                stall(epoch, fault)
+            elif kind == "meet" and epoch == 0 and rank == 0:
+                folder, count = argument.rsplit(":", 1)
+                meet(Path(folder), int(count), fault)
+            elif kind == "disk_full" and rank == 0 and not resumed:
+                fault_epoch, size = argument.split(":")
+                if int(fault_epoch) == epoch + 1:
+                    print(f"files of rank 0 limited to {int(size)} bytes (SCALEBENCH_FAULT={fault})", flush=True)
+                    limit = (int(size), resource.getrlimit(resource.RLIMIT_FSIZE)[1])
+                    resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+
+    def delays(self, rank: int, epoch: int, cell: str = "") -> Delays:
+        """The delays for `rank` of the cell whose path is `cell` in 0-based `epoch` (none: all 0)."""
+        found = {}
+        for kind, argument in self.entries:
+            if kind in ("slow_loader", "slow_comm"):
+                seconds, fault_epoch = argument.split(":")
+                if int(fault_epoch) == epoch + 1:
+                    found["loader_s" if kind == "slow_loader" else "comm_s"] = float(seconds)
+            elif kind in ("slow_reduce", "slow_compute"):
+                fault_rank, seconds, fault_epoch = argument.split(":")
+                if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
+                    found["reduce_s" if kind == "slow_reduce" else "compute_s"] = float(seconds)
+            elif kind == "slow_host":
+                node, seconds = argument.rsplit(":", 1)
+                if node == self.host:
+                    found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
+            elif kind == "slow_cell":
+                pattern, seconds = argument.rsplit(":", 1)
+                if cell and fnmatch.fnmatchcase(cell, pattern):
+                    found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
+        return Delays(**found)
+
+    def injects(self, kind: str) -> bool:
+        """Whether the plan names a delay of `kind` for some rank and epoch: a compiled step gets its
+        sleep only then, so a run without faults trains with exactly its own ops."""
+        return any(
+            name == kind or (name in ("slow_host", "slow_cell") and kind == "slow_compute") for name, _ in self.entries
+        )
+
+    def checkpoint_folder(self, rank: int, out: Path) -> Path:
+        """Where this rank looks for the cell's checkpoint: `out`, unless ``hide_checkpoint`` hides it."""
+        for kind, argument in self.entries:
+            if kind == "hide_checkpoint" and int(argument) == rank:
+                return out / ".hidden-checkpoint"  # never written: this rank sees no checkpoint
+        return out
+
+    def learning_rate(self, rate: float, epoch: int) -> float:
+        """The rate the loop hands the framework in 0-based `epoch`: the schedule's, unless ``lr`` scales it."""
+        for kind, argument in self.entries:
+            if kind == "lr":
+                fault_epoch, factor = argument.split(":")
+                if int(fault_epoch) == epoch + 1:
+                    rate *= float(factor)
+        return rate
+
+    def collective_failure(self, rank: int, op: str) -> None:
+        """Raise where ``collectives_fail`` names this rank, while the benchmark prepares an all-reduce."""
+        for kind, argument in self.entries:
+            if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
+                raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
+
+    def precision_off(self) -> bool:
+        """Whether ``precision_off`` asks the framework to compute in float32 whatever training.precision says."""
+        return self.injects("precision_off")
 
 
-def check(rank: int, epoch: int, resumed: bool, out_of_memory: Callable[[str], BaseException]) -> None:
-    """Apply the hooks of SCALEBENCH_FAULT, if any, at the start of 0-based `epoch`."""
-    for kind, argument in faults():
-        fault = f"{kind}:{argument}"
-        if kind == "oom":
-            fault_rank, fault_epoch = argument.split(":")
-            if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
-                raise out_of_memory(f"out of memory (injected by SCALEBENCH_FAULT={fault})")
-        elif kind == "stall" and not resumed and int(argument) == epoch + 1:
-            stall(epoch, fault)
-        elif kind == "stall_rank" and not resumed and argument == f"{rank}:{epoch + 1}":
-            stall(epoch, fault)
-        elif kind == "meet" and epoch == 0 and rank == 0:
-            folder, count = argument.rsplit(":", 1)
-            meet(Path(folder), int(count), fault)
-        elif kind == "disk_full" and rank == 0 and not resumed:
-            fault_epoch, size = argument.split(":")
-            if int(fault_epoch) == epoch + 1:
-                print(f"files of rank 0 limited to {int(size)} bytes (SCALEBENCH_FAULT={fault})", flush=True)
-                resource.setrlimit(resource.RLIMIT_FSIZE, (int(size), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+NO_FAULTS = FaultPlan()  # where no fault is named: a test's component, a benchmark outside a rank
 
 
 @dataclass(frozen=True)
@@ -109,48 +186,19 @@ class Delays:
 
 
 class EpochDelays:
-    """This rank's delays of the epoch under way (`now`), which its framework's steps read; the
-    steps move it on at each epoch's start (start_epoch). `cell`: the cell's path, which slow_cell's
-    pattern matches."""
+    """This rank's delays of the epoch under way (`now`), from the rank's `plan`, which its
+    framework's steps read; the steps move it on at each epoch's start (start_epoch). `cell`: the
+    cell's path, which slow_cell's pattern matches."""
 
-    def __init__(self, rank: int, cell: str = "") -> None:
+    def __init__(self, plan: FaultPlan, rank: int, cell: str = "") -> None:
+        self.plan = plan
         self.rank = rank
         self.cell = cell
         self.now = Delays()
 
     def start_epoch(self, epoch: int) -> Delays:
-        self.now = delays(self.rank, epoch, self.cell)
+        self.now = self.plan.delays(self.rank, epoch, self.cell)
         return self.now
-
-
-def delays(rank: int, epoch: int, cell: str = "") -> Delays:
-    """The delays SCALEBENCH_FAULT sets for `rank` of the cell whose path is `cell` in 0-based `epoch`
-    (none: all 0)."""
-    found = {}
-    for kind, argument in faults():
-        if kind in ("slow_loader", "slow_comm"):
-            seconds, fault_epoch = argument.split(":")
-            if int(fault_epoch) == epoch + 1:
-                found["loader_s" if kind == "slow_loader" else "comm_s"] = float(seconds)
-        elif kind in ("slow_reduce", "slow_compute"):
-            fault_rank, seconds, fault_epoch = argument.split(":")
-            if int(fault_rank) == rank and int(fault_epoch) == epoch + 1:
-                found["reduce_s" if kind == "slow_reduce" else "compute_s"] = float(seconds)
-        elif kind == "slow_host":
-            node, seconds = argument.rsplit(":", 1)
-            if node == host_name():
-                found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
-        elif kind == "slow_cell":
-            pattern, seconds = argument.rsplit(":", 1)
-            if cell and fnmatch.fnmatchcase(cell, pattern):
-                found["compute_s"] = found.get("compute_s", 0.0) + float(seconds)
-    return Delays(**found)
-
-
-def injects(kind: str) -> bool:
-    """Whether SCALEBENCH_FAULT names a delay of `kind` for some rank and epoch: a compiled step
-    gets its sleep only then, so a run without faults trains with exactly its own ops."""
-    return any(name == kind or (name in ("slow_host", "slow_cell") and kind == "slow_compute") for name, _ in faults())
 
 
 def delayed(batches: Iterable, seconds: float) -> Iterator:
@@ -158,36 +206,6 @@ def delayed(batches: Iterable, seconds: float) -> Iterator:
     for batch in batches:
         time.sleep(seconds)
         yield batch
-
-
-def checkpoint_folder(rank: int, out: Path) -> Path:
-    """Where this rank looks for the cell's checkpoint: `out`, unless ``hide_checkpoint`` hides it."""
-    for kind, argument in faults():
-        if kind == "hide_checkpoint" and int(argument) == rank:
-            return out / ".hidden-checkpoint"  # never written: this rank sees no checkpoint
-    return out
-
-
-def learning_rate(rate: float, epoch: int) -> float:
-    """The rate the loop hands the framework in 0-based `epoch`: the schedule's, unless ``lr`` scales it."""
-    for kind, argument in faults():
-        if kind == "lr":
-            fault_epoch, factor = argument.split(":")
-            if int(fault_epoch) == epoch + 1:
-                rate *= float(factor)
-    return rate
-
-
-def collective_failure(rank: int, op: str) -> None:
-    """Raise where ``collectives_fail`` names this rank, while the benchmark prepares an all-reduce."""
-    for kind, argument in faults():
-        if kind == "collectives_fail" and int(argument) == rank and op == "all_reduce":
-            raise RuntimeError(f"injected by SCALEBENCH_FAULT=collectives_fail:{argument}")
-
-
-def precision_off() -> bool:
-    """Whether ``precision_off`` asks the framework to compute in float32 whatever training.precision says."""
-    return injects("precision_off")
 
 
 def stall(epoch: int, fault: str) -> None:

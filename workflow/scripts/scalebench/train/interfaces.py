@@ -24,8 +24,11 @@ from typing import Any, Protocol
 import numpy as np
 
 from scalebench import backends
+from scalebench.settings import ProcessFacts, RunSettings
 from scalebench.train.accumulation import Part
 from scalebench.train.collectives import Bench
+from scalebench.train.faults import EpochDelays, FaultPlan
+from scalebench.train.placement import DataPlacement
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.step_timing import StepTimes
 from scalebench.train.summaries import EpochWriter
@@ -279,34 +282,120 @@ class Trace(Protocol):
         """Stop it and write the trace; raises if the trace could not be written."""
 
 
+# The builders: each framework's spec.py fills FrameworkSpec's fields with functions or classes
+# whose parameters are these protocols' __call__'s, name for name and kind for kind (the contract
+# test checks it), so the loop can pass them positionally in either framework.
+
+
+class BuildDevice(Protocol):
+    """Threads and the device, before the backend joins (runtime.py)."""
+
+    def __call__(self, run: RunSettings, process: ProcessFacts, place: RankInfo) -> Device: ...
+
+
+class BuildNumerics(Protocol):
+    """Precision, determinism and the seeds, once the backend has joined (runtime.py); `faults`:
+    the rank's test faults (precision_off)."""
+
+    def __call__(self, run: RunSettings, device: Device, faults: FaultPlan) -> Numerics: ...
+
+
+class BuildModel(Protocol):
+    """The model and optimizer, in the backend's scope (model.py)."""
+
+    def __call__(self, run: RunSettings, device: Device, numerics: Numerics, backend: Backend) -> Model: ...
+
+
+class BuildOrder(Protocol):
+    """Each replica's samples per epoch, `batches` batches of them (data.py)."""
+
+    def __call__(self, run: RunSettings, backend: Backend, train_indices: list[int], batches: int) -> SampleOrder: ...
+
+
+class Restore(Protocol):
+    """The loop's state of the checkpoint in `directory` loaded into `model`, or None (checkpoint.py)."""
+
+    def __call__(self, model: Model, directory: Path, config_hash: str) -> dict | None: ...
+
+
+class BuildMarks(Protocol):
+    """The step split's marks of this framework (step_timing.py; training.step_split)."""
+
+    def __call__(self, device: Device, backend: Backend) -> Any: ...
+
+
+class Distribute(Protocol):
+    """The backend's wrapper, compiled where asked (model.py); `delays`: the test faults' delays of
+    the epoch under way, which the steps move on."""
+
+    def __call__(
+        self, run: RunSettings, model: Model, backend: Backend, marks: Any, delays: EpochDelays
+    ) -> Distributed: ...
+
+
+class BuildData(Protocol):
+    """The input pipeline in the placement decided (data.py)."""
+
+    def __call__(
+        self,
+        run: RunSettings,
+        device: Device,
+        backend: Backend,
+        order: SampleOrder,
+        where: DataPlacement,
+        eval_shards: list[list[int]],
+    ) -> Batches: ...
+
+
+class BuildSteps(Protocol):
+    """The steps on the distributed model (steps.py: the class itself)."""
+
+    def __call__(
+        self,
+        run: RunSettings,
+        distributed: Distributed,
+        device: Device,
+        numerics: Numerics,
+        backend: Backend,
+        marks: Any,
+        delays: EpochDelays,
+    ) -> Steps: ...
+
+
+class BuildCheckpointer(Protocol):
+    """The cell's checkpoint in `out` (checkpoint.py: the class itself)."""
+
+    def __call__(self, out: Path, config_hash: str, distributed: Distributed, backend: Backend) -> Checkpointer: ...
+
+
+class StartTrace(Protocol):
+    """training.profile's trace into `folder`, started (profiler.py); raises profiling.NotTraced
+    where this rank does not trace."""
+
+    def __call__(self, folder: Path, device: Device, backend: Backend) -> Trace: ...
+
+
+class OpenSummaries(Protocol):
+    """The framework's TensorBoard writer into `folder` (training.tensorboard)."""
+
+    def __call__(self, folder: Path) -> EpochWriter: ...
+
+
 @dataclass(frozen=True)
 class FrameworkSpec:
     """A framework as the builders of what the loop holds (each framework's spec.py). The loop's
     constructor calls them in this order; the device is built before the backend joins (entry.py)."""
 
     name: str  # torch or tensorflow
-    # (run, process, place) -> Device: threads and the device, before the backend joins
-    build_device: Callable[..., Device]
-    # (run, device) -> Numerics: precision, determinism and the seeds, once the backend has joined
-    build_numerics: Callable[..., Numerics]
-    # (run, device, numerics, backend) -> Model: the model and optimizer, in the backend's scope
-    build_model: Callable[..., Model]
-    # (run, backend, train_indices, batches) -> SampleOrder: each replica's samples per epoch
-    build_order: Callable[..., SampleOrder]
-    # (model, folder, config_hash) -> the loop's state of the checkpoint loaded into model, or None
-    restore: Callable[..., dict | None]
-    # (device, backend) -> the step split's marks of this framework (training.step_split)
-    build_marks: Callable[..., Any]
-    # (run, model, backend, marks, delays) -> Distributed: the backend's wrapper, compiled where asked
-    distribute: Callable[..., Distributed]
-    # (run, device, backend, order, placement, eval_shards) -> Batches: the input pipeline
-    build_data: Callable[..., Batches]
-    # (run, distributed, device, numerics, backend, marks, delays) -> Steps
-    build_steps: Callable[..., Steps]
-    # (out, config_hash, distributed, backend) -> Checkpointer
-    build_checkpointer: Callable[..., Checkpointer]
-    # (folder, device, backend) -> Trace: training.profile's trace, started (raises profiling.NotTraced
-    # where this rank does not trace)
-    start_trace: Callable[..., Trace]
-    # (folder) -> EpochWriter: the framework's TensorBoard writer (training.tensorboard)
-    open_summaries: Callable[[Path], EpochWriter]
+    build_device: BuildDevice
+    build_numerics: BuildNumerics
+    build_model: BuildModel
+    build_order: BuildOrder
+    restore: Restore
+    build_marks: BuildMarks
+    distribute: Distribute
+    build_data: BuildData
+    build_steps: BuildSteps
+    build_checkpointer: BuildCheckpointer
+    start_trace: StartTrace
+    open_summaries: OpenSummaries

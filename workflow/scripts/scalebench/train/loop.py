@@ -31,7 +31,6 @@ from scalebench.train import (
     collectives,
     devices,
     energy,
-    faults,
     metrics,
     observed,
     preflight,
@@ -40,6 +39,8 @@ from scalebench.train import (
     step_timing,
     summaries,
 )
+from scalebench.train.binding import Binding
+from scalebench.train.faults import EpochDelays, FaultPlan, delayed
 from scalebench.train.interfaces import Backend, Device, FrameworkSpec
 from scalebench.train.lr_schedule import learning_rate
 from scalebench.train.run_record import RunRecord
@@ -85,11 +86,14 @@ class TrainingLoop:
         process: ProcessFacts,
         config_hash: str,
         started: float,  # perf_counter() when the rank started: setup time counts from there
+        *,
+        faults: FaultPlan,  # the test faults the rank's entry read (faults.py): FaultPlan() names none
+        cpu_binding: Binding | None,  # how the entry bound the rank's cores (binding.bind), for run.json
     ) -> None:
-        self.run, self.device, self.backend = run, device, backend
+        self.run, self.device, self.backend, self.faults = run, device, backend, faults
         self.training, self.config_hash, self.out = run.training, config_hash, Path(run.out_dir)
         self.manifest = read_manifest(run.data_dir)
-        self.numerics = spec.build_numerics(run, device)
+        self.numerics = spec.build_numerics(run, device, faults)
         preflight.check_replicas(backend, run.cell.gpus)
         preflight.check_batch(self.training.batch_per_gpu, len(self.manifest["train"]), backend.replicas)
         preflight.check_model_fits(run, backend, device.free_bytes(backend.local_processes))
@@ -101,11 +105,11 @@ class TrainingLoop:
         placement = preflight.place_data(run, backend, device, order, self.eval_shards())
         self.record = RunRecord(
             run, backend, process, config_hash, framework=spec.name, model=model, device=device,
-            numerics=self.numerics, placement=placement,
+            numerics=self.numerics, placement=placement, cpu_binding=cpu_binding,
         )  # fmt: skip
         self.progress = self.resume(partial(spec.restore, model))
         marks = spec.build_marks(device, backend) if self.training.step_split else None
-        delays = faults.EpochDelays(backend.rank, run.cell.path)  # the test faults' delays, which the steps read
+        delays = EpochDelays(faults, backend.rank, run.cell.path)  # the test faults' delays, which the steps read
         distributed = spec.distribute(run, model, backend, marks, delays)
         preflight.check_compression(backend, self.training.compression)
         self.collectives_s = self.measure_collectives(distributed.wrapped)  # not setup's, not training's
@@ -150,7 +154,9 @@ class TrainingLoop:
         which is kept out of setup_s."""
         started = time.perf_counter()
         gradient_bytes = self.record.fields["gradient_bytes"]
-        result = collectives.benchmark(self.backend, model, self.training.collectives, gradient_bytes, self.out)
+        result = collectives.benchmark(
+            self.backend, model, self.training.collectives, gradient_bytes, self.out, faults=self.faults
+        )
         self.record.add(collectives.run_fields(result, self.backend.replicas))
         return time.perf_counter() - started
 
@@ -159,7 +165,7 @@ class TrainingLoop:
         loads it into the model as built), or the beginning."""
         if not self.training.checkpoint_every:
             return Progress()
-        folder = faults.checkpoint_folder(self.backend.rank, self.out)
+        folder = self.faults.checkpoint_folder(self.backend.rank, self.out)
         state = resume.agreed_state(self.backend, partial(restore, folder, self.config_hash), folder)
         progress = Progress.from_state(state)
         if state is not None:
@@ -200,12 +206,12 @@ class TrainingLoop:
     def train_epoch(self, epoch: int) -> dict:
         device, backend, steps, progress = self.device, self.backend, self.steps, self.progress
         lr = learning_rate(epoch, self.training, backend.replicas)
-        steps.start_epoch(epoch, faults.learning_rate(lr, epoch))
+        steps.start_epoch(epoch, self.faults.learning_rate(lr, epoch))
         epoch_data = self.batches.epoch(epoch)
-        faults.check(backend.rank, epoch, progress.start_epoch > 0, device.out_of_memory_error)
-        loader_delay = faults.delays(backend.rank, epoch, self.run.cell.path).loader_s
+        self.faults.check(backend.rank, epoch, progress.start_epoch > 0, device.out_of_memory_error)
+        loader_delay = self.faults.delays(backend.rank, epoch, self.run.cell.path).loader_s
         if loader_delay:
-            epoch_data = faults.delayed(epoch_data, loader_delay)
+            epoch_data = delayed(epoch_data, loader_delay)
         with self.profile.around(epoch) as window:
             device.reset_peak_memory()
             device.synchronize()

@@ -50,6 +50,7 @@ class RunRecord:
         device: Device,
         numerics: Numerics,
         placement: DataPlacement,
+        cpu_binding: binding.Binding | None = None,  # what binding.bind did in this process (None: it did not run)
     ) -> None:
         self.run, self.backend, self.process = run, backend, process
         self.path = Path(run.out_dir) / FILE
@@ -71,7 +72,7 @@ class RunRecord:
             compression=backend.gradient_compression,
             backend_options=backend.options(),
         )
-        record.update(self.rank_fields(device.model(), bool(record["tf32"])))
+        record.update(self.rank_fields(device.model(), bool(record["tf32"]), cpu_binding))
         self.fields = record
         self.write()
 
@@ -103,13 +104,15 @@ class RunRecord:
             "data_placement_reason": placement.reason,
         }
 
-    def rank_fields(self, device_model: str, tf32: bool) -> dict:
-        """Every rank's host, device and cores (gathered: every rank joins, in this order), rank 0's
-        site, the model's FLOPs and the device's peak at the cell's precision."""
+    def rank_fields(self, device_model: str, tf32: bool, cpu_binding: binding.Binding | None) -> dict:
+        """Every rank's host, device and cores (gathered: every rank joins, in this order; `cpu_binding`
+        says how its cores were bound), rank 0's site, the model's FLOPs and the device's peak at the
+        cell's precision."""
         run, backend = self.run, self.backend
         devices = backend.allgather_text(device_model)
         fields = provenance.rank_layout(self.hosts, devices, run.image_size, architecture.channels(run.model_width))
-        fields.update(binding.fields(backend.allgather_text))  # each rank's cores, a local cell's GPU ids
+        # each rank's cores, how the rank's entry bound them, a local cell's GPU ids
+        fields.update(binding.fields(backend.allgather_text, applied=cpu_binding))
         if self.writes:  # the node's driver, GPUs, topology, network, NCCL and the ranks' variables
             fields.update(site.fields())
         precision = flops.precision_key(run.training.autocast_dtype, tf32)

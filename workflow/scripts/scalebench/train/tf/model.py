@@ -24,7 +24,7 @@ import tf_keras as keras
 from scalebench import architecture
 from scalebench.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
 from scalebench.settings import RunSettings
-from scalebench.train import faults
+from scalebench.train.faults import EpochDelays
 from scalebench.train.interfaces import Backend
 from scalebench.train.tf.runtime import Device, Numerics
 
@@ -127,7 +127,7 @@ class Distributed:
         return self.network
 
 
-def distribute(run: RunSettings, model: Model, backend: Backend, marks, delays: faults.EpochDelays) -> Distributed:
+def distribute(run: RunSettings, model: Model, backend: Backend, marks, delays: EpochDelays) -> Distributed:
     """The model handed to the backend, after a restore (so rank 0's state is shared). The marks and
     the test faults' delays live in the steps' graph (steps.py), not here."""
     network, optimizer = backend.distribute(model.network, model.optimizer, marks)

@@ -18,7 +18,8 @@ import tensorflow as tf
 from scalebench import backends, gpu_stack
 from scalebench.refusal import SettingRefused
 from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
-from scalebench.train import devices, faults, placement, site
+from scalebench.train import devices, placement, site
+from scalebench.train.faults import FaultPlan
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.tf import compiled
@@ -261,9 +262,10 @@ class Numerics:
         self.policy, self.deterministic = policy, deterministic
 
 
-def build_numerics(run: RunSettings, device: Device) -> Numerics:
+def build_numerics(run: RunSettings, device: Device, faults: FaultPlan) -> Numerics:
     """training.precision and training.deterministic as this device runs them (refused where it
-    cannot), XLA's availability where training.compile asks, and every generator seeded."""
+    cannot), XLA's availability where training.compile asks, and every generator seeded; `faults`:
+    the rank's test faults (precision_off)."""
     policy = keras_policy(run.training.autocast_dtype, device.type)
     if faults.precision_off():  # a test hook: the steps compute in float32, which the loop must refuse
         policy = None

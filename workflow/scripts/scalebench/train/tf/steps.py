@@ -18,8 +18,8 @@ import tf_keras as keras
 
 from scalebench.data.preprocess import load_arrays
 from scalebench.settings import RunSettings
-from scalebench.train import faults
 from scalebench.train.accumulation import Part
+from scalebench.train.faults import EpochDelays
 from scalebench.train.interfaces import Backend
 from scalebench.train.step_timing import StepTimes
 from scalebench.train.tf import compiled, data, step_timing
@@ -237,7 +237,7 @@ class Steps:
         numerics: Numerics,
         backend: Backend,
         marks: step_timing.StepMarks | None,
-        delays: faults.EpochDelays,
+        delays: EpochDelays,
     ) -> None:
         self.run, self.distributed, self.backend = run, distributed, backend
         self.marks, self.delays = marks, delays
@@ -245,7 +245,7 @@ class Steps:
         self.delay_variables = {
             name: tf.Variable(0.0, dtype=tf.float64, trainable=False, name=f"{name}_delay")
             for name in DELAYS
-            if faults.injects(f"slow_{name}")
+            if delays.plan.injects(f"slow_{name}")
         }
         self.functions = StepFunctions(
             distributed.network,

@@ -266,19 +266,19 @@ def build_data(
     run: RunSettings,
     device: Device,
     backend: Backend,
-    sampler: ReplicaShards,
+    order: ReplicaShards,
     where: DataPlacement,
     eval_shards: list[list[int]],
 ) -> Batches:
     """The training batches and the evaluation shards in the placement decided (train/placement.py)."""
     batch, eval_stores = run.training.batch_per_gpu, {}
     if where.kind == "device":
-        per_replica = sampler.replica_samples(run.training.epochs)
+        per_replica = order.replica_samples(run.training.epochs)
         stores = [DeviceSamples(run.data_dir, s, d) for s, d in zip(per_replica, device.replica_devices)]
-        train: Iterable = DeviceTrainBatches(sampler.dataset.indices, sampler, stores)
+        train: Iterable = DeviceTrainBatches(order.dataset.indices, order, stores)
         eval_stores = {tuple(shard): DeviceSamples(run.data_dir, shard, device.device) for shard in eval_shards}
     else:
         loader = run.training.loader
         pin = loader.pin_memory and device.type == "cuda"
-        train = host_train_loader(run.data_dir, sampler, loader, pin, device.device)
-    return Batches(sampler, train, eval_stores, run.data_dir, batch, device.device)
+        train = host_train_loader(run.data_dir, order, loader, pin, device.device)
+    return Batches(order, train, eval_stores, run.data_dir, batch, device.device)

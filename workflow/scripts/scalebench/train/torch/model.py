@@ -18,7 +18,7 @@ from torch import nn
 from scalebench import architecture
 from scalebench.architecture import BN_EPS, BN_MOMENTUM, CHANNELS
 from scalebench.settings import RunSettings
-from scalebench.train import faults
+from scalebench.train.faults import EpochDelays
 from scalebench.train.interfaces import Backend
 from scalebench.train.torch import compiled, step_timing
 from scalebench.train.torch.runtime import LAYOUT, Device, Numerics
@@ -109,12 +109,12 @@ class Distributed:
 
 
 def distribute(
-    run: RunSettings, model: Model, backend: Backend, marks: step_timing.StepMarks | None, delays: faults.EpochDelays
+    run: RunSettings, model: Model, backend: Backend, marks: step_timing.StepMarks | None, delays: EpochDelays
 ) -> Distributed:
     """The model handed to the backend (after a restore, so rank 0's state is shared), then compiled
     where training.compile asks (the backend's wrapper included: DDP's buckets shape the graphs).
     slow_reduce (faults.py) delays the pass's last gradient before the backend's hooks see it."""
-    if faults.injects("slow_reduce") and not backend.spec.shards_state:
+    if delays.plan.injects("slow_reduce") and not backend.spec.shards_state:
         step_timing.delay_reduction(model.network, lambda: delays.now.reduce_s)
     wrapped, optimizer = backend.distribute(model.network, model.optimizer, marks)
     network = compiled.compile_model(wrapped) if run.training.compile else wrapped

@@ -16,7 +16,8 @@ import torch
 from scalebench import backends, gpu_stack
 from scalebench.refusal import SettingRefused
 from scalebench.settings import PRECISION_OF, ProcessFacts, RunSettings
-from scalebench.train import devices, faults, placement, site
+from scalebench.train import devices, placement, site
+from scalebench.train.faults import FaultPlan
 from scalebench.train.provenance import cpu_name, peak_host_memory_mb
 from scalebench.train.rank_env import RankInfo
 from scalebench.train.torch import compiled
@@ -213,9 +214,10 @@ class Numerics:
         self.autocast, self.deterministic = autocast, deterministic
 
 
-def build_numerics(run: RunSettings, device: Device) -> Numerics:
+def build_numerics(run: RunSettings, device: Device, faults: FaultPlan) -> Numerics:
     """training.precision and training.deterministic as this device runs them (refused where it
-    cannot), torch.compile's availability where asked, and every generator seeded."""
+    cannot), torch.compile's availability where asked, and every generator seeded; `faults`: the
+    rank's test faults (precision_off)."""
     autocast = autocast_dtype(run.training.autocast_dtype, device.device)
     if faults.precision_off():  # a test hook: the steps compute in float32, which the loop must refuse
         autocast = None

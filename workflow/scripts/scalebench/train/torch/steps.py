@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from scalebench import architecture
 from scalebench.settings import RunSettings
-from scalebench.train import faults
 from scalebench.train.accumulation import Part
+from scalebench.train.faults import EpochDelays
 from scalebench.train.interfaces import Backend
 from scalebench.train.step_timing import StepTimes
 from scalebench.train.torch import compiled, data, step_timing
@@ -38,7 +38,7 @@ class Steps:
         numerics: Numerics,
         backend: Backend,
         marks: step_timing.StepMarks | None,
-        delays: faults.EpochDelays,
+        delays: EpochDelays,
     ) -> None:
         self.run, self.distributed, self.backend = run, distributed, backend
         self.device, self.autocast = device.device, numerics.autocast
