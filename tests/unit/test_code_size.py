@@ -5,25 +5,31 @@ their own), no constructor longer than INIT_LIMIT lines, and every attribute of 
 train/ is first assigned in its constructor (or a base's under train/, or as a dataclass field):
 a reader sees in __init__ everything an object holds, and no attribute appears halfway through a
 run. Nor does one object set another's attribute: a component's state changes through its methods.
+And no function anywhere under workflow/scripts (methods and nested functions included) is longer
+than FUNCTION_LIMIT lines unless its docstring says why it reads better whole (WHOLE): a long
+function is split into named pieces a reader can take one at a time.
 
 All three are measured with `ast` on the sources, so none can grow back unnoticed. A class or
 function counts from its first line (its decorators, else its `class` or `def` line) to its last,
 docstrings, comments and blank lines inside included: what a reader scrolls through. The tests
 plant an oversized class and constructor and an attribute first set in a method in sources held
-in memory and assert that each is found, named."""
+in memory and assert that each is found, named; and a function one line over its limit, with and
+without the docstring that excuses it."""
 
 from __future__ import annotations
 
 import ast
 
 import pytest
-from conftest import REPO
+from conftest import REPO, SCRIPTS
 
 TRAIN = REPO / "workflow" / "scripts" / "scalebench" / "train"
 LOOP = "TrainingLoop"
 LOOP_MODULE = "loop.py"  # train/loop.py
 CLASS_LIMIT = 260
 INIT_LIMIT = 60
+FUNCTION_LIMIT = 60  # any function under workflow/scripts
+WHOLE = "reads better whole"  # the words in a docstring that let a function stay longer, with the reason
 # a library's own attribute that shares its name with one a class under train/ declares: (the
 # object's name where it is set, the attribute) and why it is the library's
 LIBRARY_ATTRIBUTES = {
@@ -322,3 +328,71 @@ def test_what_a_base_class_or_a_dataclass_declares_counts_as_declared():
     assert attribute_problems(sources) == []
     orphan = {**sources, "a.py": sources["a.py"].replace("class Child(Base):", "class Child:")}
     assert attribute_problems(orphan) == ["train/a.py:7: Child.join first sets self.rank (assign it in __init__)"]
+
+
+def script_sources() -> dict[str, str]:
+    """Every module under workflow/scripts by its path relative to it (the package and the rules' scripts)."""
+    return {str(path.relative_to(SCRIPTS)): path.read_text() for path in sorted(SCRIPTS.rglob("*.py"))}
+
+
+def functions(source: str) -> list[tuple[str, Function]]:
+    """Every function of a module's source with its qualified name ('Class.method', 'outer.inner')."""
+    found, todo = [], [("", node) for node in ast.parse(source).body]
+    while todo:
+        prefix, node = todo.pop()
+        if isinstance(node, Function | ast.ClassDef):
+            name = f"{prefix}{node.name}"
+            if isinstance(node, Function):
+                found.append((name, node))
+            todo += [(f"{name}.", child) for child in ast.iter_child_nodes(node)]
+        else:
+            todo += [(prefix, child) for child in ast.iter_child_nodes(node)]
+    return sorted(found, key=lambda named: named[1].lineno)
+
+
+def function_problems(sources: dict[str, str]) -> list[str]:
+    """Every function over FUNCTION_LIMIT lines whose docstring does not say why it reads better whole,
+    each named with its module, line and lines."""
+    return [
+        f"{module}:{node.lineno}: {name} is {span(node)} lines (at most {FUNCTION_LIMIT}): split it, "
+        f"or say in its docstring why it {WHOLE}"
+        for module, source in sorted(sources.items())
+        for name, node in functions(source)
+        if span(node) > FUNCTION_LIMIT and WHOLE not in (ast.get_docstring(node) or "")
+    ]
+
+
+def test_every_function_under_workflow_scripts_is_within_its_limit():
+    sources = script_sources()
+    assert function_problems(sources) == []
+    assert {"scalebench/train/loop.py", "download_dataset.py"} <= set(sources)  # the package and the rules' scripts
+    assert max(span(node) for source in sources.values() for _, node in functions(source)) > 40  # measured, not empty
+
+
+def planted_function(lines: int, docstring: str = "Planted.") -> str:
+    """A method of `lines` lines, its decorator and docstring included, of a class nested in a class."""
+    body = "".join(f"            a{index} = {index}\n" for index in range(lines - 3))
+    head = "class Outer:\n    class Inner:\n        @staticmethod\n        def planted():\n"
+    return f'{head}            """{docstring}"""\n{body}'
+
+
+@pytest.mark.parametrize(
+    ("lines", "docstring", "problems"),
+    [
+        (
+            FUNCTION_LIMIT + 1,
+            "Planted.",
+            [
+                f"scalebench/planted.py:4: Outer.Inner.planted is {FUNCTION_LIMIT + 1} lines (at most {FUNCTION_LIMIT}): "
+                f"split it, or say in its docstring why it {WHOLE}"
+            ],
+        ),
+        (FUNCTION_LIMIT, "Planted.", []),
+        (FUNCTION_LIMIT + 1, f"Planted: it {WHOLE}, one table from top to bottom.", []),
+    ],
+    ids=["over", "at-the-limit", "excused"],
+)
+def test_a_planted_long_function_fails_naming_it_unless_its_docstring_excuses_it(lines, docstring, problems):
+    planted = planted_function(lines, docstring)
+    assert span(dict(functions(planted))["Outer.Inner.planted"]) == lines
+    assert function_problems({"scalebench/planted.py": planted}) == problems

@@ -237,27 +237,32 @@ def interval_text(low: float | None, high: float | None) -> str:
 
 def sentences(fact: dict) -> list[str]:
     """The framework's facts in words (only what `fact` holds)."""
+    said = [lead_sentence(fact)]
+    said += [comparison_sentence(found, fact["best"]["backend"]) for found in fact["comparisons"]]
+    return said + loss_sentences(fact) + reduction_sentences(fact) + width_sentences(fact)
+
+
+def lead_sentence(fact: dict) -> str:
+    """The fastest series at the framework's GPU count, with its parallel efficiency where known."""
     framework, gpus, best = fact["framework"], fact["gpus"], fact["best"]
-    name = series_name(best["backend"], best["variant"])
     seeds = f"{best['seeds']} seed{'s' if best['seeds'] != 1 else ''}"
+    fastest = f"{framework} at {gpus_text(gpus)}: {series_name(best['backend'], best['variant'])} is the fastest"
+    speed = f"({best['images_per_s']:.3g} images/s, {seeds})"
     if fact["base_gpus"] is None or fact["base_gpus"] == gpus:
-        lead = (
-            f"{framework} at {gpus_text(gpus)}: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds}); "
-        )
-        lead += "no smaller GPU count to scale from."
-    elif best["efficiency"] is None:
-        lead = (
-            f"{framework} at {gpus_text(gpus)}: {name} is the fastest ({best['images_per_s']:.3g} images/s, {seeds})."
-        )
-    else:
-        interval = interval_text(best["efficiency_low"], best["efficiency_high"])
-        lead = (
-            f"{framework} at {gpus_text(gpus)}: {name} is the fastest, at a parallel efficiency of "
-            f"{best['efficiency']:.2f}{interval} against {gpus_text(fact['base_gpus'])} ({seeds})."
-        )
-    said = [lead]
-    said += [comparison_sentence(found, best["backend"]) for found in fact["comparisons"]]
-    loss = fact["loss"]
+        return f"{fastest} {speed}; no smaller GPU count to scale from."
+    if best["efficiency"] is None:
+        return f"{fastest} {speed}."
+    interval = interval_text(best["efficiency_low"], best["efficiency_high"])
+    return (
+        f"{fastest}, at a parallel efficiency of {best['efficiency']:.2f}{interval} "
+        f"against {gpus_text(fact['base_gpus'])} ({seeds})."
+    )
+
+
+def loss_sentences(fact: dict) -> list[str]:
+    """What scaling costs the epoch and its largest term, or why that is unknown."""
+    gpus, loss = fact["gpus"], fact["loss"]
+    said = []
     if "term" in loss:
         measured, ideal = loss["measured_s"], loss["ideal_s"]
         if measured > ideal:
@@ -275,27 +280,36 @@ def sentences(fact: dict) -> list[str]:
             said.append("No term of its waterfall grew above the base's.")
     elif fact["base_gpus"] is not None and fact["base_gpus"] != gpus:
         said.append(f"Where its time went is unknown: {loss['reason']}.")
-    reduced = fact["reduction"]
+    return said
+
+
+def reduction_sentences(fact: dict) -> list[str]:
+    """How fast the gradient's reduction runs against its plateau, or why it was not measured."""
+    gpus, reduced = fact["gpus"], fact["reduction"]
     if "bound" in reduced:
-        said.append(
+        return [
             f"Its gradient {reduced['op'].replace('_', '-')} of {reduced['bytes'] / 1e6:.3g} MB runs at "
             f"{reduced['busbw_gbps']:.3g} GB/s bus bandwidth, {100 * reduced['share']:.0f}% of the "
             f"{reduced['plateau_gbps']:.3g} GB/s it reaches at {reduced['plateau_bytes'] / 1e6:.3g} MB: "
             f"{reduced['bound']}-bound."
-        )
-    elif gpus > 1:
-        said.append(f"Its collectives were not measured at {gpus} GPUs: {reduced['reason']}.")
+        ]
+    if gpus > 1:
+        return [f"Its collectives were not measured at {gpus} GPUs: {reduced['reason']}."]
+    return []
+
+
+def width_sentences(fact: dict) -> list[str]:
+    """Where exposed communication first outgrows compute as the model widens, where widths were swept."""
     width = fact["width"]
-    if width is not None and "crossover_width" in width:
-        if width["crossover_width"] is None:
-            widest = max(width["widths"])
-            said.append(f"Exposed communication stays below compute growth at every width up to {widest}.")
-        else:
-            said.append(
-                f"Exposed communication first exceeds compute growth at model width {width['crossover_width']} "
-                f"(widths {', '.join(map(str, width['widths']))} at {gpus} GPUs)."
-            )
-    return said
+    if width is None or "crossover_width" not in width:
+        return []
+    if width["crossover_width"] is None:
+        widest = max(width["widths"])
+        return [f"Exposed communication stays below compute growth at every width up to {widest}."]
+    return [
+        f"Exposed communication first exceeds compute growth at model width {width['crossover_width']} "
+        f"(widths {', '.join(map(str, width['widths']))} at {fact['gpus']} GPUs)."
+    ]
 
 
 def framework_fact(

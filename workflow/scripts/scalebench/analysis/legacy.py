@@ -118,46 +118,54 @@ def import_folder(entry: dict, index: int, target: float | None = None) -> tuple
             "gpus": gpus,
             "seed": repeat,
         }
-        last = table.iloc[-1]
-        times = table["time_per_epoch"].tolist()
-        to_target, to_target_reason = time_to_target(float(last["iou"]), float(last["training_time"]), target)
-        runs.append(
-            {
-                **keys,
-                "status": "ok",
-                "reason": f"imported from {path}",
-                "epochs": len(table),
-                "train_time_s": float(last["training_time"]),
-                "steady_epoch_s": measures.steady_median(times),
-                "first_epoch_s": times[0],
-                "test_time_s": float(last["test_time"]),
-                "iou": float(last["iou"]),
-                "time_to_target_s": to_target,
-                "time_to_target_reason": to_target_reason,
-                "images_per_s": math.nan,
-                "images_per_s_per_gpu": math.nan,
-                "data_wait_s": math.nan,
-                "data_wait_share": math.nan,
-                "observed_reason": "not recorded by the legacy log",
-                "job_s_reason": "not recorded by the legacy log: what its job held is unknown",
-                "step_split_reason": LEGACY_SPLIT,
-                "comm_total_reason": LEGACY_SPLIT,
-            }
-        )
-        cumulative = np.cumsum(times)
-        epochs.extend(
-            {
-                **keys,
-                "epoch": number + 1,
-                "loss": float(row["loss"]),
-                "lr": float(row["lr"]),
-                "epoch_time_s": float(row["time_per_epoch"]),
-                "train_time_s": float(cumulative[number]),
-                "step_split_reason": LEGACY_SPLIT,
-            }
-            for number, row in table.iterrows()
-        )
+        runs.append(run_row(keys, path, table, target))
+        epochs.extend(epoch_rows(keys, table))
     return runs, epochs, skipped
+
+
+def run_row(keys: dict, path: Path, table: pd.DataFrame, target: float | None) -> dict:
+    """The runs.csv row of one log (`keys`: its cell's), with the reasons for what a log cannot hold."""
+    last = table.iloc[-1]
+    times = table["time_per_epoch"].tolist()
+    to_target, to_target_reason = time_to_target(float(last["iou"]), float(last["training_time"]), target)
+    return {
+        **keys,
+        "status": "ok",
+        "reason": f"imported from {path}",
+        "epochs": len(table),
+        "train_time_s": float(last["training_time"]),
+        "steady_epoch_s": measures.steady_median(times),
+        "first_epoch_s": times[0],
+        "test_time_s": float(last["test_time"]),
+        "iou": float(last["iou"]),
+        "time_to_target_s": to_target,
+        "time_to_target_reason": to_target_reason,
+        "images_per_s": math.nan,
+        "images_per_s_per_gpu": math.nan,
+        "data_wait_s": math.nan,
+        "data_wait_share": math.nan,
+        "observed_reason": "not recorded by the legacy log",
+        "job_s_reason": "not recorded by the legacy log: what its job held is unknown",
+        "step_split_reason": LEGACY_SPLIT,
+        "comm_total_reason": LEGACY_SPLIT,
+    }
+
+
+def epoch_rows(keys: dict, table: pd.DataFrame) -> list[dict]:
+    """The epochs.csv rows of one log (`keys`: its cell's), the training time summed epoch by epoch."""
+    cumulative = np.cumsum(table["time_per_epoch"].tolist())
+    return [
+        {
+            **keys,
+            "epoch": number + 1,
+            "loss": float(row["loss"]),
+            "lr": float(row["lr"]),
+            "epoch_time_s": float(row["time_per_epoch"]),
+            "train_time_s": float(cumulative[number]),
+            "step_split_reason": LEGACY_SPLIT,
+        }
+        for number, row in table.iterrows()
+    ]
 
 
 def import_all(entries: list[dict], target: float | None = None) -> tuple[list[dict], list[dict], list[Skipped]]:

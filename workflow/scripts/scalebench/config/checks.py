@@ -26,8 +26,34 @@ def check_semantics(config: dict, folders: bool = True) -> Matrix:
     matrix, expanded here once (once its axes are known to be sound) for every check and the plan.
     `folders`: check the folders other keys name (folder_problems); False in a job's own Snakemake,
     which reads none of them, on a node that may not reach them."""
-    problems: list[str] = []
-    dataset, matrix, cluster = config["dataset"], config["matrix"], config["cluster"]
+    problems = dataset_problems(config)
+    axes = axis_problems(config)
+    if axes:  # the cells below cannot be built without them
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems + axes))
+    expanded = expand(config)
+    runnable = expanded.cells()
+    if config["dataset"]["source"] == "synthetic":
+        problems += synthetic_batch_problems(config, runnable)
+    problems += model_fit_problems(config, runnable)
+    problems += profile_problems(config, runnable)
+    problems += environment_problems(config, runnable)
+    problems += training_problems(config)
+    problems += cluster_problems(config)
+    problems += matrix_problems(config, expanded)
+    problems += node_spread_problems(config, runnable)
+    problems += launcher_problems(config)
+    problems += legacy_label_problems(config["legacy"])
+    if folders:  # a job's own Snakemake reads neither folder: a node that cannot reach them runs its job
+        problems += folder_problems(config)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return expanded
+
+
+def dataset_problems(config: dict) -> list[str]:
+    """The image size the UNet can halve four times, and the folder a folder source needs."""
+    dataset = config["dataset"]
+    problems = []
     height, width = dataset["image_size"]
     if height % 16 or width % 16:
         problems.append(
@@ -36,26 +62,32 @@ def check_semantics(config: dict, folders: bool = True) -> Matrix:
         )
     if dataset["source"] == "folder" and not dataset["folder"]:
         problems.append("config key 'dataset.folder': required when dataset.source is folder")
-    axes = axis_problems(config)
-    if axes:  # the cells below cannot be built without them
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems + axes))
-    expanded = expand(config)
-    runnable = expanded.cells()
-    if dataset["source"] == "synthetic":
-        problems += synthetic_batch_problems(config, runnable)
-    problems += model_fit_problems(config, runnable)
-    problems += profile_problems(config, runnable)
-    problems += environment_problems(config, runnable)
-    if config["training"]["steps_per_epoch"] is not None and config["training"]["dataset_repeat"] > 1:
+    return problems
+
+
+def training_problems(config: dict) -> list[str]:
+    """Training settings that rule each other out: fixed steps with a repeated dataset, and a stop
+    at the target without the evaluations that would see it."""
+    training = config["training"]
+    problems = []
+    if training["steps_per_epoch"] is not None and training["dataset_repeat"] > 1:
         problems.append(
             "config key 'training.steps_per_epoch': set together with training.dataset_repeat > 1; the "
             "steps fix each epoch's length by themselves (the shard is cycled), so leave dataset_repeat at 1"
         )
-    if config["training"]["stop_at_target"] and not config["training"]["eval_every"]:
+    if training["stop_at_target"] and not training["eval_every"]:
         problems.append(
             "config key 'training.stop_at_target': needs training.eval_every > 0 (the target is checked on "
             "the validation IOU of the evaluated epochs)"
         )
+    return problems
+
+
+def cluster_problems(config: dict) -> list[str]:
+    """What the cluster cannot hold: more GPUs than cluster.max_gpus, GPUs bound to the tasks of a
+    cluster without GPUs."""
+    matrix, cluster = config["matrix"], config["cluster"]
+    problems = []
     largest = max(matrix["gpus"])
     if largest > cluster["max_gpus"]:
         problems.append(f"config key 'matrix.gpus': {largest} GPUs exceed cluster.max_gpus = {cluster['max_gpus']}")
@@ -64,24 +96,33 @@ def check_semantics(config: dict, folders: bool = True) -> Matrix:
             "config key 'cluster.gpu_binding': task binds GPUs to tasks, but cluster.gpus_per_node is 0 "
             "(a CPU-only cluster); use node"
         )
-    problems += matrix_problems(config, expanded)
-    if not cluster["allow_uneven"]:
-        # one-process backends never span nodes (left_out), so only the counts of other cells matter
-        for gpus in sorted({cell.gpus for cell in runnable}):
-            reason = uneven_nodes_problem(gpus, cluster)
-            if reason:
-                problems.append(f"config key 'matrix.gpus': {reason} (or set cluster.allow_uneven: true)")
+    return problems
+
+
+def node_spread_problems(config: dict, runnable: tuple[Cell, ...]) -> list[str]:
+    """Each GPU count of the runnable cells that spreads unevenly over nodes, unless
+    cluster.allow_uneven (uneven_nodes_problem)."""
+    cluster = config["cluster"]
+    if cluster["allow_uneven"]:
+        return []
+    problems = []
+    # one-process backends never span nodes (left_out), so only the counts of other cells matter
+    for gpus in sorted({cell.gpus for cell in runnable}):
+        reason = uneven_nodes_problem(gpus, cluster)
+        if reason:
+            problems.append(f"config key 'matrix.gpus': {reason} (or set cluster.allow_uneven: true)")
+    return problems
+
+
+def launcher_problems(config: dict) -> list[str]:
+    """Each launcher template that cannot be filled (template_problem), named by its key."""
+    problems = []
     for executor, templates in config["launchers"].items():
         for name, template in templates.items():
             problem = template_problem(template)
             if problem:
                 problems.append(f"config key 'launchers.{executor}.{name}': {problem}")
-    problems += legacy_label_problems(config["legacy"])
-    if folders:  # a job's own Snakemake reads neither folder: a node that cannot reach them runs its job
-        problems += folder_problems(config)
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return expanded
+    return problems
 
 
 def strong_cells(config: dict) -> bool:

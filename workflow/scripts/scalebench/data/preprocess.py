@@ -139,42 +139,13 @@ def preprocess(
     train, val, test = split_indices(count, test_fraction, split_seed, val_fraction)  # before any file is written
     images = _NpyStream(out / "images.npy", (count, height, width))
     masks = _NpyStream(out / "masks.npy", (count, height, width))
-    unreadable, not_binary = [], []
-    nonbinary_total = pixels_total = 0
-    step = max(1, count // 10)
     try:
-        for index, pair in enumerate(pairs):
-            try:
-                image_row = _image_row(pair.image, height, width)
-                mask_row, nonbinary, pixels = _mask_row(pair.mask, height, width)
-            except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
-                unreadable.append(f"{_relative(pair.image, root)} / {_relative(pair.mask, root)} ({error})")
-                image_row = mask_row = np.zeros((height, width), np.uint8)
-                nonbinary, pixels = 0, 0
-            if pixels and nonbinary > max_nonbinary_fraction * pixels:
-                not_binary.append(f"{_relative(pair.mask, root)} ({nonbinary / pixels:.1%} non-binary pixels)")
-            nonbinary_total += nonbinary
-            pixels_total += pixels
-            images.write(image_row.tobytes())
-            masks.write(mask_row.tobytes())
-            if (index + 1) % step == 0 or index + 1 == count:
-                print(f"preprocess: {index + 1}/{count} pairs", flush=True)
-        problems = []
-        if unreadable:
-            problems.append(f"{len(unreadable)} pairs could not be decoded: {summary(unreadable)}")
-        if not_binary:
-            problems.append(
-                f"{len(not_binary)} masks are not binary (over {max_nonbinary_fraction:.0%} of pixels neither 0 "
-                f"nor the mask's maximum): {summary(not_binary)}"
-            )
-        if problems:
-            raise DatasetError(f"dataset under {root} fails validation: " + "; ".join(problems))
+        fraction = _write_pairs(pairs, images, masks, root, image_size, max_nonbinary_fraction)
     except BaseException:
         images.discard()
         masks.discard()
         raise
     checksums = {"images.npy": images.finish(), "masks.npy": masks.finish()}
-    fraction = nonbinary_total / pixels_total if pixels_total else 0.0
     print(f"preprocess: {fraction:.4%} of mask pixels were neither 0 nor the mask's maximum", flush=True)
     manifest = {
         **provenance,
@@ -194,6 +165,57 @@ def preprocess(
     }
     files.write_json_atomic(out / "manifest.json", manifest)
     return manifest
+
+
+def _write_pairs(
+    pairs: list[Pair],
+    images: _NpyStream,
+    masks: _NpyStream,
+    root: Path,
+    image_size: tuple[int, int],
+    max_nonbinary_fraction: float,
+) -> float:
+    """Decode each pair into its row of `images` and `masks` (zeros where it cannot be decoded),
+    saying how far it got; raise DatasetError naming every pair that fails validation, else return
+    the fraction of mask pixels that were neither 0 nor their mask's maximum."""
+    height, width = image_size
+    count = len(pairs)
+    unreadable, not_binary = [], []
+    nonbinary_total = pixels_total = 0
+    step = max(1, count // 10)
+    for index, pair in enumerate(pairs):
+        try:
+            image_row = _image_row(pair.image, height, width)
+            mask_row, nonbinary, pixels = _mask_row(pair.mask, height, width)
+        except (OSError, UnidentifiedImageError, ValueError, SyntaxError) as error:
+            unreadable.append(f"{_relative(pair.image, root)} / {_relative(pair.mask, root)} ({error})")
+            image_row = mask_row = np.zeros((height, width), np.uint8)
+            nonbinary, pixels = 0, 0
+        if pixels and nonbinary > max_nonbinary_fraction * pixels:
+            not_binary.append(f"{_relative(pair.mask, root)} ({nonbinary / pixels:.1%} non-binary pixels)")
+        nonbinary_total += nonbinary
+        pixels_total += pixels
+        images.write(image_row.tobytes())
+        masks.write(mask_row.tobytes())
+        if (index + 1) % step == 0 or index + 1 == count:
+            print(f"preprocess: {index + 1}/{count} pairs", flush=True)
+    problems = _validation_problems(unreadable, not_binary, max_nonbinary_fraction)
+    if problems:
+        raise DatasetError(f"dataset under {root} fails validation: " + "; ".join(problems))
+    return nonbinary_total / pixels_total if pixels_total else 0.0
+
+
+def _validation_problems(unreadable: list[str], not_binary: list[str], max_nonbinary_fraction: float) -> list[str]:
+    """What fails validation, in words: the pairs that could not be decoded, the masks not binary."""
+    problems = []
+    if unreadable:
+        problems.append(f"{len(unreadable)} pairs could not be decoded: {summary(unreadable)}")
+    if not_binary:
+        problems.append(
+            f"{len(not_binary)} masks are not binary (over {max_nonbinary_fraction:.0%} of pixels neither 0 "
+            f"nor the mask's maximum): {summary(not_binary)}"
+        )
+    return problems
 
 
 def read_manifest(data_dir: str | Path) -> dict:

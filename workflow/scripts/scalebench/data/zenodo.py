@@ -21,6 +21,7 @@ import signal
 from dataclasses import asdict, dataclass
 from fnmatch import fnmatch
 from pathlib import Path
+from types import ModuleType
 
 from scalebench.files import write_text_atomic
 
@@ -142,34 +143,8 @@ def download_record(
         missing = [f for f in wanted if not _verified(target / f.name, f)]
         print(f"zenodo: record {record}: {len(wanted)} files match {pattern}, {len(missing)} to download")
         if missing:
-            try:
-                zenodo_get.download(
-                    record=str(record),
-                    output_dir=staging,
-                    # Exact names, escaped, so the glob cannot pick other files.
-                    file_glob=tuple(globlib.escape(f.name) for f in missing),
-                    retry_attempts=retries - 1,
-                    retry_pause=pause_s,
-                    timeout=timeout_s,
-                    max_http_retries=retries - 1,
-                    verbosity=1,
-                    exceptions_on_failure=True,
-                )
-            except Exception as error:
-                _remove_unverified(staging, missing)
-                raise DownloadError(f"record {record}: download failed: {error}") from None
-            for item in missing:
-                staged = staging / item.name
-                if not staged.is_file():
-                    _remove_unverified(staging, missing)
-                    raise DownloadError(f"record {record}: {item.name} was not downloaded")
-                actual = md5sum(staged)
-                if actual != item.md5:
-                    staged.unlink()
-                    raise DownloadError(
-                        f"record {record}: md5 of {item.name} is {actual}, the record says {item.md5}; file removed"
-                    )
-                os.replace(staged, target / item.name)
+            _download(zenodo_get, record, staging, missing, retries, timeout_s, pause_s)
+            _move_verified(record, staging, target, missing)
         receipt = {
             "record": record,
             "doi": metadata.get("doi") or metadata.get("metadata", {}).get("doi"),
@@ -181,6 +156,53 @@ def download_record(
     if not any(staging.iterdir()):
         staging.rmdir()
     return receipt
+
+
+def _download(
+    zenodo_get: ModuleType,
+    record: int,
+    staging: Path,
+    missing: list[RecordFile],
+    retries: int,
+    timeout_s: float,
+    pause_s: float,
+) -> None:
+    """Download the `missing` files into `staging` with zenodo_get; on failure, remove what it left
+    unverified there and raise DownloadError."""
+    try:
+        zenodo_get.download(
+            record=str(record),
+            output_dir=staging,
+            # Exact names, escaped, so the glob cannot pick other files.
+            file_glob=tuple(globlib.escape(f.name) for f in missing),
+            retry_attempts=retries - 1,
+            retry_pause=pause_s,
+            timeout=timeout_s,
+            max_http_retries=retries - 1,
+            verbosity=1,
+            exceptions_on_failure=True,
+        )
+    except Exception as error:
+        _remove_unverified(staging, missing)
+        raise DownloadError(f"record {record}: download failed: {error}") from None
+
+
+def _move_verified(record: int, staging: Path, target: Path, missing: list[RecordFile]) -> None:
+    """Move each downloaded file from `staging` into `target` once its md5 matches the record's;
+    raise DownloadError at the first one absent (removing every unverified one) or different
+    (removing it)."""
+    for item in missing:
+        staged = staging / item.name
+        if not staged.is_file():
+            _remove_unverified(staging, missing)
+            raise DownloadError(f"record {record}: {item.name} was not downloaded")
+        actual = md5sum(staged)
+        if actual != item.md5:
+            staged.unlink()
+            raise DownloadError(
+                f"record {record}: md5 of {item.name} is {actual}, the record says {item.md5}; file removed"
+            )
+        os.replace(staged, target / item.name)
 
 
 def verified_archives(receipt_file: str | Path) -> tuple[dict, list[Path]]:

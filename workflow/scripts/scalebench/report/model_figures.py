@@ -33,6 +33,7 @@ from scalebench.timing.scaling_model import FORMULAS, GROUP, METRIC, Backtest, F
 
 PARTS = {"fit (total)": "#333333", "compute": "#1b6ca8", "per-step floor": "#7570b3", "communication": "#d95f02"}
 BACKTEST_COLOUR = "#0f766e"
+PREDICTION_COLOUR = "#b91c1c"
 RANGES = {"measured range": "solid", "extrapolated": "dashed"}
 
 
@@ -62,81 +63,15 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
     if not fitted:
         reasons = "; ".join(f"{series_name(k)}: {r}" for k, r in refused.items()) or "no cells"
         return placeholder(title, wrap(f"No series could be fitted ({reasons}).", 80))
-    lines, bands, predicted, back = [], [], [], []
-    for key, fit in fitted.items():
-        panel = panel_name(key, fit)
-        largest = int(fit.points["gpus"].max())
-        fitted_curve = curve(fit).assign(panel=panel)
-        fitted_curve["range"] = ["measured range" if g <= largest else "extrapolated" for g in fitted_curve["gpus"]]
-        bands.append(fitted_curve)
-        for part, column in (
-            ("fit (total)", "epoch_s"),
-            ("compute", "compute_s"),
-            ("per-step floor", "floor_s"),  # strong form only (NaN in the weak form: dropped below)
-            ("communication", "communication_s"),
-        ):
-            part_curve = fitted_curve[["gpus", "range", "panel"]].assign(part=part, seconds=fitted_curve[column])
-            # the measured and extrapolated pieces share the boundary point so the line is unbroken
-            boundary = part_curve[part_curve["gpus"] == largest].assign(range="extrapolated")
-            lines.append(pd.concat([part_curve, boundary]))
-        columns = series_columns(fit)
-        test = tested.get(key)
-        predicted.append(
-            {
-                "panel": panel,
-                "gpus": columns["model_predicted_gpus"],
-                "seconds": columns["model_predicted_epoch_s"],
-                "label": prediction_label(columns, test),
-            }
-        )
-        if test is not None:
-            back.append(
-                {
-                    "panel": panel,
-                    "gpus": test.gpus,
-                    "seconds": test.predicted_epoch_s,
-                    "label": f"back-test: {test.predicted_efficiency[0]:.2f} vs {test.measured_efficiency:.2f}",
-                }
-            )
-    lines = pd.concat(lines, ignore_index=True)
-    lines = lines[lines["seconds"] > 0]  # no communication on one GPU, no floor when weak: nothing on a log axis
-    lines["group"] = lines["part"] + lines["range"]
-    bands = pd.concat(bands, ignore_index=True).dropna(subset=["lo", "hi"])
-    bands["lo"] = bands["lo"].clip(lower=bands["epoch_s"] / 10)  # a log axis cannot show a band through zero
-    predicted = pd.DataFrame(predicted)
-    back = pd.DataFrame(back, columns=["panel", "gpus", "seconds", "label"])
-    back = back[back["seconds"] > 0]
-    keys = set(fitted)
-    cells = runs[runs["status"].eq("ok") & (runs[METRIC] > 0)]  # the cells the fit used
-    cells = cells[[tuple(k) in keys for k in cells[GROUP].itertuples(index=False)]]
-    cells = cells.assign(panel=[panel_name(tuple(k), fitted[tuple(k)]) for k in cells[GROUP].values])
-    cells["gpus"] = cells["gpus"].astype(int)
-
-    figure = (
+    lines, bands, predicted, back = model_layers(fitted, tested)
+    cells = fitted_cells(runs, fitted)
+    return (
         ggplot(lines, aes("gpus", "seconds"))
         + geom_ribbon(bands, aes("gpus", ymin="lo", ymax="hi"), inherit_aes=False, fill="#999999", alpha=0.25)
         + geom_line(aes(colour="part", linetype="range", group="group"))
         + geom_point(cells, aes("gpus", METRIC), inherit_aes=False, size=1.8, alpha=0.7)
-        + geom_point(back, aes("gpus", "seconds"), shape="^", fill="white", colour=BACKTEST_COLOUR, size=3.5)
-        + geom_text(
-            back,
-            aes("gpus", "seconds", label="label"),
-            colour=BACKTEST_COLOUR,
-            size=7,
-            ha="right",
-            va="bottom",
-            nudge_y=0.08,
-        )
-        + geom_point(predicted, aes("gpus", "seconds"), shape="D", fill="white", colour="#b91c1c", size=3.5)
-        + geom_text(
-            predicted,
-            aes("gpus", "seconds", label="label"),
-            colour="#b91c1c",
-            size=7,
-            ha="right",
-            va="top",
-            nudge_y=-0.08,
-        )
+        + marked_points(back, "^", BACKTEST_COLOUR, va="bottom", nudge_y=0.08)
+        + marked_points(predicted, "D", PREDICTION_COLOUR, va="top", nudge_y=-0.08)
         + scale_colour_manual(values=PARTS, name="")
         + scale_linetype_manual(values=RANGES, name="")
         + scale_y_continuous(trans="log10")
@@ -145,7 +80,92 @@ def model_figure(runs: pd.DataFrame, per_node: int | None = None):
         + labs(x="GPUs (ranks)", y="steady-state epoch time (s)", title=title, caption=wrap(caption(fitted, refused)))
         + figure_theme((10, 3.2 * -(-len(fitted) // 2) + 1.5))
     )
-    return figure
+
+
+def model_layers(fitted: dict, tested: dict) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The figure's data over every fitted series: the lines of the fit's parts, the fit's 95% band,
+    the predicted points and the back-tested ones, each ready for a log axis."""
+    lines, bands, predicted, back = [], [], [], []
+    for key, fit in fitted.items():
+        panel = panel_name(key, fit)
+        largest = int(fit.points["gpus"].max())
+        fitted_curve = curve(fit).assign(panel=panel)
+        fitted_curve["range"] = ["measured range" if g <= largest else "extrapolated" for g in fitted_curve["gpus"]]
+        bands.append(fitted_curve)
+        lines += part_lines(fitted_curve, largest)
+        test = tested.get(key)
+        predicted.append(prediction_point(panel, fit, test))
+        if test is not None:
+            back.append(backtest_point(panel, test))
+    lines = pd.concat(lines, ignore_index=True)
+    lines = lines[lines["seconds"] > 0]  # no communication on one GPU, no floor when weak: nothing on a log axis
+    lines["group"] = lines["part"] + lines["range"]
+    bands = pd.concat(bands, ignore_index=True).dropna(subset=["lo", "hi"])
+    bands["lo"] = bands["lo"].clip(lower=bands["epoch_s"] / 10)  # a log axis cannot show a band through zero
+    back = pd.DataFrame(back, columns=["panel", "gpus", "seconds", "label"])
+    return lines, bands, pd.DataFrame(predicted), back[back["seconds"] > 0]
+
+
+def part_lines(fitted_curve: pd.DataFrame, largest: int) -> list[pd.DataFrame]:
+    """One line per part of the fit (PARTS), in seconds against GPUs, over one series' curve."""
+    lines = []
+    for part, column in (
+        ("fit (total)", "epoch_s"),
+        ("compute", "compute_s"),
+        ("per-step floor", "floor_s"),  # strong form only (NaN in the weak form: dropped by model_layers)
+        ("communication", "communication_s"),
+    ):
+        part_curve = fitted_curve[["gpus", "range", "panel"]].assign(part=part, seconds=fitted_curve[column])
+        # the measured and extrapolated pieces share the boundary point so the line is unbroken
+        boundary = part_curve[part_curve["gpus"] == largest].assign(range="extrapolated")
+        lines.append(pd.concat([part_curve, boundary]))
+    return lines
+
+
+def prediction_point(panel: str, fit: Fit, test: Backtest | None) -> dict:
+    """The predicted point at twice the largest measured GPU count, labelled with its interval."""
+    columns = series_columns(fit)
+    return {
+        "panel": panel,
+        "gpus": columns["model_predicted_gpus"],
+        "seconds": columns["model_predicted_epoch_s"],
+        "label": prediction_label(columns, test),
+    }
+
+
+def backtest_point(panel: str, test: Backtest) -> dict:
+    """The back-tested point at the largest measured GPU count: predicted against measured efficiency."""
+    return {
+        "panel": panel,
+        "gpus": test.gpus,
+        "seconds": test.predicted_epoch_s,
+        "label": f"back-test: {test.predicted_efficiency[0]:.2f} vs {test.measured_efficiency:.2f}",
+    }
+
+
+def fitted_cells(runs: pd.DataFrame, fitted: dict) -> pd.DataFrame:
+    """The measured cells the fits used (status ok, an epoch time), each with its series' panel."""
+    cells = runs[runs["status"].eq("ok") & (runs[METRIC] > 0)]
+    cells = cells[[tuple(k) in fitted for k in cells[GROUP].itertuples(index=False)]]
+    cells = cells.assign(panel=[panel_name(tuple(k), fitted[tuple(k)]) for k in cells[GROUP].values])
+    cells["gpus"] = cells["gpus"].astype(int)
+    return cells
+
+
+def marked_points(points: pd.DataFrame, shape: str, colour: str, va: str, nudge_y: float) -> list:
+    """White-filled markers of `shape` with their labels beside them (the back-test, the prediction)."""
+    return [
+        geom_point(points, aes("gpus", "seconds"), shape=shape, fill="white", colour=colour, size=3.5),
+        geom_text(
+            points,
+            aes("gpus", "seconds", label="label"),
+            colour=colour,
+            size=7,
+            ha="right",
+            va=va,
+            nudge_y=nudge_y,
+        ),
+    ]
 
 
 def prediction_label(columns: dict, test: Backtest | None) -> str:

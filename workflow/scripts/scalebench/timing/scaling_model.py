@@ -90,12 +90,13 @@ fields and the reason in ``backtest_note``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from scalebench.distributions import f_tail, t_quantile
+from scalebench.records.tables import BACKTEST_COLUMNS, MODEL_ROW_COLUMNS, MODEL_SERIES_COLUMNS
 
 # one series per backend and variant of the optional axes ('' without them)
 GROUP = ["source", "framework", "backend", "variant"]
@@ -103,7 +104,8 @@ METRIC = "steady_epoch_s"
 LEVEL = 0.95
 POOR_RESIDUAL = 0.05  # a point mean more than 5% off the fit
 POOR_P = 0.01  # and a lack-of-fit F-test this unlikely under seed scatter alone
-# every term of either form (scaling.csv has a column for each; a form leaves the others empty)
+# every term of either form (scaling.csv has a column for each, records/tables.py MODEL_TERMS; a form
+# leaves the others empty)
 TERMS = ("compute", "floor", "latency", "bandwidth", "node_step")
 FORMS = ("weak", "strong")
 # the terms whose time only more ranks bring: the communication of the split
@@ -257,18 +259,10 @@ def fit_series(cells: pd.DataFrame, per_node: int | None = None) -> Fit | Refuse
         .agg(seeds=(METRIC, "size"), mean_s=(METRIC, "mean"))
         .sort_values(["gpus", "nodes"], ignore_index=True)
     )
-
     terms, notes = model_terms(points, form)
-    if not (points["gpus"] > 1).any():
-        return Refused("only single-GPU cells: no communication to model")
-    if len(points) < len(terms):
-        return Refused(
-            f"{len(points)} distinct (GPUs, nodes) point(s) for {len(terms)} parameters ({', '.join(terms)}): "
-            "too few to fit, nothing is extrapolated"
-        )
-    design = regressors(points["gpus"], points["nodes"], terms, form)
-    if np.linalg.matrix_rank(design) < len(terms):
-        return Refused(f"the measured points do not separate the terms {', '.join(terms)}")
+    refused = unfittable(points, terms, form)
+    if refused is not None:
+        return refused
 
     # One row per cell (seed), weighted by its point's mean: relative errors.
     merged = good.merge(points, on=["gpus", "nodes"])
@@ -279,32 +273,55 @@ def fit_series(cells: pd.DataFrame, per_node: int | None = None) -> Fit | Refuse
     if communication == "measured":
         x, y, w = split_rows(x, y, w, merged[MEASURED].to_numpy(float), terms)
     notes.append(why)
-    xtwx = x.T @ (w[:, None] * x)
-    params = np.linalg.solve(xtwx, x.T @ (w * y))
-    n, p = len(y), len(terms)
-    ss_res = float(np.sum(w * (y - x @ params) ** 2))
-    dof = n - p
-    sigma2 = ss_res / dof if dof > 0 else math.nan
-    cov = sigma2 * np.linalg.inv(xtwx)
+    params, cov, dof = weighted_least_squares(x, y, w)
 
-    points["fit_s"] = design @ params
+    points["fit_s"] = regressors(points["gpus"], points["nodes"], terms, form) @ params
     points["residual"] = points["mean_s"] / points["fit_s"] - 1
     total = merged[METRIC].to_numpy(float)
-    poor, note = judge(points, merged, total, 1 / merged["mean_s"].to_numpy(float) ** 2, p)
+    poor, note = judge(points, merged, total, 1 / merged["mean_s"].to_numpy(float) ** 2, len(terms))
     if dof == 0:
         notes.append("one seed per point and as many points as parameters: no uncertainty")
-    fit = Fit(terms, params, cov, dof, points, poor, note, per_node, notes, form, communication)
-    below = [t for t in terms if fit.parameter(t)[2] < 0 or (dof == 0 and fit.parameter(t)[0] < 0)]
-    if form == "strong" and "compute" in below:
+    return with_signs_judged(Fit(terms, params, cov, dof, points, poor, note, per_node, notes, form, communication))
+
+
+def unfittable(points: pd.DataFrame, terms: tuple[str, ...], form: str) -> Refused | None:
+    """Why the measured points cannot fit `terms` in `form` (nothing is extrapolated then), or None."""
+    if not (points["gpus"] > 1).any():
+        return Refused("only single-GPU cells: no communication to model")
+    if len(points) < len(terms):
+        return Refused(
+            f"{len(points)} distinct (GPUs, nodes) point(s) for {len(terms)} parameters ({', '.join(terms)}): "
+            "too few to fit, nothing is extrapolated"
+        )
+    design = regressors(points["gpus"], points["nodes"], terms, form)
+    if np.linalg.matrix_rank(design) < len(terms):
+        return Refused(f"the measured points do not separate the terms {', '.join(terms)}")
+    return None
+
+
+def weighted_least_squares(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The parameters of y ~ x with weights w, their covariance (NaN without a residual degree of
+    freedom) and the residual degrees of freedom."""
+    xtwx = x.T @ (w[:, None] * x)
+    params = np.linalg.solve(xtwx, x.T @ (w * y))
+    ss_res = float(np.sum(w * (y - x @ params) ** 2))
+    dof = len(y) - x.shape[1]
+    sigma2 = ss_res / dof if dof > 0 else math.nan
+    return params, sigma2 * np.linalg.inv(xtwx), dof
+
+
+def with_signs_judged(fit: Fit) -> Fit:
+    """`fit`, judged poor where a term is below zero beyond its interval: a time cannot be negative,
+    so the form is wrong (but for the strong form's compute, a finding noted in fit.notes)."""
+    below = [t for t in fit.terms if fit.parameter(t)[2] < 0 or (fit.dof == 0 and fit.parameter(t)[0] < 0)]
+    if fit.form == "strong" and "compute" in below:
         # compute is net of the allreduce's bandwidth here (docstring): below zero is a finding, not an error
         below.remove("compute")
-        notes.append(
+        fit.notes.append(
             "compute net of the allreduce's bandwidth is below zero: more GPUs add more allreduce than compute they divide"
         )
-    # A time cannot be negative: a term below zero beyond its interval means the form is wrong.
     if below:
-        note = f"{note}; negative beyond its interval: {', '.join(below)}"
-        return Fit(terms, params, cov, dof, points, True, note, per_node, notes, form, communication)
+        return replace(fit, poor=True, note=f"{fit.note}; negative beyond its interval: {', '.join(below)}")
     return fit
 
 
@@ -368,50 +385,6 @@ def judge(points: pd.DataFrame, merged: pd.DataFrame, y: np.ndarray, w: np.ndarr
         f_stat = (ss_lack / (m - p)) / (ss_pure / (n - m))
         p_value = float(f_tail(f_stat, m - p, n - m))
     return far and p_value < POOR_P, f"{text}; lack-of-fit test p = {p_value:.3g}"
-
-
-# scaling.csv's model columns: per series (repeated on each of its rows), then per row.
-PARAMETER_COLUMNS = [f"model_{t}_s{s}" for t in TERMS for s in ("", "_lo", "_hi")]
-BACKTEST_COLUMNS = [
-    "backtest_gpus",
-    "backtest_predicted_epoch_s",
-    "backtest_predicted_efficiency",
-    "backtest_predicted_efficiency_lo",
-    "backtest_predicted_efficiency_hi",
-    "backtest_measured_epoch_s",
-    "backtest_measured_efficiency",
-    "backtest_error",  # predicted - measured efficiency
-    "backtest_note",
-]
-SERIES_COLUMNS = [
-    "model_status",
-    "model_form",
-    "model_communication",  # measured (the step split's exposed communication) or inferred from the fit
-    "model_terms",
-    "model_points",
-    *PARAMETER_COLUMNS,
-    "model_poor_fit",
-    "model_note",
-    "model_predicted_gpus",
-    "model_predicted_nodes",
-    "model_predicted_epoch_s",
-    "model_predicted_epoch_s_lo",
-    "model_predicted_epoch_s_hi",
-    "model_predicted_efficiency",
-    "model_predicted_efficiency_lo",
-    "model_predicted_efficiency_hi",
-    *BACKTEST_COLUMNS,
-]
-ROW_COLUMNS = [
-    "model_epoch_s",
-    "model_epoch_s_lo",
-    "model_epoch_s_hi",
-    "model_compute_epoch_s",
-    "model_floor_epoch_s",
-    "model_communication_epoch_s",
-    "model_residual",
-]
-MODEL_COLUMNS = SERIES_COLUMNS + ROW_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -487,7 +460,7 @@ def backtest_columns(test: Backtest | Refused) -> dict:
 def series_columns(fit: Fit | Refused, test: Backtest | Refused | None = None) -> dict:
     """The per-series model columns of scaling.csv (empty, with the reason, for a refused series);
     `test`: the series' back-test, whose error the note puts beside the prediction."""
-    row: dict = dict.fromkeys(SERIES_COLUMNS, math.nan)
+    row: dict = dict.fromkeys(MODEL_SERIES_COLUMNS, math.nan)
     if test is not None:
         row |= backtest_columns(test)
     if isinstance(fit, Refused):
@@ -531,7 +504,7 @@ def series_columns(fit: Fit | Refused, test: Backtest | Refused | None = None) -
 
 def row_columns(fit: Fit | Refused, gpus: int) -> dict:
     """The per-row model columns: the fit, its band and split at this GPU count, and the residual."""
-    row = dict.fromkeys(ROW_COLUMNS, math.nan)
+    row = dict.fromkeys(MODEL_ROW_COLUMNS, math.nan)
     if isinstance(fit, Refused):
         return row
     nodes = fit.nodes_for(gpus)
