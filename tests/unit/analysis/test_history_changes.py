@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -232,6 +233,7 @@ def test_the_history_figures_draw_the_studies_and_mark_the_change(planted_drop, 
     said = history_changes.sentences(planted_drop)
     assert said.startswith("The history holds 12 studies, from 2025-01-01 to 2025-12-01; this study is number 12.")
     assert "torch horovod at 2 GPUs on H100: parallel efficiency of the training time changed from study 8" in said
+    assert not re.search(r"[a-z)\]*]\.[A-Z][a-z]", said)  # no sentence glued to the next (test_report_text.py)
     # nothing to draw: a placeholder that says so
     empty = history_figure(planted_drop.series.iloc[0:0], planted_drop.changes.iloc[0:0])
     assert empty.data is None and "No study of the history has these figures yet." in str(

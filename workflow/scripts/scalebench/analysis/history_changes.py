@@ -270,19 +270,27 @@ def sentences(found: History) -> str:
     searchable = counts[counts >= 2 * change_points.MIN_SIDE]
     longest = int(counts.max()) if len(counts) else 0
     side = change_points.smallest_side(longest, found.alpha) if longest else None
-    said.append(
-        f"{plural(len(searchable), 'series', 'series')} (a figure of a cell key on one site with one setting) of "
-        f"{2 * change_points.MIN_SIDE} studies or more were searched for change points, each at a false-alarm "
-        f"rate of at most {found.alpha:g}: by chance alone, at most about {len(searchable) * found.alpha:.1f} "
-        "false changes are expected among them."
-        + (
-            f" In the longest series ({longest} studies) a change needs about {side} studies on each side to be found."
-            if side
-            else f" No series is long enough yet for a change to be found at {found.alpha:g}"
-            f" ({longest or 'no'} studies in the longest)."
+    if len(searchable):
+        said.append(
+            f"{plural(len(searchable), 'series', 'series')} (a figure of a cell key on one site with one setting) of "
+            f"{2 * change_points.MIN_SIDE} studies or more were searched for change points, each at a false-alarm "
+            f"rate of at most {found.alpha:g}: by chance alone, at most about {len(searchable) * found.alpha:.1f} "
+            "false changes are expected among them."
         )
-    )
-    if changes.empty:
+    else:
+        said.append(
+            f"No series has {2 * change_points.MIN_SIDE} studies yet ({longest or 'none'} in the longest): "
+            "none was searched for change points, and the gate compares this study with the others."
+        )
+    if side:
+        said.append(
+            f"In the longest series ({longest} studies) a change needs about {side} studies on each side to be found."
+        )
+    elif len(searchable):
+        said.append(
+            f"No series is long enough yet for a change to be found at {found.alpha:g} ({longest} studies in the longest)."
+        )
+    if len(searchable) and changes.empty:
         said.append("No change point was found.")
     for row in changes.itertuples():
         said.append(change_sentence(row))
