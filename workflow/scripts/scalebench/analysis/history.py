@@ -173,8 +173,13 @@ def read(history: Path) -> tuple[list[Entry], list[Skipped]]:
     for folder in folders:
         found = read_entry(folder)
         (skipped if isinstance(found, Skipped) else entries).append(found)
-    entries.sort(key=lambda entry: (entry.start or entry.added, entry.added, entry.study_id))
+    entries.sort(key=oldest_first)
     return entries, skipped
+
+
+def oldest_first(entry: Entry) -> tuple[str, str, str]:
+    """The history's order: by the study's first cell's start, else when it was added."""
+    return (entry.start or entry.added, entry.added, entry.study_id)
 
 
 def study_files(summary: Path) -> dict[str, bytes]:

@@ -46,6 +46,8 @@ FIGURES = {
     **{f"waterfall_{term}": (f"loss waterfall: {LABELS[term]}", "s", False) for term in PARTS},
 }
 SERIES = [column.name for column in HISTORY_SERIES]
+# runs.csv columns of figures that older tables lack: the study gives the other figures
+OLDER_TABLES_LACK = {"time_to_target_s": "time to target", "collective_busbw_gbps": "bus bandwidth"}
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def read_studies(history_folder: Path, summary: Path) -> tuple[list[Study], list
         tables = {"runs.csv": (summary / "runs.csv").read_bytes()}
         entries.append(history.describe(this_id, summary, tables))
     studies = []
-    for entry in sorted(entries, key=lambda entry: (entry.start or entry.added, entry.added, entry.study_id)):
+    for entry in sorted(entries, key=history.oldest_first):
         study, problem = read_study(entry, entry.study_id == this_id)
         if problem:
             notes.append(f"{entry.study_id}: {problem}")
@@ -104,11 +106,9 @@ def read_study(entry: history.Entry, this: bool) -> tuple[Study | None, str]:
     missing = missing_columns(runs_csv)
     if missing:
         return None, f"skipped, its runs.csv lacks {', '.join(missing)} (tables of an older version)"
-    runs, absent = baseline.read_baseline(runs_csv)
-    lacking = [name for name, column in (("time to target", "time_to_target_s"),) if column in absent]
-    if "collective_busbw_gbps" not in pd.read_csv(runs_csv, nrows=0).columns:
-        runs["collective_busbw_gbps"] = math.nan
-        lacking.append("bus bandwidth")
+    runs, absent = baseline.read_baseline(runs_csv)  # a column its tables lack reads as empty
+    header = pd.read_csv(runs_csv, nrows=0).columns
+    lacking = [figure for column, figure in OLDER_TABLES_LACK.items() if column not in header]
     waterfall = read_waterfall(entry.folder / "waterfall.csv") if (entry.folder / "waterfall.csv").is_file() else None
     if waterfall is None:
         lacking.append("the loss waterfall")
