@@ -31,6 +31,7 @@ BENCHMARKS = REPO / "benchmarks"
 PYTHONS = {
     "analysis_scale.py": ("pipeline", ()),
     "bill_error.py": ("pipeline", ("torch",)),
+    "change_points.py": ("pipeline", ()),
     "communication.py": ("pipeline", ("torch",)),
     "compression.py": ("pipeline", ("torch",)),
     "cpu_binding.py": ("pipeline", ("torch",)),
@@ -74,6 +75,11 @@ PRINTS = {
         r"^start 1 \(seed 1\): bill: ",
         r"^median error .* over the 1 cells predicted from measured cells",
     ],
+    "change_points.py": [
+        r"^noise only, 12 studies, 2% noise: a change in \d+ of 40 series",
+        r"^a 10% drop from study 8 of 12, 2% noise: found there alone in \d+ of 20",
+        r"^search: .* ms per noise-only series",
+    ],
     "communication.py": [
         r"^torch_horovod: steady epoch 1 rank .* ratio .* allreduce busy .* tensor allreduces",
         r"^DDP probe rank 0: step",
@@ -110,6 +116,7 @@ PRINTS = {
 # the option that keeps a benchmark's files in a folder of the test's (None: it writes none)
 WORKDIR_OPTION = {
     "analysis_scale.py": "--out",
+    "change_points.py": None,
     "hosts_scale.py": "--out",
     "horovod_launch.py": None,
     "model_flops.py": None,
