@@ -124,6 +124,7 @@ def harness(args: dict, framework: str) -> dict:
     from scalebench.settings import ProcessFacts, RunSettings
     from scalebench.train import rank_env
     from scalebench.train.entry import build_rank, cell_hash
+    from scalebench.train.faults import NO_FAULTS
     from scalebench.train.loop import TrainingLoop
 
     started = time.perf_counter()
@@ -132,7 +133,18 @@ def harness(args: dict, framework: str) -> dict:
     process = ProcessFacts.of_rank(run, os.environ)
     spec, device, backend = build_rank(run, process, rank_env.detect())
     try:
-        loop = TrainingLoop(run, spec, device, backend, process, cell_hash(settings, args["data"]), started)
+        # as a rank of the project's: no fault planted, its threads left where they are (not bound)
+        loop = TrainingLoop(
+            run,
+            spec,
+            device,
+            backend,
+            process,
+            cell_hash(settings, args["data"]),
+            started,
+            faults=NO_FAULTS,
+            cpu_binding=None,
+        )
         status = loop.train()
     finally:
         backend.shutdown()
