@@ -74,7 +74,6 @@ localrules:
 rule analyse_history:
     input:
         runs="results/summary/runs.csv",
-        scaling="results/summary/scaling.csv",
         waterfall="results/summary/waterfall.csv",
         entries=history_entries,
         stamp=ANALYSIS_STAMP,

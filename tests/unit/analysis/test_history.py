@@ -347,8 +347,9 @@ def test_the_gate_never_compares_a_study_of_other_devices_and_says_why_a_figure_
         study_id, Path(study_id), "2025-01-01", None, None, 1, 1, {"devices": devices}, [], [], {}
     )
     entries = [entry("a100", ["A100"]), entry("h100", ["H100"]), entry("mine", ["A100"])]
-    assert gate.reference(entries, "mine", ["A100"]).study_id == "a100"  # the newer H100 study is another site
-    assert gate.reference(entries, "mine", ["V100"]) is None
+    # the newer H100 study is another site, and this study is not its own reference
+    assert [entry.study_id for entry in gate.same_site(entries, "mine", ["A100"])] == ["a100"]
+    assert gate.same_site(entries, "mine", ["V100"]) == []
     assert gate.verdict(1.0, 0.97, 1.04, True, 0.05) == ("unchanged", False)
     assert gate.verdict(0.93, 0.85, 1.02, True, 0.05) == ("insufficient data", False)  # too wide to tell
     assert gate.verdict(1.2, 1.16, 1.25, False, 0.05) == ("regressed", True)  # 20% longer to target

@@ -233,6 +233,11 @@ def own(runs: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def matching(frame: pd.DataFrame, key: dict) -> pd.DataFrame:
+    """The rows of `frame` whose columns hold `key`'s values (a cell key, or a series' part of one)."""
+    return frame[(frame[list(key)] == pd.Series(key)).all(axis=1)]
+
+
 def compare(current: pd.DataFrame, baseline: pd.DataFrame, absent: list[str] | None = None) -> pd.DataFrame:
     """baseline.csv: one row per cell key of either study (see the module docstring)."""
     absent = absent or []
@@ -242,16 +247,15 @@ def compare(current: pd.DataFrame, baseline: pd.DataFrame, absent: list[str] | N
     )
     rows = []
     for key in keys:
-        cells_here = here[(here[CELL] == pd.Series(key, index=CELL)).all(axis=1)]
-        cells_there = there[(there[CELL] == pd.Series(key, index=CELL)).all(axis=1)]
         row = dict(zip(CELL, key, strict=True))
+        cells_here, cells_there = matching(here, row), matching(there, row)
         if cells_here.empty or cells_there.empty:
             row["present"] = "baseline only" if cells_here.empty else "this study only"
             row |= {"cells_here": len(usable(cells_here)), "cells_baseline": len(usable(cells_there))}
             rows.append(row)
             continue
         series = dict(zip(SERIES, key[:3], strict=True))
-        in_series = [frame[(frame[SERIES] == pd.Series(series)).all(axis=1)] for frame in (here, there)]
+        in_series = [matching(frame, series) for frame in (here, there)]
         row["present"] = "both"
         row |= compare_cell(cells_here, cells_there, *in_series, int(key[3]), absent)
         row["provenance_differences"] = provenance_differences(cells_here, cells_there, absent)

@@ -39,10 +39,9 @@ HIGHER_IS_BETTER = {"images_per_s": True, "efficiency": True, "time_to_target": 
 REGRESSED, IMPROVED, UNCHANGED, INSUFFICIENT = "regressed", "improved", "unchanged", "insufficient data"
 
 
-def reference(entries: list[history.Entry], study_id: str, devices: list[str]) -> history.Entry | None:
-    """The newest entry that is not this study and ran on the same devices (None: nothing to compare)."""
-    same_site = [e for e in entries if e.study_id != study_id and e.provenance.get("devices", []) == devices]
-    return same_site[-1] if same_site else None
+def same_site(entries: list[history.Entry], study_id: str, devices: list[str]) -> list[history.Entry]:
+    """The entries that are not this study and ran on the same devices, oldest first."""
+    return [e for e in entries if e.study_id != study_id and e.provenance.get("devices", []) == devices]
 
 
 def verdict(ratio: float, low: float, high: float, higher_is_better: bool, threshold: float) -> tuple[str, bool]:
@@ -129,18 +128,15 @@ def judge(runs_csv: Path, history_folder: Path, threshold: float, alpha: float =
     study_id, devices = history.id_of(table), history.provenance_of(table)["devices"]
     here, _ = baseline.read_baseline(runs_csv)
     entries, skipped = history.read(history_folder)
-    found = reference(entries, study_id, devices)
     said = {
         "study": study_id,
         "history": str(history_folder),
         "threshold": threshold,
         "skipped": [f"{entry.folder}: {entry.reason}" for entry in skipped],
     }
-    same_site = [
-        entry for entry in entries if entry.study_id != study_id and entry.provenance.get("devices", []) == devices
-    ]
-    studies = [study for entry in same_site if (study := history_changes.read_study(entry, False)[0]) is not None]
-    if found is None or not studies:
+    candidates = same_site(entries, study_id, devices)
+    studies = [study for entry in candidates if (study := history_changes.read_study(entry, False)[0]) is not None]
+    if not studies:
         reason = f"no earlier study of the history ran on the same devices ({', '.join(devices) or 'none recorded'})"
         return said | {"reference": None, "figures": [], "passed": True, "regressed_beyond_band": [], "note": reason}
     levels = history_changes.level_starts(studies, alpha)
@@ -155,18 +151,18 @@ def judge(runs_csv: Path, history_folder: Path, threshold: float, alpha: float =
         for row in figures(mine, other_settings(here, pooled), threshold):
             rows.append(row | {"studies": [study.entry.study_id for study in level] + [study_id]})
     failing = [f"{row['figure']} of {cell_name(row)}" for row in rows if row["fails"]]
-    there, absent = baseline.read_baseline(found.folder / "runs.csv")
+    newest = studies[-1]
     return said | {
         "reference": {
-            "study": found.study_id,
-            "start": found.start,
-            "added": found.added,
+            "study": newest.entry.study_id,
+            "start": newest.entry.start,
+            "added": newest.entry.added,
             "studies": [study.entry.study_id for study in studies],
             "after_change": sorted(
                 {cell_name(dict(zip(baseline.CELL, key))) for key, start in levels.items() if start}
             ),
         },
-        "provenance_differences": baseline.study_differences(here, there, absent),
+        "provenance_differences": baseline.study_differences(here, newest.runs, newest.absent),
         "figures": rows,
         "passed": not failing,
         "regressed_beyond_band": failing,

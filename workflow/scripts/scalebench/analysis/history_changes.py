@@ -85,10 +85,10 @@ def read_studies(history_folder: Path, summary: Path) -> tuple[list[Study], list
     """The history's studies, oldest first, this study among them, and the notes on what was skipped."""
     entries, skipped = history.read(history_folder)
     notes = [f"{entry.folder.name}: skipped, {entry.reason}" for entry in skipped]
-    this_id = history.id_of((summary / "runs.csv").read_bytes())
+    runs_csv = (summary / "runs.csv").read_bytes()
+    this_id = history.id_of(runs_csv)
     if this_id not in {entry.study_id for entry in entries}:
-        tables = {"runs.csv": (summary / "runs.csv").read_bytes()}
-        entries.append(history.describe(this_id, summary, tables))
+        entries.append(history.describe(this_id, summary, {"runs.csv": runs_csv}))
     studies = []
     for entry in sorted(entries, key=history.oldest_first):
         study, problem = read_study(entry, entry.study_id == this_id)
@@ -144,8 +144,7 @@ def joined(cells: pd.DataFrame, column: str) -> str:
 
 def cell_figures(study: Study, key: dict) -> dict[str, tuple[float, float, float, int]]:
     """Each figure of one cell key in one study: value, its 95% interval and the cells it rests on."""
-    runs = study.runs
-    in_series = runs[(runs[CELL[:3]] == pd.Series({k: key[k] for k in CELL[:3]})).all(axis=1)]
+    in_series = baseline.matching(study.runs, {name: key[name] for name in baseline.SERIES})
     cells = in_series[in_series["gpus"] == key["gpus"]]
     found = {}
     value, samples, base = baseline.efficiency(in_series, key["gpus"])
@@ -169,7 +168,8 @@ def waterfall_figures(waterfall: pd.DataFrame | None, key: dict) -> dict[str, tu
     """The loss waterfall's terms of one cell key (its seconds over the ideal, with their interval)."""
     if waterfall is None:
         return {}
-    rows = waterfall[(waterfall[CELL] == pd.Series(key)).all(axis=1) & waterfall["term"].isin(list(PARTS))]
+    rows = baseline.matching(waterfall, key)
+    rows = rows[rows["term"].isin(list(PARTS))]
     return {
         f"waterfall_{row.term}": (row.seconds, row.low, row.high, int(row.seeds))
         for row in rows.itertuples()
@@ -224,9 +224,7 @@ def change_row(
 def provenance_between(key: dict, older: Study, newer: Study) -> str:
     """What differs between the cell key's cells of two studies (the comparison's own words), or
     'none recorded'."""
-    cells = [
-        study.runs[(study.runs[CELL] == pd.Series({k: key[k] for k in CELL})).all(axis=1)] for study in (newer, older)
-    ]
+    cells = [baseline.matching(study.runs, {name: key[name] for name in CELL}) for study in (newer, older)]
     return baseline.provenance_differences(*cells, older.absent) or "none recorded"
 
 
@@ -241,9 +239,10 @@ def level_starts(studies: list[Study], alpha: float) -> dict[tuple, int]:
     series = series_table(studies)
     starts: dict[tuple, int] = {}
     for key, values in series[series["figure"].isin(GATE_FIGURES)].groupby(SERIES, sort=True):
-        found = change_points.find(values.sort_values("position")["value"].to_numpy(float), alpha)
+        values = values.sort_values("position")
+        found = change_points.find(values["value"].to_numpy(float), alpha)
         if found:
-            at = int(values.sort_values("position")["position"].iloc[found[-1].index]) - 1
+            at = int(values["position"].iloc[found[-1].index]) - 1
             cell = cell_key(dict(zip(SERIES, key, strict=True)))
             starts[cell] = max(starts.get(cell, 0), at)
     return starts

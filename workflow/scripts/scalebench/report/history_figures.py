@@ -64,7 +64,7 @@ def history_figure(series: pd.DataFrame, changes: pd.DataFrame, waterfall: bool 
         figure += geom_vline(
             found.assign(at=found["position"] - 0.5), aes(xintercept="at", colour="backend"), linetype="dashed"
         )
-    sites = data["line"].str.split("|").str[1:].str.join("|").nunique()
+    sites = len(data[["site", "config_hash"]].drop_duplicates())
     caption = (
         "A point per study (its place in the history, oldest first; the triangle is this study) with its 95% "
         "interval from the study's own seeds; dashed: a change point found in that backend's series "
